@@ -1,0 +1,1 @@
+"""engine: one Switchyard engine process (model, paged KV, scheduler, verbs)."""

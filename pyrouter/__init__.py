@@ -1,0 +1,1 @@
+"""pyrouter: Switchyard's Python router (HTTP API, policy hooks, admin)."""

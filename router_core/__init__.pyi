@@ -1,0 +1,123 @@
+"""Type stubs for router_core (the Rust hot path). Kept in step with router_core/src/python/*.rs.
+
+This file is the contract between router_core (Rust), engine/ and pyrouter/.
+Engine ids are small non-negative ints chosen by the caller (pyrouter maps "e0" -> 0).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+__version__: str
+
+# ---- block hashing (the one implementation; engine KV events and the router both call it) ----
+def block_hashes(tokens: Sequence[int], block_size: int, seed: int) -> list[int]:
+    """Chained 64-bit hashes over the full blocks of `tokens` (len(tokens) // block_size of them).
+    hash[i] depends on seed, hash[i-1] and tokens of block i. Deterministic across processes/platforms."""
+
+def model_seed(model_id: str) -> int:
+    """A per-model hash seed derived from the model id (same model => same seed everywhere)."""
+
+# ---- prefix index ----
+class PrefixIndex:
+    def __init__(self, block_size: int, seed: int, max_blocks: int = 16_777_216,
+                 approx_ttl_s: float = 120.0) -> None: ...
+    def add_engine(self, engine_id: int, approximate: bool = False) -> None: ...
+    def remove_engine(self, engine_id: int) -> None: ...
+    def apply_events(self, engine_id: int, first_seq: int, last_seq: int,
+                     stored: Sequence[int], evicted: Sequence[int]) -> bool:
+        """False when first_seq != last seen + 1: the engine's view is stale until a snapshot."""
+    def apply_snapshot(self, engine_id: int, last_seq: int, stored: Sequence[int]) -> None: ...
+    def is_stale(self, engine_id: int) -> bool: ...
+    def record_routed(self, engine_id: int, hashes: Sequence[int]) -> None:
+        """Approximate mode: remember that these blocks were sent to engine_id (expire after TTL)."""
+    def match(self, hashes: Sequence[int]) -> dict[int, int]:
+        """engine_id -> number of leading blocks of `hashes` that engine holds (engines with 0 omitted)."""
+    def num_blocks(self) -> int: ...
+    def memory_bytes(self) -> int: ...
+
+# ---- engine table ----
+class EngineLoad:
+    engine_id: int
+    role: str
+    healthy: bool
+    queued_prefill_tokens: int
+    running_decodes: int
+    unfinished_tokens: int
+    kv_pages_used: int
+    kv_pages_total: int
+    decode_step_ms: float
+    latency_coeffs: list[float]   # [c0, c_prefill_tok, c_decode_seq, c_ctx_tok] in ms
+    inflight: int                 # router-side: requests dispatched and not finished
+
+class EngineTable:
+    def __init__(self) -> None: ...
+    def upsert(self, engine_id: int, role: str) -> None: ...
+    def remove(self, engine_id: int) -> None: ...
+    def set_health(self, engine_id: int, healthy: bool) -> None: ...
+    def update_stats(self, engine_id: int, queued_prefill_tokens: int, running_decodes: int,
+                     unfinished_tokens: int, kv_pages_used: int, kv_pages_total: int,
+                     decode_step_ms: float, latency_coeffs: Sequence[float]) -> None: ...
+    def on_dispatch(self, engine_id: int, prefill_tokens: int, decode_tokens: int) -> None: ...
+    def on_complete(self, engine_id: int, prefill_tokens: int, decode_tokens: int) -> None: ...
+    def get(self, engine_id: int) -> EngineLoad: ...
+    def all(self) -> list[EngineLoad]: ...
+    def predict_prefill_ms(self, engine_id: int, prefill_tokens: int, context_tokens: int) -> float: ...
+    def tpot_slack_ms(self, engine_id: int, tpot_slo_ms: float) -> float:
+        """How much one decode step on this engine may grow while running requests still meet the SLO."""
+
+# ---- scoring: one call per request ----
+class Candidate:
+    engine_id: int
+    matched_tokens: int
+    cost: float
+    prefill_cost: float   # weight * uncached prefill tokens (+ queued prefill)
+    decode_cost: float    # weight * decode load
+    kv_cost: float        # weight * KV pressure
+class ScoreResult:
+    best: int | None      # None when no healthy engine has the role
+    hashes: list[int]
+    candidates: list[Candidate]   # sorted by cost ascending
+    def matched(self, engine_id: int) -> int: ...
+
+class RouterCore:
+    """Prefix index + engine table + scorer behind one lock-free-to-Python object."""
+    index: PrefixIndex
+    table: EngineTable
+    def __init__(self, block_size: int, seed: int, prefill_weight: float = 1.0,
+                 queue_weight: float = 1.0, decode_weight: float = 1.0, kv_weight: float = 1.0,
+                 max_blocks: int = 16_777_216, approx_ttl_s: float = 120.0) -> None: ...
+    def set_weights(self, prefill_weight: float, queue_weight: float, decode_weight: float,
+                    kv_weight: float) -> None: ...
+    def score(self, tokens: Sequence[int], role: str | None = None) -> ScoreResult:
+        """Hash, match against every engine, score every healthy engine whose role is `role`
+        (None or "any" = all; an engine with role "any" serves every role)."""
+
+# ---- detokenised streaming ----
+class DetokenizerVocab:
+    @staticmethod
+    def from_tokenizer_json(tokenizer_json: str) -> DetokenizerVocab:
+        """Byte-level BPE (GPT-2 style) and SentencePiece (Metaspace, <0xNN> byte fallback)."""
+    def token_bytes(self, token_id: int) -> bytes: ...
+    def __len__(self) -> int: ...
+
+class IncrementalDetokenizer:
+    def __init__(self, vocab: DetokenizerVocab, stop: Sequence[str] = (),
+                 skip_special_tokens: bool = True) -> None: ...
+    def push(self, token_ids: Sequence[int]) -> tuple[str, bool]:
+        """Feed new ids; returns (text that is safe to emit, stopped). Never splits UTF-8; holds back
+        text that could still become a stop string; on a stop match, text ends before the stop."""
+    def flush(self) -> str:
+        """End of stream: whatever was held back (invalid trailing bytes become U+FFFD)."""
+    @property
+    def text(self) -> str: ...
+
+class SseEncoder:
+    """OpenAI streaming chunks as ready-to-send `data: {...}\\n\\n` bytes."""
+    def __init__(self, request_id: str, model: str, created: int,
+                 kind: Literal["completion", "chat"]) -> None: ...
+    def role_chunk(self) -> bytes: ...          # chat only: first delta with role=assistant
+    def delta(self, text: str, finish_reason: str | None = None) -> bytes: ...
+    def usage(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> bytes: ...
+    @staticmethod
+    def done() -> bytes: ...                    # b"data: [DONE]\n\n"
