@@ -1,0 +1,1 @@
+"""The engine core: requests, sampling, scheduler and the synchronous EngineCore."""
