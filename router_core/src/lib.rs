@@ -1,17 +1,18 @@
-//! router_core: Switchyard's per-request hot path (placeholder until issue 4 lands).
+//! router_core: Switchyard's per-request hot path — block hashing, prefix index, engine table,
+//! scoring and detokenised streaming.
+//!
+//! Every module here is pure Rust with no PyO3 types; the Python binding lives in `python/`
+//! behind the `python` cargo feature so `cargo test` never links libpython.
 
-/// Placeholder so the crate builds.
-pub fn version() -> &'static str {
-    env!("CARGO_PKG_VERSION")
-}
+pub mod error;
+pub mod hashing;
 
 #[cfg(feature = "python")]
-mod python {
-    use pyo3::prelude::*;
+mod python;
 
-    #[pymodule]
-    fn _router_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
-        m.add("__version__", super::version())?;
-        Ok(())
-    }
+pub use error::{Result, RouterCoreError};
+
+/// The crate version, exported to Python as `router_core.__version__`.
+pub fn version() -> &'static str {
+    env!("CARGO_PKG_VERSION")
 }

@@ -1,0 +1,20 @@
+//! The crate's one error type: every fallible public function returns `Result<T, RouterCoreError>`.
+
+use thiserror::Error;
+
+/// Why a router_core call rejected its input.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum RouterCoreError {
+    /// An argument is out of range or malformed (user input: the binding raises `ValueError`).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// An engine id that was never added (or was removed): the binding raises `KeyError`.
+    #[error("unknown engine {0}")]
+    UnknownEngine(u32),
+    /// A tokenizer.json this crate cannot read.
+    #[error("invalid tokenizer.json: {0}")]
+    InvalidTokenizer(String),
+}
+
+/// Shorthand for results carrying [`RouterCoreError`].
+pub type Result<T> = std::result::Result<T, RouterCoreError>;

@@ -1,0 +1,20 @@
+//! Error mapping and argument conversion shared by the binding modules.
+
+use crate::error::RouterCoreError;
+use pyo3::exceptions::{PyKeyError, PyValueError};
+use pyo3::PyErr;
+
+impl From<RouterCoreError> for PyErr {
+    fn from(err: RouterCoreError) -> PyErr {
+        match err {
+            RouterCoreError::UnknownEngine(_) => PyKeyError::new_err(err.to_string()),
+            RouterCoreError::InvalidArgument(_) | RouterCoreError::InvalidTokenizer(_) => {
+                PyValueError::new_err(err.to_string())
+            }
+        }
+    }
+}
+
+/// Below this many items a call is sub-microsecond and releasing the GIL would cost more
+/// than it saves.
+pub const GIL_RELEASE_MIN_ITEMS: usize = 64;
