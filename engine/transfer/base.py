@@ -1,0 +1,71 @@
+"""The one interface every KV transport implements (shm and tcp now, NCCL with the GPU issue).
+
+A sender opens one `SendSession` per RemoteSend. From the step thread, for each layer slice the
+prefill produced, it asks the session for a destination `buffer`, gathers the K/V into it (the
+sender's only copy) and `commit`s it; a transport thread moves it while later layers compute.
+`finish` blocks until the receiver has acknowledged every byte, then reports what moved.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+
+
+class TransferError(RuntimeError):
+    """A transfer that did not land. `code` names the gRPC status the server answers with."""
+
+    def __init__(self, message: str, code: str = "UNAVAILABLE") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class ChunkBuffer(NamedTuple):
+    """Where the caller writes one chunk: `tensor` is [2, n, kv_heads, head_dim] (K then V)."""
+
+    tensor: torch.Tensor
+    # Byte offset in the shm staging area (-1 for transports that own private buffers).
+    offset: int
+
+
+@dataclass(slots=True)
+class TransferResult:
+    bytes_acked: int  # bytes the receiver wrote into its pages
+    chunks: int
+    transfer_ms: float  # first chunk committed -> receiver's final acknowledgement
+    tail_ms: float  # finish() called (sender compute done) -> final acknowledgement
+    receiver_busy_ms: float  # time the receiver spent taking chunks in and writing its pages
+
+
+class SendSession(ABC):
+    @abstractmethod
+    def buffer(self, layer: int, start: int, stop: int) -> ChunkBuffer: ...
+
+    @abstractmethod
+    def commit(self, layer: int, start: int, stop: int, chunk: ChunkBuffer) -> None: ...
+
+    @abstractmethod
+    def finish(self, timeout_s: float) -> TransferResult:
+        """Blocks until the receiver acknowledged everything; raises TransferError otherwise."""
+
+    @abstractmethod
+    def abort(self, reason: str) -> None:
+        """Give up: the receiver drops what it got (its lease frees the pages)."""
+
+
+class Transport(ABC):
+    """A link from this engine to one receiver engine."""
+
+    name: str
+
+    @abstractmethod
+    def open_session(self, request_id: str) -> SendSession: ...
+
+    @property
+    @abstractmethod
+    def alive(self) -> bool: ...
+
+    @abstractmethod
+    def close(self) -> None: ...

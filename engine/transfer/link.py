@@ -1,0 +1,233 @@
+"""Sender side of a socket link to one receiver engine; `tcp` and `shm` are two modes of it.
+
+One socket per engine pair carries frames for every concurrent session to that receiver. A writer
+thread drains an outgoing queue (so the step thread only enqueues), a reader thread takes the
+receiver's acknowledgements. In `shm` mode the frames only point into the staging area and the
+bytes never touch the socket; in `tcp` mode the raw tensor bytes follow each header.
+"""
+from __future__ import annotations
+
+import json
+import queue
+import socket
+import threading
+import time
+from typing import Any, NamedTuple
+
+import torch
+
+from engine.transfer.base import ChunkBuffer, SendSession, TransferError, TransferResult, Transport
+from engine.transfer.frames import (
+    FrameError,
+    FrameKind,
+    Header,
+    recv_header,
+    recv_payload,
+    send_frame,
+)
+from engine.transfer.layout import KVLayout
+from engine.transfer.staging import StagingRing, StagingTimeout
+
+# How long a sender waits for staging space before deciding the receiver is stuck.
+_STAGING_WAIT_S = 30.0
+
+
+class _Outgoing(NamedTuple):
+    header: Header
+    payload: bytes | torch.Tensor
+
+
+def _tensor_bytes(tensor: torch.Tensor) -> memoryview:
+    flat: Any = tensor.reshape(-1).view(torch.uint8).numpy()
+    return memoryview(flat)
+
+
+class SocketLink(Transport):
+    def __init__(
+        self, host: str, port: int, layout: KVLayout, staging_bytes: int = 0,
+        connect_timeout_s: float = 5.0,
+    ) -> None:
+        self.name = "shm" if staging_bytes else "tcp"
+        self.layout = layout
+        self.peer = f"{host}:{port}"
+        try:
+            self._sock = socket.create_connection((host, port), timeout=connect_timeout_s)
+        except OSError as exc:
+            raise TransferError(f"cannot reach KV receiver at {self.peer}: {exc}") from exc
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.ring = StagingRing(staging_bytes) if staging_bytes else None
+        try:
+            self._handshake(connect_timeout_s)
+        except BaseException:
+            self._sock.close()
+            if self.ring is not None:
+                self.ring.close()
+            raise
+        self._sock.settimeout(None)
+        self._outgoing: queue.SimpleQueue[_Outgoing | None] = queue.SimpleQueue()
+        self._sessions: dict[int, _LinkSession] = {}
+        self._lock = threading.Lock()
+        self._next_session = 1
+        self._dead: str | None = None
+        threading.Thread(target=self._write_loop, name=f"kv-tx-{self.peer}", daemon=True).start()
+        threading.Thread(target=self._read_loop, name=f"kv-ack-{self.peer}", daemon=True).start()
+
+    def _handshake(self, timeout_s: float) -> None:
+        hello = {"shm_path": self.ring.path, "shm_bytes": self.ring.nbytes} if self.ring else {}
+        try:
+            send_frame(self._sock, Header(FrameKind.HELLO), json.dumps(hello).encode())
+            reply = recv_header(self._sock)
+            body = json.loads(recv_payload(self._sock, reply) or b"{}")
+        except (OSError, FrameError, ValueError) as exc:
+            raise TransferError(f"KV handshake with {self.peer} failed: {exc}") from exc
+        if reply.kind != FrameKind.HELLO_ACK or "error" in body:
+            raise TransferError(f"KV receiver {self.peer} refused the link: {body.get('error')}")
+        if self.ring is not None:
+            self.ring.unlink()  # both sides have it mapped; nothing can leak from here on
+
+    @property
+    def alive(self) -> bool:
+        return self._dead is None
+
+    def open_session(self, request_id: str) -> SendSession:
+        with self._lock:
+            if self._dead is not None:
+                raise TransferError(self._dead)
+            sid = self._next_session
+            self._next_session += 1
+            session = _LinkSession(self, sid)
+            self._sessions[sid] = session
+        self.enqueue(Header(FrameKind.OPEN, session=sid), request_id.encode())
+        return session
+
+    def enqueue(self, header: Header, payload: bytes | torch.Tensor = b"") -> None:
+        self._outgoing.put(_Outgoing(header, payload))
+
+    def forget(self, sid: int) -> None:
+        with self._lock:
+            self._sessions.pop(sid, None)
+
+    def _write_loop(self) -> None:
+        while (item := self._outgoing.get()) is not None:
+            payload = item.payload
+            data = _tensor_bytes(payload) if isinstance(payload, torch.Tensor) else payload
+            try:
+                send_frame(self._sock, item.header, data)
+            except OSError as exc:
+                self._die(f"KV link to {self.peer} lost while sending: {exc}")
+                return
+
+    def _read_loop(self) -> None:
+        while True:
+            try:
+                header = recv_header(self._sock)
+                body = recv_payload(self._sock, header) if header.payload_len else b""
+            except (OSError, FrameError) as exc:
+                self._die(f"KV link to {self.peer} lost: {exc}")
+                return
+            if header.kind == FrameKind.CHUNK_ACK and self.ring is not None:
+                self.ring.release(header.offset)
+            elif header.kind == FrameKind.END_ACK:
+                with self._lock:
+                    session = self._sessions.pop(header.session, None)
+                if session is not None:
+                    session.complete(json.loads(body or b"{}"))
+
+    def _die(self, reason: str) -> None:
+        with self._lock:
+            if self._dead is not None:
+                return
+            self._dead = reason
+            sessions = list(self._sessions.values())
+            self._sessions.clear()
+        for session in sessions:
+            session.fail(TransferError(reason))
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._outgoing.put(None)
+        if self.ring is not None:
+            self.ring.close()
+
+    def close(self) -> None:
+        self._die(f"KV link to {self.peer} closed")
+        self._sock.close()
+
+
+class _LinkSession(SendSession):
+    def __init__(self, link: SocketLink, sid: int) -> None:
+        self._link = link
+        self._sid = sid
+        self._done = threading.Event()
+        self._error: TransferError | None = None
+        self._reply: dict[str, object] = {}
+        self._chunks = 0
+        self._t_first: float | None = None
+        self._t_finish = 0.0
+        self._t_ack = 0.0
+
+    def buffer(self, layer: int, start: int, stop: int) -> ChunkBuffer:
+        layout = self._link.layout
+        n = stop - start
+        ring = self._link.ring
+        if ring is None:
+            return ChunkBuffer(torch.empty(layout.chunk_shape(n), dtype=layout.torch_dtype), -1)
+        nbytes = layout.chunk_bytes(n)
+        try:
+            offset = ring.alloc(nbytes, _STAGING_WAIT_S)
+        except StagingTimeout as exc:
+            raise TransferError(str(exc)) from exc
+        view = ring.view(offset, nbytes).view(layout.torch_dtype).view(layout.chunk_shape(n))
+        return ChunkBuffer(view, offset)
+
+    def commit(self, layer: int, start: int, stop: int, chunk: ChunkBuffer) -> None:
+        if self._t_first is None:
+            self._t_first = time.perf_counter()
+        self._chunks += 1
+        header = Header(FrameKind.DATA, self._sid, layer, start, stop)
+        if chunk.offset >= 0:
+            header.kind = FrameKind.SHM_DATA
+            header.offset = chunk.offset
+            header.extra = chunk.tensor.numel() * chunk.tensor.element_size()
+            self._link.enqueue(header)
+        else:
+            self._link.enqueue(header, chunk.tensor)
+
+    def finish(self, timeout_s: float) -> TransferResult:
+        self._t_finish = time.perf_counter()
+        if self._t_first is None:
+            self._t_first = self._t_finish
+        self._link.enqueue(Header(FrameKind.END, self._sid))
+        if not self._done.wait(timeout_s):
+            self.abort("timed out waiting for the receiver's acknowledgement")
+        if self._error is not None:
+            raise self._error
+        if "error" in self._reply:
+            raise TransferError(str(self._reply["error"]), str(self._reply.get("code", "INTERNAL")))
+        return TransferResult(
+            bytes_acked=int(str(self._reply.get("bytes", 0))),
+            chunks=self._chunks,
+            transfer_ms=(self._t_ack - self._t_first) * 1e3,
+            tail_ms=(self._t_ack - self._t_finish) * 1e3,
+            receiver_busy_ms=float(str(self._reply.get("busy_ms", 0.0))),
+        )
+
+    def abort(self, reason: str) -> None:
+        if self._done.is_set():
+            return
+        self._link.forget(self._sid)
+        if self._link.alive:
+            self._link.enqueue(Header(FrameKind.ABORT, self._sid))
+        self.fail(TransferError(f"transfer aborted: {reason}", "ABORTED"))
+
+    def complete(self, reply: dict[str, object]) -> None:
+        self._reply = reply
+        self._t_ack = time.perf_counter()
+        self._done.set()
+
+    def fail(self, error: TransferError) -> None:
+        if not self._done.is_set():
+            self._error = error
+            self._t_ack = time.perf_counter()
+            self._done.set()

@@ -1,0 +1,135 @@
+"""The shared-memory staging area behind the `shm` transport.
+
+The sender owns one area per receiver link: a file in /dev/shm mapped on both sides and viewed as a
+torch uint8 tensor. The sender gathers a layer's K/V straight from its pages into the area (its one
+copy), the receiver scatters from the area into its own pages (its one copy). Space is handed out
+as a FIFO ring: the receiver processes chunks in order and acknowledges each, which frees it.
+The file name is unlinked as soon as the receiver has mapped it, so a crash leaks nothing.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import tempfile
+import threading
+import time
+import uuid
+from collections import deque
+
+import torch
+
+_ALIGN = 64
+SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+
+
+class StagingTimeout(TimeoutError):
+    """The receiver did not free staging space in time (stalled or dead)."""
+
+
+def _map_file(path: str, nbytes: int, create: bool) -> mmap.mmap:
+    flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+    fd = os.open(path, flags, 0o600)
+    try:
+        if create:
+            os.ftruncate(fd, nbytes)
+        return mmap.mmap(fd, nbytes)
+    finally:
+        os.close(fd)
+
+
+class _MappedArea:
+    def __init__(self, path: str, nbytes: int, create: bool) -> None:
+        self.path = path
+        self.nbytes = nbytes
+        self._mmap = _map_file(path, nbytes, create)
+        self.bytes = torch.frombuffer(self._mmap, dtype=torch.uint8)
+
+    def view(self, offset: int, nbytes: int) -> torch.Tensor:
+        if offset < 0 or offset + nbytes > self.nbytes:
+            raise ValueError(f"staging range [{offset}, {offset + nbytes}) outside {self.nbytes}")
+        return self.bytes[offset : offset + nbytes]
+
+    def close(self) -> None:
+        del self.bytes
+        try:
+            self._mmap.close()
+        except BufferError:
+            pass  # a view is still alive somewhere; the mapping goes with it
+
+
+class StagingRing(_MappedArea):
+    """Sender side: creates the area and allocates chunks from it in FIFO order."""
+
+    def __init__(self, nbytes: int) -> None:
+        path = os.path.join(SHM_DIR, f"switchyard-kv-{os.getpid()}-{uuid.uuid4().hex[:12]}")
+        super().__init__(path, nbytes, create=True)
+        # Touch every page now so the first transfer does not pay page faults.
+        self.bytes.zero_()
+        self._head = 0
+        self._inflight: deque[tuple[int, int]] = deque()
+        self._cond = threading.Condition()
+        self._closed = False
+
+    def unlink(self) -> None:
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def _fit(self, size: int) -> int | None:
+        if not self._inflight:
+            self._head = 0
+            return 0 if size <= self.nbytes else None
+        tail = self._inflight[0][0]
+        # Strict inequalities keep head == tail meaning "empty", never "full".
+        if self._head >= tail:
+            if size <= self.nbytes - self._head:
+                return self._head
+            return 0 if size < tail else None
+        return self._head if size < tail - self._head else None
+
+    def alloc(self, nbytes: int, timeout_s: float) -> int:
+        size = (nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
+        if size > self.nbytes:
+            raise ValueError(f"chunk of {nbytes} bytes exceeds the {self.nbytes}-byte staging area")
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while True:
+                if self._closed:
+                    raise StagingTimeout("shm staging area closed: the link to the receiver is down")
+                if (offset := self._fit(size)) is not None:
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise StagingTimeout("shm staging area full: the receiver stopped consuming")
+                self._cond.wait(remaining)
+            self._inflight.append((offset, size))
+            self._head = offset + size
+            return offset
+
+    def release(self, offset: int) -> None:
+        with self._cond:
+            if not self._inflight or self._inflight[0][0] != offset:
+                raise RuntimeError(f"staging release out of order at offset {offset}")
+            self._inflight.popleft()
+            self._cond.notify_all()
+
+    def in_flight(self) -> int:
+        with self._cond:
+            return len(self._inflight)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self.unlink()
+        super().close()
+
+
+class AttachedStaging(_MappedArea):
+    """Receiver side: maps the sender's area by path."""
+
+    def __init__(self, path: str, nbytes: int) -> None:
+        if not os.path.realpath(path).startswith(os.path.realpath(SHM_DIR) + os.sep):
+            raise ValueError(f"refusing to map {path!r}: not in {SHM_DIR}")
+        super().__init__(path, nbytes, create=False)
