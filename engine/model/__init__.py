@@ -1,0 +1,1 @@
+"""The Llama-family model: config, loaders (GGUF, HF directory), weight cache and the runner."""

@@ -1,0 +1,149 @@
+"""Read a llama.cpp GGUF file: hyperparameters from `llama.*` metadata and weights dequantized
+tensor by tensor (each by its own quantization type) into Hugging Face names and layout."""
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+import numpy as np
+import torch
+from gguf import GGUFReader, GGUFValueType
+from gguf.quants import dequantize
+
+from engine.model.config import ModelConfig, ModelConfigError
+
+# GGUF tensor name (per block) -> Hugging Face name.
+_BLOCK_NAMES = {
+    "attn_norm": "input_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_norm": "post_attention_layernorm",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+_TOP_NAMES = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
+_BLOCK_RE = re.compile(r"^blk\.(\d+)\.([a-z_]+)\.(weight|bias)$")
+_SUPPORTED_ARCHS = ("llama",)
+
+
+class GGUFFormatError(ValueError):
+    """The GGUF file is not a Llama-family model this engine can load."""
+
+
+def field_value(reader: GGUFReader, key: str, default: Any = None) -> Any:
+    """A metadata value as a Python scalar, str or list (None/default when absent)."""
+    field = reader.fields.get(key)
+    if field is None:
+        return default
+    if field.types and field.types[0] == GGUFValueType.ARRAY:
+        if len(field.types) > 1 and field.types[1] == GGUFValueType.STRING:
+            return [bytes(field.parts[i]).decode("utf-8", errors="replace") for i in field.data]
+        return [field.parts[i].tolist()[0] for i in field.data]
+    if field.types and field.types[0] == GGUFValueType.STRING:
+        return bytes(field.parts[field.data[0]]).decode("utf-8")
+    return field.parts[field.data[0]].tolist()[0]
+
+
+def open_gguf(path: str) -> GGUFReader:
+    try:
+        return GGUFReader(path, "r")
+    except (ValueError, OSError) as err:
+        raise GGUFFormatError(f"cannot read GGUF file {path}: {err}") from err
+
+
+def read_gguf_config(reader: GGUFReader, path: str) -> ModelConfig:
+    arch = field_value(reader, "general.architecture")
+    if arch not in _SUPPORTED_ARCHS:
+        raise GGUFFormatError(f"unsupported GGUF architecture {arch!r}")
+
+    def need(key: str) -> Any:
+        value = field_value(reader, f"{arch}.{key}")
+        if value is None:
+            raise GGUFFormatError(f"GGUF metadata lacks {arch}.{key}")
+        return value
+
+    hidden = int(need("embedding_length"))
+    heads = int(need("attention.head_count"))
+    kv_heads = int(field_value(reader, f"{arch}.attention.head_count_kv", heads))
+    tokens = field_value(reader, "tokenizer.ggml.tokens") or []
+    vocab = int(field_value(reader, f"{arch}.vocab_size", len(tokens)))
+    head_dim = int(field_value(reader, f"{arch}.attention.key_length", hidden // heads))
+    tensor_names = {t.name for t in reader.tensors}
+    eos = field_value(reader, "tokenizer.ggml.eos_token_id")
+    bos = field_value(reader, "tokenizer.ggml.bos_token_id")
+    try:
+        return ModelConfig(
+            model_id=str(field_value(reader, "general.name", os.path.basename(path))),
+            vocab_size=vocab,
+            hidden_size=hidden,
+            intermediate_size=int(need("feed_forward_length")),
+            num_layers=int(need("block_count")),
+            num_heads=heads,
+            num_kv_heads=kv_heads,
+            head_dim=head_dim,
+            rms_norm_eps=float(need("attention.layer_norm_rms_epsilon")),
+            rope_theta=float(field_value(reader, f"{arch}.rope.freq_base", 10000.0)),
+            rope_scaling=_rope_scaling(reader, arch),
+            max_position_embeddings=int(need("context_length")),
+            tie_word_embeddings="output.weight" not in tensor_names,
+            bos_token_id=None if bos is None else int(bos),
+            eos_token_ids=[] if eos is None else [int(eos)],
+        )
+    except ModelConfigError as err:
+        raise GGUFFormatError(f"{path}: {err}") from err
+
+
+def _rope_scaling(reader: GGUFReader, arch: str) -> dict[str, Any] | None:
+    kind = field_value(reader, f"{arch}.rope.scaling.type")
+    factor = field_value(reader, f"{arch}.rope.scaling.factor")
+    if kind in (None, "none") or factor is None:
+        return None
+    if kind == "linear":
+        return {"rope_type": "linear", "factor": float(factor)}
+    raise GGUFFormatError(f"unsupported GGUF rope scaling type {kind!r}")
+
+
+def hf_name(gguf_name: str) -> str | None:
+    """Hugging Face name of a GGUF tensor, or None for tensors the model does not use."""
+    if gguf_name in _TOP_NAMES:
+        return _TOP_NAMES[gguf_name]
+    match = _BLOCK_RE.match(gguf_name)
+    if match is None or match.group(2) not in _BLOCK_NAMES:
+        return None
+    return f"model.layers.{match.group(1)}.{_BLOCK_NAMES[match.group(2)]}.{match.group(3)}"
+
+
+def unpermute_rows(weight: np.ndarray, num_heads: int) -> np.ndarray:
+    """Undo llama.cpp's convert-time Q/K row permutation (per head, interleaved halves become
+    the rotate-half layout Hugging Face uses)."""
+    rows = weight.shape[0]
+    per_half = rows // num_heads // 2
+    shaped = weight.reshape(num_heads, per_half, 2, *weight.shape[1:])
+    return shaped.swapaxes(1, 2).reshape(weight.shape)
+
+
+def read_gguf_weights(reader: GGUFReader, config: ModelConfig) -> dict[str, torch.Tensor]:
+    """All weights as float32 tensors in Hugging Face naming and [out, in] layout."""
+    weights: dict[str, torch.Tensor] = {}
+    for tensor in reader.tensors:
+        name = hf_name(tensor.name)
+        if name is None:
+            continue
+        values = np.asarray(dequantize(tensor.data, tensor.tensor_type), dtype=np.float32)
+        expected = tuple(int(d) for d in reversed(tensor.shape.tolist()))
+        values = values.reshape(expected)
+        if tensor.name.endswith("attn_q.weight"):
+            values = unpermute_rows(values, config.num_heads)
+        elif tensor.name.endswith("attn_k.weight"):
+            values = unpermute_rows(values, config.num_kv_heads)
+        # F32 tensors come back as read-only views of the memory-mapped file: copy those.
+        weights[name] = torch.from_numpy(np.array(values, copy=not values.flags.writeable))
+    return weights

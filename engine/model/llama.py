@@ -1,0 +1,109 @@
+"""LlamaModel: a Llama-family decoder (RMSNorm, RoPE, GQA, SwiGLU, tied embeddings) for inference.
+
+Built from Hugging Face-named weights. q/k/v and gate/up projections are fused into one matmul
+each at load time: on CPU a step's cost is dominated by streaming weights, and fewer, larger
+matmuls stream them with less overhead. Attention is delegated to `ctx.backend`.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.attention.context import ForwardContext
+from engine.model.config import ModelConfig
+from engine.model.rope import RopeTable
+
+
+class MissingWeight(KeyError):
+    """The checkpoint lacks a tensor the model needs."""
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    # In float32 like the reference implementation, then back to the model dtype.
+    x32 = x.to(torch.float32)
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x32.to(x.dtype)
+
+
+class LlamaLayer(nn.Module):
+    def __init__(self, config: ModelConfig, weights: dict[str, torch.Tensor], prefix: str) -> None:
+        super().__init__()
+        self.q_size = config.q_size
+        self.kv_size = config.kv_size
+        self.num_heads = config.num_heads
+        self.num_kv_heads = config.num_kv_heads
+        self.head_dim = config.head_dim
+        self.eps = config.rms_norm_eps
+
+        def w(name: str) -> torch.Tensor:
+            key = prefix + name
+            if key not in weights:
+                raise MissingWeight(f"checkpoint has no tensor {key!r}")
+            return weights[key]
+
+        self.input_norm = w("input_layernorm.weight")
+        self.qkv_proj = torch.cat([w("self_attn.q_proj.weight"), w("self_attn.k_proj.weight"),
+                                   w("self_attn.v_proj.weight")], dim=0)
+        self.o_proj = w("self_attn.o_proj.weight")
+        self.post_norm = w("post_attention_layernorm.weight")
+        self.gate_up_proj = torch.cat([w("mlp.gate_proj.weight"), w("mlp.up_proj.weight")], dim=0)
+        self.down_proj = w("mlp.down_proj.weight")
+
+    def forward(self, layer_idx: int, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                rope: RopeTable, ctx: ForwardContext) -> torch.Tensor:
+        tokens = hidden.shape[0]
+        x = rms_norm(hidden, self.input_norm, self.eps)
+        qkv = F.linear(x, self.qkv_proj)
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = rope.apply(q.view(tokens, self.num_heads, self.head_dim), cos, sin)
+        k = rope.apply(k.view(tokens, self.num_kv_heads, self.head_dim), cos, sin)
+        v = v.view(tokens, self.num_kv_heads, self.head_dim)
+        attended = ctx.backend.run(layer_idx, q, k, v, ctx)
+        if ctx.layer_hook is not None:
+            ctx.layer_hook(layer_idx)
+        hidden = hidden + F.linear(attended.reshape(tokens, self.q_size), self.o_proj)
+        x = rms_norm(hidden, self.post_norm, self.eps)
+        gate, up = F.linear(x, self.gate_up_proj).chunk(2, dim=-1)
+        return hidden + F.linear(F.silu(gate) * up, self.down_proj)
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, config: ModelConfig, weights: dict[str, torch.Tensor],
+                 dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> None:
+        super().__init__()
+        self.config = config
+        self.dtype = dtype
+        self.device = torch.device(device)
+        cast = {name: t.to(device=self.device, dtype=dtype) for name, t in weights.items()}
+        if "model.embed_tokens.weight" not in cast:
+            raise MissingWeight("checkpoint has no tensor 'model.embed_tokens.weight'")
+        self.embed = cast["model.embed_tokens.weight"]
+        if tuple(self.embed.shape) != (config.vocab_size, config.hidden_size):
+            raise MissingWeight(f"embedding shape {tuple(self.embed.shape)} does not match "
+                                f"vocab_size x hidden_size {config.vocab_size}x{config.hidden_size}")
+        self.layers = nn.ModuleList(LlamaLayer(config, cast, f"model.layers.{i}.")
+                                    for i in range(config.num_layers))
+        if "model.norm.weight" not in cast:
+            raise MissingWeight("checkpoint has no tensor 'model.norm.weight'")
+        self.final_norm = cast["model.norm.weight"]
+        lm_head = cast.get("lm_head.weight")
+        if lm_head is None or config.tie_word_embeddings:
+            lm_head = self.embed  # tied: the output projection is the embedding matrix
+        self.lm_head = lm_head
+        self.rope = RopeTable(config, dtype, self.device)
+
+    @torch.inference_mode()
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                ctx: ForwardContext) -> torch.Tensor:
+        max_ctx = max((s.ctx_len for s in ctx.batch.seqs), default=0)
+        self.rope.ensure(max_ctx)
+        cos = self.rope.cos[positions].unsqueeze(1)
+        sin = self.rope.sin[positions].unsqueeze(1)
+        ctx.backend.plan(ctx)
+        hidden = F.embedding(input_ids, self.embed)
+        for idx, layer in enumerate(self.layers):
+            hidden = layer(idx, hidden, cos, sin, self.rope, ctx)
+        # Norm and project only the rows whose logits are wanted; RMSNorm is per row.
+        picked = rms_norm(hidden[ctx.sample_indices], self.final_norm, self.config.rms_norm_eps)
+        return F.linear(picked, self.lm_head).to(torch.float32)

@@ -1,0 +1,82 @@
+"""load_model: a GGUF file or HF directory (or the default SmolLM2) -> a ready LoadedModel.
+
+Weights are dequantized once and cached on disk (weight_cache), together with the config and
+tokenizer, so the second start never parses the GGUF file again.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+
+import torch
+
+from engine.model.config import ModelConfig
+from engine.model.default_model import default_model_path
+from engine.model.llama import LlamaModel
+from engine.model.weight_cache import load_cached, store
+from engine.tokenizer import EngineTokenizer
+
+SUPPORTED_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16,
+                    "float16": torch.float16}
+
+
+class ModelLoadError(ValueError):
+    """The model path or dtype is not usable."""
+
+
+@dataclass(slots=True)
+class LoadedModel:
+    config: ModelConfig
+    model: LlamaModel
+    tokenizer: EngineTokenizer
+    source: str
+
+
+def parse_dtype(dtype: torch.dtype | str | None) -> torch.dtype:
+    if dtype is None:
+        return torch.float32
+    if isinstance(dtype, torch.dtype):
+        if dtype not in SUPPORTED_DTYPES.values():
+            raise ModelLoadError(f"unsupported dtype {dtype}")
+        return dtype
+    name = dtype.removeprefix("torch.")
+    if name not in SUPPORTED_DTYPES:
+        raise ModelLoadError(f"unsupported dtype {dtype!r}; use one of {sorted(SUPPORTED_DTYPES)}")
+    return SUPPORTED_DTYPES[name]
+
+
+def _read_source(source: str) -> tuple[ModelConfig, dict[str, torch.Tensor], EngineTokenizer]:
+    if os.path.isdir(source):
+        from engine.model.hf_loader import read_hf_config, read_hf_weights
+
+        config = read_hf_config(source)
+        return config, read_hf_weights(source), EngineTokenizer.from_hf_dir(
+            source, config.eos_token_ids)
+    from engine.model.gguf_loader import open_gguf, read_gguf_config, read_gguf_weights
+
+    reader = open_gguf(source)
+    config = read_gguf_config(reader, source)
+    return config, read_gguf_weights(reader, config), EngineTokenizer.from_gguf_reader(reader)
+
+
+def load_model(path: str | None = None, dtype: torch.dtype | str | None = torch.float32,
+               device: torch.device | str = "cpu", use_cache: bool = True) -> LoadedModel:
+    source = path if path is not None else default_model_path()
+    if not os.path.exists(source):
+        raise ModelLoadError(f"model path {source!r} does not exist")
+    torch_dtype = parse_dtype(dtype)
+    # Only GGUF files are cached: an HF directory's safetensors already map without any work.
+    use_cache = use_cache and not os.path.isdir(source)
+    cached = load_cached(source, torch_dtype) if use_cache else None
+    if cached is not None:
+        weights, extra = cached
+        config = ModelConfig(**extra["config"])
+        tokenizer = EngineTokenizer.from_state(extra["tokenizer"])
+    else:
+        config, weights, tokenizer = _read_source(source)
+        if use_cache:
+            store(source, torch_dtype, weights,
+                  {"config": dataclasses.asdict(config), "tokenizer": tokenizer.to_state()})
+    model = LlamaModel(config, weights, dtype=torch_dtype, device=device)
+    return LoadedModel(config=config, model=model, tokenizer=tokenizer, source=source)
