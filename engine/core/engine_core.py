@@ -1,0 +1,251 @@
+"""EngineCore: the synchronous engine — verbs in, step outputs out — driven by one step thread.
+
+The gRPC server calls add_request / prep_recv / add_send / abort / stats from its threads and
+write_kv from transport threads; one thread calls step() in a loop. Bookkeeping (scheduler,
+pool, cache, reservations) is guarded by one lock, which step() does not hold while the model
+runs, so transfers land while the next batch computes. Pages of a request aborted mid-step are
+released only after that step, so the running forward pass never writes into reused pages.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+import router_core
+from engine.config import EngineConfig
+from engine.core.errors import InvalidRequest, UnknownRequest
+from engine.core.latency_model import LatencyModel
+from engine.core.outputs import Reservation, StepOutput, StepTimings
+from engine.core.request import OnLayer, Request
+from engine.core.reservations import ReservationTable
+from engine.core.sampler import make_generator
+from engine.core.sampling_params import SamplingParams
+from engine.core.scheduler import Scheduler
+from engine.core.stats import EngineStats
+from engine.core.step_runner import StepRunner
+from engine.core.validation import check_range, check_request_id, check_tokens, resolve_end
+from engine.kvcache.events import KVEvent
+from engine.kvcache.kv_storage import KVStorage
+from engine.kvcache.page_pool import PagePool
+from engine.kvcache.radix_cache import RadixPrefixCache
+
+if TYPE_CHECKING:
+    from engine.model.loader import LoadedModel
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _detokenizer_vocab(tokenizer: Any) -> Any:
+    """router_core.DetokenizerVocab for the model's tokenizer, or None if unavailable."""
+    vocab_cls = getattr(router_core, "DetokenizerVocab", None)
+    to_json = getattr(tokenizer, "to_json", None) or getattr(
+        getattr(tokenizer, "tokenizer", None), "to_json", None)
+    if vocab_cls is None or to_json is None:
+        return None
+    return vocab_cls.from_tokenizer_json(to_json())
+
+
+class EngineCore:
+    def __init__(self, config: EngineConfig, loaded: LoadedModel | None = None) -> None:
+        from engine.model.runner import ModelRunner
+
+        self.config = config
+        if loaded is None:
+            from engine.model.loader import load_model
+
+            loaded = load_model(config.model_path, _DTYPES[config.dtype],
+                                torch.device(config.device))
+        self.loaded = loaded
+        self.model_config = loaded.config
+        mc = self.model_config
+        self.max_context = min(config.max_context or mc.max_position_embeddings,
+                               mc.max_position_embeddings)
+        self.kv = KVStorage(mc.num_layers, config.num_pages, config.page_size, mc.num_kv_heads,
+                            mc.head_dim, _DTYPES[config.dtype], config.device)
+        self.pool = PagePool(config.num_pages)
+        self.block_hash_seed = router_core.model_seed(mc.model_id)
+        self.cache = RadixPrefixCache(self.pool, config.page_size, self.block_hash_seed,
+                                      config.max_kv_events)
+        self.scheduler = Scheduler(self.cache, config.chunk_size, config.max_running)
+        self.reservations = ReservationTable(self.cache, mc.num_layers)
+        self.latency = LatencyModel(config.latency_window)
+        self.detokenizer_vocab = _detokenizer_vocab(loaded.tokenizer)
+        self._lock = threading.RLock()
+        self._requests: dict[str, Request] = {}
+        self._steps = StepRunner(self, ModelRunner(loaded, self.kv, config.attention_backend))
+
+    # ---- verbs ----------------------------------------------------------------------------
+
+    def _check_new_id(self, request_id: str, allow_reservation: bool) -> None:
+        check_request_id(request_id)
+        if request_id in self._requests or (
+                not allow_reservation and request_id in self.reservations):
+            raise InvalidRequest(f"duplicate request id {request_id!r}")
+
+    def _check_fits(self, num_tokens: int) -> None:
+        pages = -(-num_tokens // self.config.page_size)
+        if pages > self.config.num_pages:
+            raise InvalidRequest(
+                f"{num_tokens} tokens need {pages} KV pages; this engine has "
+                f"{self.config.num_pages}")
+
+    def _new_detokenizer(self, sampling: SamplingParams) -> Any:
+        if self.detokenizer_vocab is None:
+            if sampling.stop:
+                raise InvalidRequest("stop strings are not supported by this build")
+            return None
+        return router_core.IncrementalDetokenizer(self.detokenizer_vocab, stop=sampling.stop)
+
+    def add_request(self, request_id: str, tokens: Sequence[int], sampling: SamplingParams,
+                    begin: int = 0, max_new_tokens_here: int = 0) -> None:
+        """Generate after tokens; KV of tokens[:begin] comes from a prep_recv reservation under
+        the same id and/or the prefix cache (whatever is missing is recomputed)."""
+        if not isinstance(sampling, SamplingParams):
+            raise InvalidRequest("sampling must be SamplingParams")
+        if max_new_tokens_here < 0:
+            raise InvalidRequest(f"max_new_tokens_here must be >= 0, got {max_new_tokens_here}")
+        with self._lock:
+            self._check_new_id(request_id, allow_reservation=True)
+            prompt = check_tokens(tokens, self.model_config.vocab_size, self.max_context)
+            check_range(begin, len(prompt), len(prompt), "add_request")
+            self._check_fits(len(prompt) + 1)
+            request = Request(request_id, "generate", prompt, len(prompt), sampling, begin=begin,
+                              max_new_tokens_here=max_new_tokens_here,
+                              generator=make_generator(sampling.seed),
+                              detokenizer=self._new_detokenizer(sampling))
+            held = self.reservations.get(request_id) if request_id in self.reservations else None
+            if held is not None:
+                res = held.reservation
+                if begin > res.end or held.tokens[:begin] != prompt[:begin]:
+                    raise InvalidRequest(
+                        f"begin={begin} does not match reservation {request_id!r} "
+                        f"(end={res.end}, tokens differ or too short)")
+                self.reservations.take(request_id)
+                # Trust only what arrived for every layer; anything else is recomputed.
+                request.page_table = res.page_table
+                request.num_computed = min(begin, held.written_upto(), len(prompt) - 1)
+                request.cached_tokens = request.num_computed
+                request.needs_prefix_match = False
+            self._requests[request_id] = request
+            self.scheduler.add(request)
+
+    def prep_recv(self, request_id: str, tokens: Sequence[int], end: int,
+                  lease_s: float | None = None) -> Reservation:
+        """Pin the cached prefix of tokens[:end] and hold pages for the rest under a lease."""
+        with self._lock:
+            self._check_new_id(request_id, allow_reservation=False)
+            prompt = check_tokens(tokens, self.model_config.vocab_size, self.max_context + 1)
+            resolved = resolve_end(end, len(prompt))
+            self._check_fits(resolved)
+            lease = self.config.lease_s if not lease_s else lease_s
+            if not lease > 0:
+                raise InvalidRequest(f"lease_s must be positive, got {lease_s}")
+            return self.reservations.create(request_id, prompt, resolved,
+                                            time.monotonic() + lease)
+
+    def add_send(self, request_id: str, tokens: Sequence[int], begin: int, end: int,
+                 on_layer: OnLayer) -> None:
+        """Prefill tokens[:end] (reusing the prefix cache) and report K/V of [begin, end) layer
+        by layer through on_layer; the final StepOutput has finish_reason "sent"."""
+        with self._lock:
+            self._check_new_id(request_id, allow_reservation=True)
+            prompt = check_tokens(tokens, self.model_config.vocab_size, self.max_context + 1)
+            resolved = resolve_end(end, len(prompt))
+            check_range(begin, resolved, len(prompt), "add_send")
+            self._check_fits(resolved)
+            request = Request(request_id, "send", prompt[:resolved], len(prompt), begin=begin,
+                              send_end=resolved, on_layer=on_layer)
+            self._requests[request_id] = request
+            self.scheduler.add(request)
+
+    def write_kv(self, request_id: str, layer: int, start: int, k: torch.Tensor,
+                 v: torch.Tensor) -> None:
+        """Store received K/V [n, kv_heads, head_dim] for positions [start, start + n)."""
+        with self._lock:
+            held = self.reservations.get(request_id)
+            res = held.reservation
+            stop = start + int(k.shape[0])
+            if not 0 <= layer < self.model_config.num_layers:
+                raise InvalidRequest(f"layer {layer} out of range")
+            if not res.matched_len <= start <= stop <= res.end:
+                raise InvalidRequest(
+                    f"write of [{start}, {stop}) outside reservation {request_id!r}'s "
+                    f"[{res.matched_len}, {res.end})")
+            self.kv.write(layer, res.page_table, start, k, v)
+            self.reservations.mark_written(held, layer, start, stop)
+
+    def abort(self, request_id: str) -> bool:
+        with self._lock:
+            if self.reservations.release(request_id):
+                return True
+            request = self._requests.get(request_id)
+            if request is None or request.aborted:
+                return False
+            request.aborted = True
+            self._steps.on_abort(request)
+            return True
+
+    def step(self) -> list[StepOutput]:
+        return self._steps.step()
+
+    def has_work(self) -> bool:
+        with self._lock:
+            return self.scheduler.has_work() or self._steps.has_pending_outputs()
+
+    def expire_leases(self, now: float | None = None) -> list[str]:
+        with self._lock:
+            return self.reservations.expire(time.monotonic() if now is None else now)
+
+    # ---- state ----------------------------------------------------------------------------
+
+    def match_prefix(self, tokens: Sequence[int]) -> int:
+        with self._lock:
+            return self.cache.match_len([int(t) for t in tokens])
+
+    def kv_events_since(self, seq: int) -> list[KVEvent]:
+        with self._lock:
+            return self.cache.events_since(seq)
+
+    def kv_snapshot(self) -> tuple[int, list[int]]:
+        with self._lock:
+            return self.cache.snapshot()
+
+    def request(self, request_id: str) -> Request:
+        with self._lock:
+            found = self._requests.get(request_id)
+            if found is None:
+                raise UnknownRequest(f"no request {request_id!r}")
+            return found
+
+    def stats(self) -> EngineStats:
+        with self._lock:
+            waiting = list(self.scheduler.waiting)
+            running = self.scheduler.running
+            return EngineStats(
+                engine_id=self.config.engine_id, role=self.config.role,
+                queued_requests=len(waiting),
+                queued_prefill_tokens=sum(r.pending for r in waiting),
+                running_requests=len(running),
+                unfinished_tokens=sum(r.remaining_tokens() for r in (*waiting, *running)),
+                kv_pages_used=self.pool.num_used, kv_pages_total=self.pool.num_pages,
+                cached_blocks=len(self.cache),
+                recent_step_ms=self.latency.recent_step_ms(),
+                decode_step_ms=self.latency.decode_step_ms(),
+                page_size=self.config.page_size, leases=len(self.reservations),
+                latency_coeffs=self.latency.coefficients(),
+                kv_event_seq=self.cache.events.last_seq)
+
+    def _forget(self, request: Request) -> None:
+        self._requests.pop(request.request_id, None)
+
+    def _timings(self, request: Request, step_ms: float) -> StepTimings:
+        if request.timings_sent:
+            return StepTimings(step_ms=step_ms)
+        request.timings_sent = True
+        start = request.first_scheduled or request.arrival
+        done = request.first_token_at or time.monotonic()
+        return StepTimings((start - request.arrival) * 1e3, (done - start) * 1e3, step_ms)

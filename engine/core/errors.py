@@ -1,0 +1,29 @@
+"""Typed errors of the engine core: what callers (the gRPC server, tests) catch and map.
+
+`InvalidRequest` is the caller's fault (HTTP 400 / gRPC INVALID_ARGUMENT); the engine keeps
+serving after raising it. `EngineError` is the common base so a server can catch them all.
+"""
+from __future__ import annotations
+
+
+class EngineError(Exception):
+    """Base of every error the engine core raises on purpose."""
+
+
+class InvalidRequest(EngineError, ValueError):
+    """Bad input: empty prompt, out-of-vocabulary ids, NaN temperature, bad range, duplicate id…"""
+
+
+class UnknownRequest(EngineError, KeyError):
+    """No request, reservation or send with this id is known to the engine."""
+
+    def __str__(self) -> str:  # KeyError's str() quotes its argument; keep the message readable
+        return str(self.args[0]) if self.args else "unknown request"
+
+
+class LeaseExpired(EngineError):
+    """A prep_recv reservation's lease ran out (or it was aborted) before the KV arrived."""
+
+
+class NoCapacity(EngineError):
+    """The engine cannot take this work now (e.g. no free KV pages for a reservation)."""

@@ -1,0 +1,82 @@
+"""Request: the state of one unit of work in the scheduler — a generation or a KV send.
+
+A generation's `tokens` grows as it decodes (prompt + generated), which is also what makes
+preemption by recompute simple: drop the pages, keep the tokens, prefill them all again.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from engine.core.outputs import SendChunk
+from engine.core.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    import torch
+
+RequestKind = Literal["generate", "send"]
+OnLayer = Callable[[SendChunk], None]
+
+
+@dataclass(slots=True, eq=False)
+class Request:
+    request_id: str
+    kind: RequestKind
+    tokens: list[int]
+    prompt_len: int
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    # generate: KV of tokens[:begin] was provided; send: report positions [begin, send_end).
+    begin: int = 0
+    send_end: int = 0
+    on_layer: OnLayer | None = None
+    max_new_tokens_here: int = 0
+    generator: torch.Generator | None = None
+    # router_core.IncrementalDetokenizer when the engine detokenises (stop strings, text deltas).
+    detokenizer: Any = None
+
+    num_computed: int = 0  # positions [0, num_computed) have KV in page_table's pages
+    page_table: list[int] = field(default_factory=list)
+    # True until the prefix cache has been consulted (again, after a preemption).
+    needs_prefix_match: bool = True
+    output_ids: list[int] = field(default_factory=list)
+    cached_tokens: int = -1  # prompt tokens whose KV was present at first admission
+    num_preemptions: int = 0
+    aborted: bool = False
+    # send: cached positions [begin, matched) not yet reported to on_layer
+    unreported_cached: tuple[int, int] | None = None
+    error: str | None = None
+
+    arrival: float = field(default_factory=time.monotonic)
+    first_scheduled: float | None = None
+    first_token_at: float | None = None
+    timings_sent: bool = False
+
+    @property
+    def target_len(self) -> int:
+        """Positions whose KV this request needs computed before it can produce output."""
+        return self.send_end if self.kind == "send" else len(self.tokens)
+
+    @property
+    def pending(self) -> int:
+        return self.target_len - self.num_computed
+
+    @property
+    def is_decode(self) -> bool:
+        return self.kind == "generate" and bool(self.output_ids) and self.pending == 1
+
+    @property
+    def match_limit(self) -> int:
+        """How much of tokens the prefix cache may supply: a generation must compute at least its
+        last token to get logits."""
+        return self.send_end if self.kind == "send" else len(self.tokens) - 1
+
+    def remaining_tokens(self) -> int:
+        """Prefill tokens still to compute plus tokens still to generate (Stats' unfinished)."""
+        if self.kind == "send":
+            return self.pending
+        limit = self.sampling.max_tokens
+        if self.max_new_tokens_here:
+            limit = min(limit, self.max_new_tokens_here)
+        return max(self.pending - 1, 0) + max(limit - len(self.output_ids), 0)

@@ -1,0 +1,101 @@
+"""Reservations made by prep_recv: pages held under a lease until a transfer fills them.
+
+Writes are tracked per layer and position, so the engine knows how much of a reservation really
+arrived: a complete one is offered to the prefix cache (migration = prep_recv + send with no
+generation), and a generation only trusts the fully written prefix (anything else is recomputed).
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import torch
+
+from engine.core.errors import LeaseExpired, NoCapacity, UnknownRequest
+from engine.core.outputs import Reservation
+from engine.kvcache.page_pool import OutOfPages
+from engine.kvcache.radix_cache import RadixPrefixCache
+
+_EXPIRED_MEMORY = 4096  # expired ids remembered so a late write says LeaseExpired, not Unknown
+
+
+@dataclass(slots=True)
+class HeldReservation:
+    reservation: Reservation
+    tokens: list[int]  # tokens[:end]
+    written: torch.Tensor  # bool [num_layers, end - matched_len]
+    committed: bool = False
+
+    def written_upto(self) -> int:
+        """End of the prefix [0, p) whose K/V is present for every layer."""
+        missing = (~self.written.all(dim=0)).nonzero()
+        res = self.reservation
+        return res.matched_len + (int(missing[0]) if missing.numel() else res.end - res.matched_len)
+
+
+class ReservationTable:
+    def __init__(self, cache: RadixPrefixCache, num_layers: int) -> None:
+        self.cache = cache
+        self.num_layers = num_layers
+        self._held: dict[str, HeldReservation] = {}
+        self._expired: OrderedDict[str, None] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def __contains__(self, request_id: str) -> bool:
+        return request_id in self._held
+
+    @property
+    def num_pages(self) -> int:
+        return sum(len(h.reservation.page_table) for h in self._held.values())
+
+    def create(self, request_id: str, tokens: list[int], end: int,
+               expires_at: float) -> Reservation:
+        pages, matched = self.cache.match(tokens[:end])
+        try:
+            pages += self.cache.alloc(-(-end // self.cache.page_size) - len(pages))
+        except OutOfPages as exc:
+            self.cache.release(pages)
+            raise NoCapacity(f"no KV pages for a reservation of {end} tokens: {exc}") from exc
+        reservation = Reservation(request_id, matched, end, pages, expires_at)
+        written = torch.zeros(self.num_layers, end - matched, dtype=torch.bool)
+        self._held[request_id] = HeldReservation(reservation, list(tokens[:end]), written)
+        self._expired.pop(request_id, None)
+        return reservation
+
+    def get(self, request_id: str) -> HeldReservation:
+        held = self._held.get(request_id)
+        if held is not None:
+            return held
+        if request_id in self._expired:
+            raise LeaseExpired(f"reservation {request_id!r} expired or was aborted")
+        raise UnknownRequest(f"no reservation {request_id!r}")
+
+    def take(self, request_id: str) -> HeldReservation | None:
+        """Hand the reservation (and its page references) to a request."""
+        return self._held.pop(request_id, None)
+
+    def release(self, request_id: str) -> bool:
+        held = self._held.pop(request_id, None)
+        if held is None:
+            return False
+        self.cache.release(held.reservation.page_table)
+        self._expired[request_id] = None
+        while len(self._expired) > _EXPIRED_MEMORY:
+            self._expired.popitem(last=False)
+        return True
+
+    def expire(self, now: float) -> list[str]:
+        expired = [rid for rid, h in self._held.items() if h.reservation.expires_at <= now]
+        for request_id in expired:
+            self.release(request_id)
+        return expired
+
+    def mark_written(self, held: HeldReservation, layer: int, start: int, stop: int) -> None:
+        matched = held.reservation.matched_len
+        held.written[layer, start - matched:stop - matched] = True
+        if not held.committed and bool(held.written.all()):
+            # Complete: the received prefix is now as good as locally computed KV.
+            held.committed = True
+            self.cache.insert(held.tokens, held.reservation.page_table)

@@ -1,0 +1,68 @@
+"""Sampler: one token per logits row — greedy, temperature, top-k, top-p, per-request seed.
+
+Each random row draws from its own request's torch.Generator, and every row is processed on its
+own, so a seeded request yields the same tokens whatever else shares its batch.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import torch
+
+from engine.core.sampling_params import SamplingParams
+
+
+def make_generator(seed: int | None) -> torch.Generator:
+    """CPU generator for one request; unseeded requests get a fresh random seed."""
+    generator = torch.Generator(device="cpu")
+    generator.manual_seed(random.getrandbits(63) if seed is None else seed % 2**64)
+    return generator
+
+
+@dataclass(slots=True)
+class SampleRow:
+    params: SamplingParams
+    generator: torch.Generator
+    # Token ids that must not be chosen now (stop/EOS ids while min_tokens is not reached).
+    banned_ids: list[int]
+
+
+def _filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Set logits outside the top-k / nucleus to -inf (logits: 1-D float32)."""
+    if 0 < top_k < logits.numel():
+        kth = torch.topk(logits, top_k).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=True)
+        cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
+        # Drop a token when the tokens ranked above it already reach top_p (keeps at least one).
+        drop_sorted = (cumulative - torch.softmax(sorted_logits, dim=-1)) >= top_p
+        drop = torch.zeros_like(drop_sorted).scatter(0, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def _sample_row(logits: torch.Tensor, row: SampleRow) -> int:
+    if row.banned_ids:
+        logits = logits.clone()
+        logits[row.banned_ids] = float("-inf")
+    params = row.params
+    if params.greedy:
+        return int(torch.argmax(logits))
+    scaled = _filter_top_k_top_p(logits / params.temperature, params.top_k, params.top_p)
+    probs = torch.softmax(scaled, dim=-1)
+    return int(torch.multinomial(probs, 1, generator=row.generator))
+
+
+def sample(logits: torch.Tensor, rows: list[SampleRow]) -> tuple[list[int], list[float]]:
+    """Tokens for each row of `logits` [N, vocab] and their log-probabilities (under the raw
+    distribution, as OpenAI reports them)."""
+    assert logits.shape[0] == len(rows), "one SampleRow per logits row"
+    logits = logits.float()
+    tokens = [_sample_row(logits[i], row) for i, row in enumerate(rows)]
+    logprobs: list[float] = []
+    if any(row.params.return_logprobs for row in rows):
+        log_softmax = torch.log_softmax(logits, dim=-1)
+        logprobs = [float(log_softmax[i, t]) for i, t in enumerate(tokens)]
+    return tokens, logprobs

@@ -1,0 +1,46 @@
+"""SamplingParams: how one request picks its tokens and when it stops (OpenAI semantics)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from engine.core.errors import InvalidRequest
+
+
+@dataclass(slots=True)
+class SamplingParams:
+    temperature: float = 0.0  # 0 = greedy
+    top_p: float = 1.0  # 1 (or 0, as proto3 defaults it) = off
+    top_k: int = 0  # 0 = off
+    max_tokens: int = 16
+    min_tokens: int = 0
+    seed: int | None = None
+    stop_token_ids: list[int] = field(default_factory=list)
+    stop: list[str] = field(default_factory=list)
+    ignore_eos: bool = False
+    return_logprobs: bool = False
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.temperature) or self.temperature < 0:
+            raise InvalidRequest(f"temperature must be a finite number >= 0, got {self.temperature}")
+        if not math.isfinite(self.top_p) or not 0 <= self.top_p <= 1:
+            raise InvalidRequest(f"top_p must be in [0, 1], got {self.top_p}")
+        if self.top_p == 0:
+            self.top_p = 1.0
+        if self.top_k < 0:
+            raise InvalidRequest(f"top_k must be >= 0, got {self.top_k}")
+        if self.max_tokens <= 0:
+            raise InvalidRequest(f"max_tokens must be > 0, got {self.max_tokens}")
+        if not 0 <= self.min_tokens <= self.max_tokens:
+            raise InvalidRequest(
+                f"min_tokens must be in [0, max_tokens={self.max_tokens}], got {self.min_tokens}")
+        if self.seed is not None and not -(2**63) <= self.seed < 2**64:
+            raise InvalidRequest(f"seed must fit in 64 bits, got {self.seed}")
+        if any(t < 0 for t in self.stop_token_ids):
+            raise InvalidRequest("stop_token_ids must be non-negative")
+        if any(not isinstance(s, str) or not s for s in self.stop):
+            raise InvalidRequest("stop strings must be non-empty strings")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0 or self.top_k == 1

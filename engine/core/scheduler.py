@@ -1,0 +1,197 @@
+"""Scheduler: continuous batching with chunked prefill, FCFS admission and preemption.
+
+Each step: (1) every running decode gets its one token — decodes go first so a long prefill never
+starves them; (2) running prefills continue, oldest first, under the per-step prefill token
+budget (chunk_size); (3) waiting requests are admitted in arrival order while budget, pages and
+max_running allow. When a running request needs a page and none is free (after evicting
+unreferenced cached pages), the newest running request not yet scheduled this step is preempted
+by recompute: its pages are released and it goes back to the front of the queue, keeping the
+tokens it generated as part of its prompt.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from engine.core.batch import ScheduledChunk
+from engine.core.request import Request
+from engine.kvcache.page_pool import OutOfPages
+from engine.kvcache.radix_cache import RadixPrefixCache
+
+
+@dataclass(slots=True)
+class ScheduledWork:
+    request: Request
+    chunk: ScheduledChunk
+
+
+@dataclass(slots=True)
+class SchedulerOutput:
+    work: list[ScheduledWork] = field(default_factory=list)
+    # Sends whose whole range was already cached: done without running the model.
+    no_compute: list[Request] = field(default_factory=list)
+    # Requests that alone need more pages than the pool has: they end with "length".
+    too_long: list[Request] = field(default_factory=list)
+    preempted: list[Request] = field(default_factory=list)
+
+    @property
+    def prefill_tokens(self) -> int:
+        return sum(len(w.chunk.token_ids) for w in self.work if not w.request.is_decode)
+
+    @property
+    def decode_seqs(self) -> int:
+        return sum(1 for w in self.work if w.request.is_decode)
+
+    @property
+    def context_tokens(self) -> int:
+        return sum(w.chunk.start_pos + len(w.chunk.token_ids) for w in self.work)
+
+
+class Scheduler:
+    def __init__(self, cache: RadixPrefixCache, chunk_size: int, max_running: int) -> None:
+        self.cache = cache
+        self.pool = cache.pool
+        self.page_size = cache.page_size
+        self.chunk_size = chunk_size
+        self.max_running = max_running
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+
+    def add(self, request: Request) -> None:
+        self.waiting.append(request)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def find(self, request_id: str) -> Request | None:
+        for request in (*self.running, *self.waiting):
+            if request.request_id == request_id:
+                return request
+        return None
+
+    # ---- page bookkeeping -------------------------------------------------------------------
+
+    def _pages_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.page_size)
+
+    def _grow(self, request: Request, upto: int) -> None:
+        """Give `request` pages for positions [0, upto); raises OutOfPages (nothing allocated)."""
+        missing = self._pages_for(upto) - len(request.page_table)
+        if missing > 0:
+            request.page_table.extend(self.cache.alloc(missing))
+
+    def release(self, request: Request, cache_kv: bool = True) -> None:
+        """Return the request's pages; its computed full pages stay in the prefix cache."""
+        if cache_kv and request.num_computed >= self.page_size:
+            full = request.num_computed // self.page_size
+            self.cache.insert(request.tokens[:full * self.page_size], request.page_table[:full])
+        self.pool.decref(request.page_table)
+        request.page_table = []
+        request.num_computed = 0
+        request.needs_prefix_match = True
+
+    def cache_computed(self, request: Request) -> None:
+        """Offer the full pages computed so far to the prefix cache (others can share them now)."""
+        full = request.num_computed // self.page_size
+        if full:
+            self.cache.insert(request.tokens[:full * self.page_size], request.page_table[:full])
+
+    def _preempt(self, victim: Request, out: SchedulerOutput) -> None:
+        self.running.remove(victim)
+        self.release(victim)
+        victim.num_preemptions += 1
+        if victim.kind == "send" and victim.begin < victim.send_end:
+            victim.unreported_cached = None  # everything is recomputed and reported again
+        self.waiting.appendleft(victim)
+        out.preempted.append(victim)
+
+    def remove(self, request: Request) -> None:
+        if request in self.running:
+            self.running.remove(request)
+        elif request in self.waiting:
+            self.waiting.remove(request)
+
+    # ---- one step ---------------------------------------------------------------------------
+
+    def _make_room(self, request: Request, upto: int, scheduled: set[str],
+                   out: SchedulerOutput) -> bool:
+        """Pages for a running request, preempting newer unscheduled requests if need be.
+        False when `request` itself had to give way (or can never fit)."""
+        while True:
+            try:
+                self._grow(request, upto)
+                return True
+            except OutOfPages:
+                pass
+            victims = [r for r in self.running if r is not request and r.request_id not in scheduled]
+            if victims:
+                self._preempt(victims[-1], out)
+                continue
+            if self._pages_for(upto) > self.pool.num_pages:
+                self.running.remove(request)
+                out.too_long.append(request)
+            else:
+                self._preempt(request, out)
+            return False
+
+    def _chunk(self, request: Request, n: int) -> ScheduledChunk:
+        start = request.num_computed
+        need_logits = request.kind == "generate" and start + n == len(request.tokens)
+        return ScheduledChunk(request.request_id, request.tokens[start:start + n], start,
+                              request.page_table, need_logits)
+
+    def _admit_match(self, request: Request) -> None:
+        pages, matched = self.cache.match(request.tokens[:request.match_limit])
+        request.page_table = pages
+        request.num_computed = matched
+        request.needs_prefix_match = False
+        if request.kind == "send" and matched > request.begin:
+            request.unreported_cached = (request.begin, matched)
+
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        scheduled: set[str] = set()
+
+        def take(request: Request, n: int) -> None:
+            out.work.append(ScheduledWork(request, self._chunk(request, n)))
+            scheduled.add(request.request_id)
+
+        for request in list(self.running):
+            if request in self.running and request.is_decode:
+                if self._make_room(request, request.num_computed + 1, scheduled, out):
+                    take(request, 1)
+
+        budget = self.chunk_size
+        for request in list(self.running):
+            if budget <= 0:
+                break
+            if request.request_id in scheduled or request not in self.running:
+                continue
+            n = min(request.pending, budget)
+            if self._make_room(request, request.num_computed + n, scheduled, out):
+                take(request, n)
+                budget -= n
+
+        while self.waiting and budget > 0 and len(self.running) < self.max_running:
+            request = self.waiting[0]
+            matched_here = request.needs_prefix_match
+            if matched_here:
+                self._admit_match(request)
+            if request.pending == 0:  # a send whose range is all cached
+                self.waiting.popleft()
+                out.no_compute.append(request)
+                continue
+            n = min(request.pending, budget)
+            try:
+                self._grow(request, request.num_computed + n)
+            except OutOfPages:
+                if matched_here:  # don't hold cache pins while waiting
+                    self.release(request, cache_kv=False)
+                    if request.kind == "send":
+                        request.unreported_cached = None
+                break
+            self.waiting.popleft()
+            self.running.append(request)
+            take(request, n)
+            budget -= n
+        return out

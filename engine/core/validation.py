@@ -1,0 +1,43 @@
+"""Checks on caller input, each raising InvalidRequest with a message a user can act on."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from engine.core.errors import InvalidRequest
+
+
+def check_request_id(request_id: object) -> str:
+    if not isinstance(request_id, str) or not request_id:
+        raise InvalidRequest(f"request_id must be a non-empty string, got {request_id!r}")
+    return request_id
+
+
+def check_tokens(tokens: Sequence[int], vocab_size: int, max_context: int) -> list[int]:
+    """A prompt as a fresh list of in-vocabulary ints that leaves room to generate."""
+    if len(tokens) == 0:
+        raise InvalidRequest("prompt is empty")
+    out = [int(t) for t in tokens]
+    bad = [t for t in out if not 0 <= t < vocab_size]
+    if bad:
+        raise InvalidRequest(
+            f"token ids out of vocabulary [0, {vocab_size}): {bad[:5]}"
+            + (" …" if len(bad) > 5 else ""))
+    if len(out) >= max_context:
+        raise InvalidRequest(
+            f"prompt has {len(out)} tokens; the context holds {max_context} "
+            f"(prompt + at least one generated token)")
+    return out
+
+
+def resolve_end(end: int, num_tokens: int) -> int:
+    """Negative `end` counts from the end of tokens (the proto's convention)."""
+    resolved = end + num_tokens if end < 0 else end
+    if not 0 <= resolved <= num_tokens:
+        raise InvalidRequest(f"end={end} is out of range for {num_tokens} tokens")
+    return resolved
+
+
+def check_range(begin: int, end: int, num_tokens: int, what: str) -> None:
+    if not 0 <= begin <= end <= num_tokens:
+        raise InvalidRequest(
+            f"{what}: need 0 <= begin ({begin}) <= end ({end}) <= len(tokens) ({num_tokens})")

@@ -1,0 +1,57 @@
+"""PagePool: which KV pages are free, and how many owners each used page has.
+
+A page is owned by requests (their page tables), reservations and the prefix cache, each holding
+one reference. A page returns to the free list when its last reference is dropped. Dropping a
+reference that does not exist is a bookkeeping bug, so it is an AssertionError, not user error.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class OutOfPages(Exception):
+    """Not enough free pages for an allocation (after whatever eviction the caller tried)."""
+
+
+class PagePool:
+    def __init__(self, num_pages: int) -> None:
+        if num_pages <= 0:
+            raise ValueError(f"num_pages must be positive, got {num_pages}")
+        self.num_pages = num_pages
+        self._refcount = [0] * num_pages
+        # Pop from the end; low page ids are handed out first, which keeps tests readable.
+        self._free = list(range(num_pages - 1, -1, -1))
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    @property
+    def num_used(self) -> int:
+        return self.num_pages - len(self._free)
+
+    def refcount(self, page: int) -> int:
+        return self._refcount[page]
+
+    def alloc(self, n: int) -> list[int]:
+        """n fresh pages, each with one reference. All-or-nothing."""
+        if n < 0:
+            raise ValueError(f"cannot allocate {n} pages")
+        if n > len(self._free):
+            raise OutOfPages(f"need {n} pages, {len(self._free)} of {self.num_pages} free")
+        pages = [self._free.pop() for _ in range(n)]
+        for page in pages:
+            self._refcount[page] = 1
+        return pages
+
+    def incref(self, pages: Iterable[int]) -> None:
+        for page in pages:
+            assert self._refcount[page] > 0, f"incref of free page {page}"
+            self._refcount[page] += 1
+
+    def decref(self, pages: Iterable[int]) -> None:
+        for page in pages:
+            assert self._refcount[page] > 0, f"double free of page {page}"
+            self._refcount[page] -= 1
+            if self._refcount[page] == 0:
+                self._free.append(page)
