@@ -1,0 +1,149 @@
+"""The mock engine's gRPC Engine service: every verb answered at (almost) no cost.
+
+Token ids depend only on the full prompt and the position, never on `begin` or which engine
+prefilled what, so any orchestration pattern yields the same tokens as one engine, as with real
+engines under greedy sampling.
+"""
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator
+
+import grpc
+
+from engine.mock.cache import MockPrefixCache
+from engine.mock.config import MockConfig
+from switchyard_rpc import engine_pb2 as pb
+from switchyard_rpc import engine_pb2_grpc as pb_grpc
+
+_TOKEN_BASE = 1000  # synthetic ids stay in a range of ordinary vocabulary entries
+_TOKEN_SPAN = 1000
+
+
+def _resolve_end(end: int, n: int) -> int:
+    return n + end if end < 0 else min(end, n)
+
+
+def synthetic_token(tokens: list[int], position: int) -> int:
+    """The mock's 'model': a deterministic id from the prompt and the output position."""
+    return _TOKEN_BASE + (sum(tokens) * 31 + len(tokens) * 7 + position) % _TOKEN_SPAN
+
+
+class MockEngineServicer(pb_grpc.EngineServicer):
+    def __init__(self, config: MockConfig) -> None:
+        self.config = config
+        self.cache = MockPrefixCache(block_size=config.page_size, seed=config.seed)
+        self.running: dict[str, int] = {}  # request id -> tokens still to generate
+        self.aborted: set[str] = set()
+        self.rng = random.Random(config.seed)
+
+    async def PrepRecv(self, request: pb.PrepRecvRequest, context: grpc.aio.ServicerContext
+                       ) -> pb.PrepRecvResponse:
+        tokens = list(request.tokens)
+        end = _resolve_end(request.end, len(tokens))
+        if end < 0:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"end {request.end} out of range")
+        matched = self.cache.matched_len(tokens, end)
+        return pb.PrepRecvResponse(kv_addr=f"mock:{request.request_id}".encode(),
+                                   matched_len=matched, end=end, page_size=self.config.page_size)
+
+    async def RemoteSend(self, request: pb.RemoteSendRequest, context: grpc.aio.ServicerContext
+                         ) -> pb.RemoteSendResponse:
+        tokens = list(request.tokens)
+        end = _resolve_end(request.end, len(tokens))
+        if not 0 <= request.begin <= end:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"bad range [{request.begin}, {request.end})")
+        cached = min(self.cache.matched_len(tokens, end), end) - request.begin
+        self.cache.store(tokens[:end])
+        return pb.RemoteSendResponse(bytes_sent=0, transport="mock", total_ms=0.0,
+                                     cached_on_sender=max(0, cached))
+
+    async def StartGenerate(self, request: pb.StartGenerateRequest,
+                            context: grpc.aio.ServicerContext) -> AsyncIterator[pb.GenerateChunk]:
+        cfg = self.config
+        tokens = list(request.tokens)
+        if not tokens or not 0 <= request.begin <= len(tokens):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "empty tokens or bad begin")
+        if request.sampling.max_tokens <= 0:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "max_tokens must be > 0")
+        if cfg.fail_rate and self.rng.random() < cfg.fail_rate:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "mock: injected failure")
+        total = request.sampling.max_tokens
+        if request.max_new_tokens_here:
+            total = min(total, request.max_new_tokens_here)
+        rid = request.request_id
+        cached = max(request.begin, self.cache.matched_len(tokens, len(tokens)))
+        self.running[rid] = total
+        try:
+            sent = 0
+            while sent < total:
+                if cfg.chunk_delay_ms:
+                    await asyncio.sleep(cfg.chunk_delay_ms / 1000)
+                if rid in self.aborted:
+                    yield pb.GenerateChunk(finish_reason="abort")
+                    return
+                n = min(cfg.tokens_per_chunk, total - sent)
+                if cfg.fail_after_tokens and sent + n > cfg.fail_after_tokens:
+                    await context.abort(grpc.StatusCode.INTERNAL, "mock: injected mid-stream failure")
+                ids = [synthetic_token(tokens, sent + i) for i in range(n)]
+                sent += n
+                self.running[rid] = total - sent
+                finish = ""
+                if sent >= total:
+                    finish = "handoff" if total < request.sampling.max_tokens else "length"
+                yield pb.GenerateChunk(
+                    token_ids=ids, text="".join(f" w{t}" for t in ids), finish_reason=finish,
+                    prompt_tokens=len(tokens) if sent == n else 0,
+                    cached_tokens=cached if sent == n else 0, step_ms=0.0)
+            self.cache.store(tokens)
+        finally:
+            self.running.pop(rid, None)
+            self.aborted.discard(rid)
+
+    async def Abort(self, request: pb.AbortRequest, context: grpc.aio.ServicerContext
+                    ) -> pb.AbortResponse:
+        found = request.request_id in self.running
+        if found:
+            self.aborted.add(request.request_id)
+        return pb.AbortResponse(found=found)
+
+    async def MatchPrefix(self, request: pb.MatchPrefixRequest, context: grpc.aio.ServicerContext
+                          ) -> pb.MatchPrefixResponse:
+        tokens = list(request.tokens)
+        return pb.MatchPrefixResponse(matched_len=self.cache.matched_len(tokens, len(tokens)))
+
+    async def Stats(self, request: pb.StatsRequest, context: grpc.aio.ServicerContext
+                    ) -> pb.StatsResponse:
+        return pb.StatsResponse(
+            engine_id=self.config.engine_id, role=self.config.role,
+            running_requests=len(self.running), unfinished_tokens=sum(self.running.values()),
+            kv_pages_used=len(self.cache.held), kv_pages_total=1 << 20,
+            cached_blocks=len(self.cache.held), page_size=self.config.page_size,
+            decode_step_ms=self.config.chunk_delay_ms, latency_coeffs=[0.0, 0.0, 0.0, 0.0],
+            kv_event_seq=self.cache.last_seq)
+
+    async def KVEvents(self, request: pb.KVEventsRequest, context: grpc.aio.ServicerContext
+                       ) -> AsyncIterator[pb.KVEventBatch]:
+        cache = self.cache
+        seq = cache.last_seq
+        yield pb.KVEventBatch(first_seq=seq, last_seq=seq, snapshot=True, stored=sorted(cache.held))
+        while True:
+            await cache.changed.wait()
+            events = cache.events_after(seq)
+            if events is None:  # fell behind the retained window: resend the whole set
+                seq = cache.last_seq
+                yield pb.KVEventBatch(first_seq=seq, last_seq=seq, snapshot=True,
+                                      stored=sorted(cache.held))
+                continue
+            for event_seq, stored in events:
+                yield pb.KVEventBatch(first_seq=event_seq, last_seq=event_seq, stored=stored)
+                seq = event_seq
+
+    async def ModelInfo(self, request: pb.ModelInfoRequest, context: grpc.aio.ServicerContext
+                        ) -> pb.ModelInfoResponse:
+        return pb.ModelInfoResponse(model_id="mock", page_size=self.config.page_size,
+                                    block_hash_seed=self.config.seed,
+                                    vocab_size=self.config.vocab_size, max_context=1 << 20,
+                                    host_id="mock")

@@ -1,0 +1,98 @@
+"""The cluster view a policy gets: engines by role, loads and prefix matches from router_core.
+
+One view per admitted request, bound to the policy instance that admitted it, so `params` and
+`state` stay those of that policy even if the router switches policy meanwhile.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyrouter.engines.handle import EngineHandle
+from pyrouter.engines.membership import EngineSet
+from pyrouter.errors import NoCapacity
+from pyrouter.policy_registry import PolicySpec
+from pyrouter.request import RouterRequest
+
+
+@dataclass(slots=True)
+class ActivePolicy:
+    """A policy with its parameters and private state; replaced wholesale on every switch."""
+
+    spec: PolicySpec
+    params: dict[str, Any]
+    state: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+def _serves(engine: EngineHandle, role: str) -> bool:
+    return role == "any" or engine.role in (role, "any")
+
+
+class ClusterView:
+    def __init__(self, engines: EngineSet, active: ActivePolicy) -> None:
+        self._engines = engines
+        self.policy = active
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return self.policy.params
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """Private mutable state of the admitting policy instance (e.g. a round-robin cursor)."""
+        return self.policy.state
+
+    @property
+    def core(self) -> Any:
+        return self._engines.core
+
+    def engines(self, role: str = "any") -> list[EngineHandle]:
+        """Healthy, non-draining engines that can take `role` work, in id order."""
+        return sorted((e for e in self._engines.healthy() if _serves(e, role)),
+                      key=lambda e: e.num)
+
+    def score(self, role: str, req: RouterRequest) -> Any:
+        """router_core's ScoreResult for `role`; also records matched lengths on `req`."""
+        result = self.core.score(req.tokens, None if role == "any" else role)
+        by_num = {e.num: e.id for e in self._engines.engines.values()}
+        matched = req.matched_by_engine if req.matched_by_engine is not None else {}
+        for cand in result.candidates:
+            if cand.engine_id in by_num:
+                matched[by_num[cand.engine_id]] = int(cand.matched_tokens)
+        req.matched_by_engine = matched
+        return result
+
+    def best(self, role: str, req: RouterRequest,
+             exclude: tuple[EngineHandle, ...] = ()) -> EngineHandle:
+        """The engine router_core scores cheapest for `role` (prefix overlap + load)."""
+        result = self.score(role, req)
+        for cand in result.candidates:
+            engine = self._by_num(cand.engine_id)
+            if (engine is not None and engine.healthy and not engine.draining
+                    and engine not in exclude):
+                return engine
+        raise NoCapacity(f"no healthy engine with role {role!r}", code="no_capacity")
+
+    def matched(self, engine: EngineHandle, req: RouterRequest) -> int:
+        """Prompt tokens the router believes `engine` holds (from the prefix index)."""
+        if req.matched_by_engine is None or engine.id not in req.matched_by_engine:
+            self.score(engine.role, req)
+        return (req.matched_by_engine or {}).get(engine.id, 0)
+
+    def load(self, engine: EngineHandle) -> Any:
+        """router_core's EngineLoad: unfinished tokens, running decodes, KV pages, inflight."""
+        return self.core.table.get(engine.num)
+
+    def unfinished_tokens(self, engine: EngineHandle) -> int:
+        load = self.load(engine)
+        return int(load.unfinished_tokens) + int(getattr(load, "router_tokens", 0))
+
+    def _by_num(self, num: int) -> EngineHandle | None:
+        for engine in self._engines.engines.values():
+            if engine.num == num:
+                return engine
+        return None

@@ -1,0 +1,109 @@
+"""Admission: run the active policy for one request and hand back its first output chunk.
+
+The policy instance is captured at admission, so a switch never touches in-flight requests.
+Every failure is typed: a policy bug -> PolicyFailed (500, logged with the policy's name), an
+engine fault -> EngineFailed (502), no engine -> NoCapacity (503). Whatever fails, every engine
+the request touched is told to abort, so no KV reservation or generation is left behind.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import grpc
+
+from pyrouter.cluster import ActivePolicy, ClusterView
+from pyrouter.engines.handle import GenerationStream
+from pyrouter.engines.membership import EngineSet
+from pyrouter.errors import BadRequest, EngineFailed, PolicyFailed, RouterError, VerbOrderError
+from pyrouter.request import RouterRequest
+from switchyard_rpc import engine_pb2 as pb
+
+log = logging.getLogger("switchyard.router")
+
+# Status codes that mean "the engine rejected what it was asked" (a policy or input mistake)
+# rather than "the engine is unwell".
+_CALLER_MISTAKES = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION,
+                    grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.NOT_FOUND}
+
+
+@dataclass(slots=True)
+class Admitted:
+    policy_name: str
+    first: pb.GenerateChunk
+    rest: AsyncIterator[pb.GenerateChunk]
+    stream: GenerationStream
+
+
+class PolicySlot:
+    """The policy new requests get; replaced atomically by PUT /admin/policy."""
+
+    def __init__(self, active: ActivePolicy) -> None:
+        self.current = active
+
+
+def _engine_error(req: RouterRequest, policy_name: str, exc: grpc.aio.AioRpcError,
+                  verb_stage: str) -> RouterError:
+    detail = f"{exc.code().name}: {exc.details()}"
+    if exc.code() in _CALLER_MISTAKES:
+        only_plain_generate = [v for v, _ in req.verbs] == ["start_generate"]
+        if only_plain_generate and verb_stage == "generate":
+            return BadRequest(f"engine rejected the request: {exc.details()}")
+        log.error("policy %r: engine rejected a verb for %s: %s", policy_name,
+                  req.request_id, detail)
+        return PolicyFailed(policy_name, f"engine rejected a verb ({detail})")
+    return EngineFailed(f"engine error during {verb_stage}: {detail}", code="engine_error")
+
+
+class Dispatcher:
+    def __init__(self, engines: EngineSet, slot: PolicySlot) -> None:
+        self.engines = engines
+        self.slot = slot
+
+    async def admit(self, req: RouterRequest) -> Admitted:
+        active = self.slot.current
+        name = active.name
+        try:
+            result = await active.spec.route(req, ClusterView(self.engines, active))
+            if not isinstance(result, GenerationStream):
+                raise PolicyFailed(name, "a policy must return the stream from start_generate, "
+                                   f"got {type(result).__name__}")
+            if not req.route.pattern:
+                req.note_route(name, engine=result.engine.id)
+            rest = result.__aiter__()
+            try:
+                first = await rest.__anext__()
+            except StopAsyncIteration:
+                raise EngineFailed("engine closed the stream without output") from None
+            except grpc.aio.AioRpcError as exc:
+                raise _engine_error(req, name, exc, "generate") from exc
+            if first.finish_reason == "error":
+                raise EngineFailed(f"engine error: {first.error or 'unknown'}")
+            return Admitted(name, first, rest, result)
+        except RouterError:
+            self.abandon(req)
+            raise
+        except VerbOrderError as exc:
+            self.abandon(req)
+            log.error("policy %r used the verbs wrongly for %s: %s", name, req.request_id, exc)
+            raise PolicyFailed(name, f"wrong verb order: {exc}") from exc
+        except grpc.aio.AioRpcError as exc:
+            self.abandon(req)
+            raise _engine_error(req, name, exc, "policy verbs") from exc
+        except Exception as exc:  # a bug in a (user) policy: fail this request only
+            self.abandon(req)
+            log.exception("policy %r raised for request %s", name, req.request_id)
+            raise PolicyFailed(name, f"{type(exc).__name__}: {exc}") from exc
+
+    def abandon(self, req: RouterRequest) -> None:
+        """Abort the request on every engine it touched (client gone, error) and release them."""
+        for engine in req.touched.values():
+            task = asyncio.create_task(engine.abort(req.request_id))
+            task.add_done_callback(lambda t: t.exception())
+        self.release(req)
+
+    def release(self, req: RouterRequest) -> None:
+        for engine in req.touched.values():
+            engine.active.discard(req.request_id)

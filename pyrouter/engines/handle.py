@@ -1,0 +1,132 @@
+"""An engine as a policy sees it: identity, role, and the three verbs as awaitables.
+
+The verbs record themselves on the request (`req.verbs`, `req.touched`) so the dispatcher can
+abort every engine involved when the client goes away or the policy fails, and so the route
+header can say what actually ran.
+"""
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pyrouter.errors import VerbOrderError
+from pyrouter.request import RouterRequest
+from switchyard_rpc import engine_pb2 as pb
+
+if TYPE_CHECKING:
+    from pyrouter.engines.client import EngineClient
+
+
+@dataclass(slots=True)
+class KvReservation:
+    """Result of `prep_recv`: pages reserved on `engine_id` for tokens[matched:end]."""
+
+    engine_id: str
+    request_id: str
+    kv_addr: bytes
+    matched: int
+    end: int
+    page_size: int
+    dst_address: str
+
+
+@dataclass(slots=True)
+class SendResult:
+    bytes_sent: int
+    transport: str
+    total_ms: float
+    cached_on_sender: int
+
+
+@dataclass(eq=False)
+class EngineHandle:
+    id: str              # "e0", "e1", ...: stable for the engine's life in this router
+    num: int             # the int id router_core uses
+    address: str
+    role: str
+    client: EngineClient
+    core: Any            # RouterCore (table accounting on dispatch/complete)
+    healthy: bool = False
+    draining: bool = False
+    model_id: str = ""
+    active: set[str] = field(default_factory=set)  # request ids with work on this engine
+
+    def _enter(self, req: RouterRequest, verb: str) -> None:
+        req.verbs.append((verb, self.id))
+        req.touched[self.id] = self
+        self.active.add(req.request_id)
+
+    async def prep_recv(self, req: RouterRequest, end: int | None = None) -> KvReservation:
+        """Reserve KV pages here for tokens[matched:end] (default end: the whole prompt)."""
+        self._enter(req, "prep_recv")
+        resolved = req.prompt_len if end is None else end
+        resp = await self.client.prep_recv(req.request_id, req.tokens, resolved)
+        return KvReservation(self.id, req.request_id, resp.kv_addr, resp.matched_len, resp.end,
+                             resp.page_size, self.address)
+
+    async def remote_send(self, req: RouterRequest, kv: KvReservation, begin: int | None = None,
+                          end: int | None = None) -> SendResult:
+        """Compute KV for tokens[begin:end] here and push it into `kv`'s reservation."""
+        if kv.request_id != req.request_id:
+            raise VerbOrderError("remote_send got a reservation made for another request")
+        if kv.engine_id == self.id:
+            raise VerbOrderError(f"remote_send from {self.id} into its own reservation")
+        begin = kv.matched if begin is None else begin
+        end = kv.end if end is None else end
+        if not 0 <= begin <= end <= kv.end:
+            raise VerbOrderError(f"remote_send range [{begin}, {end}) outside the reservation "
+                                 f"[0, {kv.end})")
+        self._enter(req, "remote_send")
+        resp = await self.client.remote_send(req.request_id, req.tokens, kv.kv_addr,
+                                             kv.dst_address, begin, end)
+        return SendResult(resp.bytes_sent, resp.transport, resp.total_ms, resp.cached_on_sender)
+
+    def start_generate(self, req: RouterRequest, begin: int = 0,
+                       max_new_tokens_here: int = 0) -> GenerationStream:
+        """Prefill tokens[begin:] on top of KV already here, then decode; returns the stream."""
+        if not 0 <= begin < max(1, req.prompt_len):
+            raise VerbOrderError(f"start_generate begin={begin} outside the prompt "
+                                 f"(length {req.prompt_len})")
+        if any(verb == "start_generate" for verb, _ in req.verbs):
+            raise VerbOrderError("start_generate called twice for one request")
+        self._enter(req, "start_generate")
+        return GenerationStream(self, req, begin, max_new_tokens_here)
+
+    async def abort(self, request_id: str) -> bool:
+        return await self.client.abort(request_id)
+
+
+class GenerationStream:
+    """The token chunks of one StartGenerate call; the RPC starts at once (no extra hop later)."""
+
+    def __init__(self, engine: EngineHandle, req: RouterRequest, begin: int,
+                 max_new_tokens_here: int) -> None:
+        self.engine = engine
+        self.begin = begin
+        self._prefill = req.prompt_len - begin
+        self._decode = req.sampling.max_tokens
+        self._call = engine.client.start_generate(pb.StartGenerateRequest(
+            request_id=req.request_id, tokens=req.tokens, begin=begin,
+            sampling=req.sampling.to_proto(), max_new_tokens_here=max_new_tokens_here))
+        self._done = False
+        engine.core.table.on_dispatch(engine.num, self._prefill, self._decode)
+
+    def _finish(self) -> None:
+        if not self._done:
+            self._done = True
+            try:
+                self.engine.core.table.on_complete(self.engine.num, self._prefill, self._decode)
+            except (KeyError, ValueError, LookupError):
+                pass  # engine removed meanwhile
+
+    async def __aiter__(self) -> AsyncIterator[pb.GenerateChunk]:
+        try:
+            async for chunk in self._call:
+                yield chunk
+        finally:
+            self._finish()
+
+    def cancel(self) -> None:
+        self._call.cancel()
+        self._finish()

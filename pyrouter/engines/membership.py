@@ -1,0 +1,179 @@
+"""Which engines the router uses: add, health-check, poll Stats, follow KV events, drain, remove.
+
+Each engine gets one background task that keeps its health, load and prefix view fresh; an
+unhealthy engine is out of rotation (router_core scores only healthy engines) until it recovers.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import grpc
+
+from pyrouter.core import make_router_core
+from pyrouter.engines.client import EngineClient
+from pyrouter.engines.handle import EngineHandle
+from pyrouter.errors import BadRequest, NotFound
+
+log = logging.getLogger("switchyard.router")
+
+_VALID_ROLES = ("any", "prefill", "decode")
+
+
+def _check_address(address: str) -> None:
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise BadRequest(f"engine address must be HOST:PORT, got {address!r}", param="address")
+
+
+class EngineSet:
+    def __init__(self, poll_s: float = 0.5, block_size: int = 16, seed: int = 0) -> None:
+        self.poll_s = poll_s
+        self.engines: dict[str, EngineHandle] = {}
+        self.core: Any = make_router_core(block_size, seed)
+        self._core_key: tuple[int, int] | None = None  # (block_size, seed) learned from engines
+        self._next = 0
+        self._tasks: dict[str, list[asyncio.Task[None]]] = {}
+        self.model_id = ""
+
+    # ---- membership ----
+    def add(self, address: str, role: str | None = None) -> EngineHandle:
+        _check_address(address)
+        if role is not None and role not in _VALID_ROLES:
+            raise BadRequest(f"role must be one of {_VALID_ROLES}", param="role")
+        if any(e.address == address for e in self.engines.values()):
+            raise BadRequest(f"engine {address} is already a member", param="address")
+        num = self._next
+        self._next += 1
+        handle = EngineHandle(f"e{num}", num, address, role or "any", EngineClient(address),
+                              self.core)
+        self.engines[handle.id] = handle
+        self.core.table.upsert(num, handle.role)
+        self.core.table.set_health(num, False)
+        self.core.index.add_engine(num)
+        self._tasks[handle.id] = [asyncio.create_task(self._watch(handle, role is None)),
+                                  asyncio.create_task(self._follow_kv_events(handle))]
+        return handle
+
+    def get(self, engine_id: str) -> EngineHandle:
+        try:
+            return self.engines[engine_id]
+        except KeyError:
+            raise NotFound(f"no engine {engine_id!r}", param="id") from None
+
+    async def drain_and_remove(self, engine_id: str, timeout_s: float = 600.0) -> None:
+        """No new work for the engine; wait for its in-flight requests; then forget it."""
+        handle = self.get(engine_id)
+        handle.draining = True
+        self.core.table.set_health(handle.num, False)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while handle.active and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        for task in self._tasks.pop(engine_id, []):
+            task.cancel()
+        self.engines.pop(engine_id, None)
+        self.core.table.remove(handle.num)
+        self.core.index.remove_engine(handle.num)
+        await handle.client.close()
+
+    async def close(self) -> None:
+        for tasks in self._tasks.values():
+            for task in tasks:
+                task.cancel()
+        for handle in self.engines.values():
+            await handle.client.close()
+
+    def healthy(self) -> list[EngineHandle]:
+        return [e for e in self.engines.values() if e.healthy and not e.draining]
+
+    async def wait_ready(self, n: int, timeout_s: float) -> bool:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while len(self.healthy()) < n:
+            if loop.time() > deadline:
+                return False
+            await asyncio.sleep(0.05)
+        return True
+
+    async def wait_ready_one(self, engine_id: str, timeout_s: float) -> bool:
+        handle = self.get(engine_id)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while not handle.healthy and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        return handle.healthy
+
+    # ---- background upkeep ----
+    def _adopt_layout(self, block_size: int, seed: int) -> None:
+        """Engines decide the block size and hash seed; rebuild the core on the first answer."""
+        key = (block_size, seed)
+        if self._core_key == key:
+            return
+        if self._core_key is not None:
+            log.warning("engine layout %s differs from %s; prefix matches may be off",
+                        key, self._core_key)
+            return
+        self._core_key = key
+        old, self.core = self.core, make_router_core(block_size, seed)
+        for handle in self.engines.values():
+            handle.core = self.core
+            self.core.table.upsert(handle.num, handle.role)
+            self.core.table.set_health(handle.num, handle.healthy and not handle.draining)
+            self.core.index.add_engine(handle.num)
+            # The new index is empty: restart the event follower so it asks for a snapshot.
+            tasks = self._tasks.get(handle.id)
+            if tasks:
+                tasks[1].cancel()
+                tasks[1] = asyncio.create_task(self._follow_kv_events(handle))
+        del old
+
+    async def _watch(self, handle: EngineHandle, learn_role: bool) -> None:
+        info_known = False
+        while True:
+            try:
+                if not info_known:
+                    info = await handle.client.model_info()
+                    self._adopt_layout(info.page_size or 16, int(info.block_hash_seed))
+                    handle.model_id = info.model_id
+                    self.model_id = self.model_id or info.model_id
+                    if learn_role and info.role in _VALID_ROLES:
+                        handle.role = info.role
+                        self.core.table.upsert(handle.num, handle.role)
+                    info_known = True
+                serving = await handle.client.is_serving()
+                if serving:
+                    s = await handle.client.stats()
+                    self.core.table.update_stats(
+                        handle.num, int(s.queued_prefill_tokens), int(s.running_requests),
+                        int(s.unfinished_tokens), int(s.kv_pages_used), int(s.kv_pages_total),
+                        float(s.decode_step_ms), list(s.latency_coeffs) or [0.0] * 4)
+            except grpc.aio.AioRpcError as exc:
+                serving = False
+                log.debug("engine %s (%s) unreachable: %s", handle.id, handle.address,
+                          exc.code())
+            if serving != handle.healthy:
+                log.info("engine %s (%s) is now %s", handle.id, handle.address,
+                         "healthy" if serving else "UNHEALTHY")
+                handle.healthy = serving
+            self.core.table.set_health(handle.num, serving and not handle.draining)
+            await asyncio.sleep(self.poll_s)
+
+    async def _follow_kv_events(self, handle: EngineHandle) -> None:
+        """Apply KV event batches to the prefix index; on a sequence gap, ask for a snapshot."""
+        snapshot = True
+        while True:
+            try:
+                async for batch in handle.client.kv_events(snapshot):
+                    index = self.core.index
+                    if batch.snapshot:
+                        index.apply_snapshot(handle.num, batch.last_seq, list(batch.stored))
+                        snapshot = False
+                    elif not index.apply_events(handle.num, batch.first_seq, batch.last_seq,
+                                                list(batch.stored), list(batch.evicted)):
+                        snapshot = True
+                        break  # reconnect asking for the full set
+            except grpc.aio.AioRpcError:
+                snapshot = True
+            await asyncio.sleep(self.poll_s)

@@ -1,0 +1,1 @@
+"""The OpenAI-compatible HTTP surface (aiohttp): generation, admin, health, metrics."""

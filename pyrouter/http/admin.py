@@ -1,0 +1,106 @@
+"""Admin API: switch policy live, list/add/drain engines (INTERFACES.md)."""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from aiohttp import web
+
+from pyrouter.cluster import ActivePolicy
+from pyrouter.errors import BadRequest
+from pyrouter.policy_registry import available, get_policy
+from pyrouter.state import STATE, RouterState
+
+log = logging.getLogger("switchyard.router")
+_drains: set[asyncio.Task[None]] = set()
+
+
+async def _json_object(request: web.Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except ValueError as exc:
+        raise BadRequest(f"request body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise BadRequest("request body must be a JSON object")
+    return body
+
+
+def _policy_body(state: RouterState) -> dict[str, Any]:
+    active = state.slot.current
+    return {"policy": active.name, "params": active.params, "available": available()}
+
+
+async def get_policy_handler(request: web.Request) -> web.Response:
+    return web.json_response(_policy_body(request.app[STATE]))
+
+
+async def put_policy_handler(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    body = await _json_object(request)
+    name = body.get("policy", state.slot.current.name)
+    params = body.get("params", {})
+    if not isinstance(name, str) or not isinstance(params, dict):
+        raise BadRequest("expected {\"policy\": NAME, \"params\": {...}}", param="policy")
+    spec = get_policy(name)
+    # A new ActivePolicy (fresh state) takes new requests; in-flight ones keep their own.
+    state.slot.current = ActivePolicy(spec, spec.check_params(params))
+    log.info("policy switched to %s %s", name, state.slot.current.params)
+    return web.json_response(_policy_body(state))
+
+
+def _engine_view(state: RouterState) -> list[dict[str, Any]]:
+    out = []
+    for e in sorted(state.engines.engines.values(), key=lambda e: e.num):
+        load = state.engines.core.table.get(e.num)
+        out.append({"id": e.id, "address": e.address, "role": e.role, "healthy": e.healthy,
+                    "draining": e.draining, "model": e.model_id,
+                    "load": {"unfinished_tokens": int(load.unfinished_tokens),
+                             "running": int(load.running_decodes),
+                             "queued_prefill_tokens": int(load.queued_prefill_tokens),
+                             "inflight": int(load.inflight)},
+                    "kv_pages_used": int(load.kv_pages_used),
+                    "kv_pages_total": int(load.kv_pages_total),
+                    "active_requests": len(e.active)})
+    return out
+
+
+async def list_engines(request: web.Request) -> web.Response:
+    return web.json_response({"engines": _engine_view(request.app[STATE])})
+
+
+async def add_engine(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    body = await _json_object(request)
+    address = body.get("address")
+    role = body.get("role")
+    if not isinstance(address, str) or (role is not None and not isinstance(role, str)):
+        raise BadRequest("expected {\"address\": \"HOST:PORT\", \"role\": optional}",
+                         param="address")
+    handle = state.engines.add(address, role)
+    if body.get("wait", True):
+        # Answer once the engine is healthy (or say it is not yet) so scripts can rely on it.
+        await state.engines.wait_ready_one(handle.id, timeout_s=float(body.get("timeout_s", 30)))
+    return web.json_response({"id": handle.id, "address": handle.address, "role": handle.role,
+                              "healthy": handle.healthy}, status=201)
+
+
+async def delete_engine(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    engine_id = request.match_info["id"]
+    state.engines.get(engine_id)  # 404 for unknown ids
+    task = asyncio.create_task(state.engines.drain_and_remove(engine_id))
+    _drains.add(task)
+    task.add_done_callback(_drains.discard)
+    if request.query.get("wait", "true") != "false":
+        await asyncio.shield(task)
+        return web.json_response({"id": engine_id, "removed": True})
+    return web.json_response({"id": engine_id, "draining": True}, status=202)
+
+
+def add_admin_routes(app: web.Application) -> None:
+    app.router.add_get("/admin/policy", get_policy_handler)
+    app.router.add_put("/admin/policy", put_policy_handler)
+    app.router.add_get("/admin/engines", list_engines)
+    app.router.add_post("/admin/engines", add_engine)
+    app.router.add_delete("/admin/engines/{id}", delete_engine)

@@ -1,0 +1,162 @@
+"""POST /v1/completions and /v1/chat/completions: parse, admit via the policy, stream or collect."""
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any, Literal
+
+import grpc
+from aiohttp import web
+
+from pyrouter.dispatch import Admitted
+from pyrouter.errors import BadRequest, Busy, EngineFailed, RouterError
+from pyrouter.http.parse import parse_request
+from pyrouter.http.sse import make_encoder, usage_dict
+from pyrouter.request import RouterRequest
+from pyrouter.state import STATE, RouterState
+from switchyard_rpc import engine_pb2 as pb
+
+log = logging.getLogger("switchyard.router")
+_CLIENT_FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
+ROUTE_HEADER = "X-Switchyard-Route"
+
+
+async def _chunks(adm: Admitted) -> AsyncIterator[pb.GenerateChunk]:
+    yield adm.first
+    try:
+        async for chunk in adm.rest:
+            yield chunk
+    except grpc.aio.AioRpcError as exc:
+        raise EngineFailed(f"engine failed mid-stream: {exc.code().name}: {exc.details()}",
+                           code="engine_error") from exc
+
+
+async def _read_body(request: web.Request) -> Any:
+    try:
+        return await request.json(loads=json.loads)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"request body is not valid JSON: {exc}") from exc
+
+
+async def handle_generation(request: web.Request, kind: Literal["completion", "chat"]
+                            ) -> web.StreamResponse:
+    state = request.app[STATE]
+    body = await _read_body(request)
+    prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
+    req = parse_request(body, kind, state.tokenizer, prefix + uuid.uuid4().hex,
+                        state.config.served_model, state.config.max_context)
+    if state.inflight >= state.config.max_inflight:
+        raise Busy(f"{state.inflight} requests in flight (limit {state.config.max_inflight})",
+                   code="too_many_requests")
+    state.inflight += 1
+    state.metrics.inflight.inc()
+    started = time.perf_counter()
+    status = "error"
+    policy_name = state.slot.current.name
+    try:
+        adm = await state.dispatcher.admit(req)
+        policy_name = adm.policy_name
+        state.metrics.ttft.observe(time.perf_counter() - started)
+        state.metrics.routes.labels(req.route.pattern).inc()
+        request["route"] = req.route.header()
+        if req.stream:
+            resp = await _stream(request, state, req, adm)
+        else:
+            resp = await _collect(state, req, adm)
+        if request.get("failed"):
+            state.dispatcher.abandon(req)
+        else:
+            status = "ok"
+        return resp
+    except BaseException:
+        state.dispatcher.abandon(req)  # client gone or failure: free every engine's work
+        raise
+    finally:
+        state.dispatcher.release(req)
+        state.inflight -= 1
+        state.metrics.inflight.dec()
+        state.metrics.requests.labels(policy_name, status).inc()
+        state.metrics.latency.observe(time.perf_counter() - started)
+
+
+def _finish(reason: str) -> str:
+    return _CLIENT_FINISH.get(reason, "stop")
+
+
+def _account(state: RouterState, prompt_tokens: int, completion_tokens: int) -> None:
+    state.metrics.prompt_tokens.inc(prompt_tokens)
+    state.metrics.completion_tokens.inc(completion_tokens)
+
+
+async def _collect(state: RouterState, req: RouterRequest, adm: Admitted) -> web.Response:
+    texts: list[str] = []
+    ids: list[int] = []
+    finish = "stop"
+    async for chunk in _chunks(adm):
+        if chunk.finish_reason == "error":
+            raise EngineFailed(f"engine error: {chunk.error or 'unknown'}", code="engine_error")
+        texts.append(chunk.text)
+        ids.extend(chunk.token_ids)
+        if chunk.finish_reason:
+            finish = _finish(chunk.finish_reason)
+    prompt_tokens = adm.first.prompt_tokens or req.prompt_len
+    _account(state, prompt_tokens, len(ids))
+    text = "".join(texts)
+    choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": finish}
+    if req.kind == "chat":
+        choice["message"] = {"role": "assistant", "content": text}
+    else:
+        choice["text"] = text
+    if req.return_token_ids:
+        choice["token_ids"] = ids
+    body = {"id": req.request_id,
+            "object": "chat.completion" if req.kind == "chat" else "text_completion",
+            "created": int(time.time()), "model": req.model, "choices": [choice],
+            "usage": usage_dict(prompt_tokens, len(ids), adm.first.cached_tokens)}
+    return web.json_response(body, headers={ROUTE_HEADER: req.route.header()})
+
+
+async def _stream(request: web.Request, state: RouterState, req: RouterRequest,
+                  adm: Admitted) -> web.StreamResponse:
+    resp = web.StreamResponse(headers={
+        "Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+        ROUTE_HEADER: req.route.header(), "X-Request-Id": request["request_id"]})
+    await resp.prepare(request)
+    enc = make_encoder(req.request_id, req.model, int(time.time()), req.kind)
+    if req.kind == "chat":
+        await resp.write(enc.role_chunk())
+    completion = 0
+    try:
+        async for chunk in _chunks(adm):
+            if chunk.finish_reason == "error":
+                raise EngineFailed(f"engine error: {chunk.error or 'unknown'}",
+                                   code="engine_error")
+            completion += len(chunk.token_ids)
+            finish = _finish(chunk.finish_reason) if chunk.finish_reason else None
+            if chunk.text or finish:
+                await resp.write(enc.delta(chunk.text, finish))
+    except RouterError as exc:  # headers are gone: end the stream with an error event
+        log.warning("request %s failed mid-stream: %s", req.request_id, exc.message)
+        await resp.write(b"data: " + json.dumps(exc.body()).encode() + b"\n\n")
+        await resp.write(enc.done())
+        await resp.write_eof()
+        request["failed"] = True
+        return resp
+    prompt_tokens = adm.first.prompt_tokens or req.prompt_len
+    _account(state, prompt_tokens, completion)
+    if req.include_usage:
+        await resp.write(enc.usage(prompt_tokens, completion, adm.first.cached_tokens))
+    await resp.write(enc.done())
+    await resp.write_eof()
+    return resp
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    return await handle_generation(request, "completion")
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    return await handle_generation(request, "chat")

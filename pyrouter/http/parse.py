@@ -1,0 +1,145 @@
+"""OpenAI request bodies -> RouterRequest, with every field checked (bad input -> 400)."""
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+from engine.tokenizer import EngineTokenizer, TokenizerError
+from pyrouter.errors import BadRequest
+from pyrouter.request import RouterRequest, SamplingSpec, SloSpec
+
+_MAX_TOKENS_DEFAULT = {"completion": 16, "chat": 256}
+
+
+def _number(body: dict[str, Any], key: str, default: float, lo: float, hi: float) -> float:
+    value = body.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        raise BadRequest(f"'{key}' must be a number", param=key)
+    if not lo <= value <= hi:
+        raise BadRequest(f"'{key}' must be in [{lo}, {hi}], got {value}", param=key)
+    return float(value)
+
+
+def _integer(body: dict[str, Any], key: str, default: int | None, lo: int, hi: int) -> int | None:
+    value = body.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadRequest(f"'{key}' must be an integer", param=key)
+    if not lo <= value <= hi:
+        raise BadRequest(f"'{key}' must be in [{lo}, {hi}], got {value}", param=key)
+    return value
+
+
+def _flag(body: dict[str, Any], key: str) -> bool:
+    value = body.get(key, False)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise BadRequest(f"'{key}' must be a boolean", param=key)
+    return value
+
+
+def _stop(body: dict[str, Any]) -> list[str]:
+    stop = body.get("stop")
+    if stop is None:
+        return []
+    if isinstance(stop, str):
+        stop = [stop]
+    if not isinstance(stop, list) or len(stop) > 4 or not all(
+            isinstance(s, str) and s for s in stop):
+        raise BadRequest("'stop' must be a non-empty string or a list of up to 4 of them",
+                         param="stop")
+    return list(stop)
+
+
+def _prompt_tokens(body: dict[str, Any], tok: EngineTokenizer) -> list[int]:
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
+        prompt = prompt[0]  # a batch of one
+    if isinstance(prompt, str):
+        return tok.encode(prompt)
+    if isinstance(prompt, list) and prompt and all(
+            isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        if not all(0 <= t < tok.vocab_size for t in prompt):
+            raise BadRequest(f"prompt token ids must be in [0, {tok.vocab_size})", param="prompt")
+        return list(prompt)
+    raise BadRequest("'prompt' must be a string or a list of token ids (batches of more than "
+                     "one prompt are not supported)", param="prompt")
+
+
+def _chat_tokens(body: dict[str, Any], tok: EngineTokenizer) -> list[int]:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("'messages' must be a non-empty list", param="messages")
+    clean: list[dict[str, str]] = []
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, dict) or msg.get("role") not in (
+                "system", "user", "assistant", "developer", "tool"):
+            raise BadRequest(f"messages[{i}] needs a role of system|user|assistant",
+                             param=f"messages[{i}]")
+        content = msg.get("content")
+        if isinstance(content, list):  # content parts: keep the text ones
+            content = "".join(p.get("text", "") for p in content
+                              if isinstance(p, dict) and p.get("type") == "text")
+        if not isinstance(content, str):
+            raise BadRequest(f"messages[{i}].content must be a string",
+                             param=f"messages[{i}].content")
+        role = "system" if msg["role"] == "developer" else msg["role"]
+        clean.append({"role": role, "content": content})
+    try:
+        text = tok.apply_chat_template(clean, add_generation_prompt=True)
+    except TokenizerError as exc:
+        raise BadRequest(str(exc), param="messages") from exc
+    return tok.encode(text, add_special_tokens=False)
+
+
+def parse_request(body: Any, kind: Literal["completion", "chat"], tok: EngineTokenizer,
+                  request_id: str, served_model: str, max_context: int) -> RouterRequest:
+    if not isinstance(body, dict):
+        raise BadRequest("request body must be a JSON object")
+    model = body.get("model", "default")
+    if model not in ("default", served_model, None):
+        raise BadRequest(f"model {model!r} is not served here; use {served_model!r} or "
+                         f"'default'", param="model", code="model_not_found")
+    if _integer(body, "n", 1, 1, 1) != 1 or _flag(body, "echo"):
+        raise BadRequest("'n' > 1 and 'echo' are not supported", param="n")
+    tokens = _chat_tokens(body, tok) if kind == "chat" else _prompt_tokens(body, tok)
+    if not tokens:
+        raise BadRequest("the prompt is empty", param="prompt")
+    max_tokens = _integer(body, "max_completion_tokens", None, 1, max_context)
+    max_tokens = _integer(body, "max_tokens", max_tokens, 1, max_context)
+    if max_tokens is None:
+        max_tokens = _MAX_TOKENS_DEFAULT[kind]
+    if len(tokens) + max_tokens > max_context:
+        raise BadRequest(f"prompt ({len(tokens)} tokens) + max_tokens ({max_tokens}) exceeds the "
+                         f"context length {max_context}", param="max_tokens",
+                         code="context_length_exceeded")
+    min_tokens = _integer(body, "min_tokens", 0, 0, max_tokens) or 0
+    seed = _integer(body, "seed", None, -(2**63), 2**63 - 1)
+    stream = _flag(body, "stream")
+    options = body.get("stream_options")
+    if options is not None and (not isinstance(options, dict) or not stream):
+        raise BadRequest("'stream_options' needs stream=true and must be an object",
+                         param="stream_options")
+    include_usage = bool(options and _flag(options, "include_usage"))
+    slo = body.get("slo") or {}
+    if not isinstance(slo, dict):
+        raise BadRequest("'slo' must be an object with ttft_ms / tpot_ms", param="slo")
+    sampling = SamplingSpec(
+        max_tokens=max_tokens,
+        temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
+        top_p=_number(body, "top_p", 1.0, 0.0, 1.0),
+        top_k=_integer(body, "top_k", 0, -1, 1 << 20) or 0,
+        min_tokens=min_tokens, seed=seed, stop=_stop(body),
+        stop_token_ids=[], ignore_eos=_flag(body, "ignore_eos"))
+    if sampling.top_k < 0:
+        sampling.top_k = 0  # vLLM's -1 = off
+    return RouterRequest(
+        request_id=request_id, tokens=tokens, sampling=sampling, kind=kind,
+        model=served_model, stream=stream, include_usage=include_usage,
+        return_token_ids=_flag(body, "return_token_ids"),
+        slo=SloSpec(_number(slo, "ttft_ms", 0.0, 0.0, 1e9) or None,
+                    _number(slo, "tpot_ms", 0.0, 0.0, 1e9) or None))

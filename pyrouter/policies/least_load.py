@@ -1,0 +1,22 @@
+"""least_load: data parallel to the engine with the fewest unfinished tokens."""
+from __future__ import annotations
+
+from pyrouter.cluster import ClusterView
+from pyrouter.engines.handle import GenerationStream
+from pyrouter.errors import NoCapacity
+from pyrouter.policy_registry import policy
+from pyrouter.request import RouterRequest
+
+
+@policy("least_load")
+async def route(req: RouterRequest, cluster: ClusterView) -> GenerationStream:
+    engines = cluster.engines("any")
+    if not engines:
+        raise NoCapacity("no healthy engine", code="no_capacity")
+    # Unfinished tokens (engine Stats + router-side dispatches); in-flight count breaks ties so
+    # a burst between two Stats polls still spreads out.
+    engine = min(engines, key=lambda e: (cluster.unfinished_tokens(e),
+                                         int(cluster.load(e).inflight), e.num))
+    req.note_route("dp", engine=engine.id, via="least_load",
+                   unfinished=cluster.unfinished_tokens(engine))
+    return engine.start_generate(req, begin=0)

@@ -1,0 +1,20 @@
+"""round_robin: data parallel, each new request to the next healthy engine in turn."""
+from __future__ import annotations
+
+from pyrouter.cluster import ClusterView
+from pyrouter.engines.handle import GenerationStream
+from pyrouter.errors import NoCapacity
+from pyrouter.policy_registry import policy
+from pyrouter.request import RouterRequest
+
+
+@policy("round_robin")
+async def route(req: RouterRequest, cluster: ClusterView) -> GenerationStream:
+    engines = cluster.engines("any")
+    if not engines:
+        raise NoCapacity("no healthy engine", code="no_capacity")
+    turn = cluster.state.get("turn", 0)
+    cluster.state["turn"] = turn + 1
+    engine = engines[turn % len(engines)]
+    req.note_route("dp", engine=engine.id, via="round_robin")
+    return engine.start_generate(req, begin=0)

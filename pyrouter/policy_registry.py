@@ -1,0 +1,129 @@
+"""The policy-hook API: `@policy(name)` registers an async `route(req, cluster)` function.
+
+A policy composes the verbs (`prep_recv`, `remote_send`, `start_generate`) on engines chosen via
+the cluster view and returns the stream from `start_generate`. Built-ins live one per file in
+`pyrouter/policies/` and are imported on first use; user policies load from a file or module.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import itertools
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pyrouter.errors import BadRequest
+
+if TYPE_CHECKING:
+    from pyrouter.cluster import ClusterView
+    from pyrouter.engines.handle import GenerationStream
+    from pyrouter.request import RouterRequest
+
+RouteFn = Callable[["RouterRequest", "ClusterView"], Awaitable["GenerationStream"]]
+
+# Names from INTERFACES.md; each is the module pyrouter.policies.<name> (some arrive later).
+BUILTIN_NAMES = ("round_robin", "least_load", "cache_aware", "pd", "balanced_pd", "tandem",
+                 "slo_mux", "adaptive")
+
+
+@dataclass(slots=True)
+class PolicySpec:
+    name: str
+    route: RouteFn
+    # Engine roles `switchyard serve` should start for this policy (cycled to --engines N).
+    roles: tuple[str, ...] = ("any",)
+    # Accepted parameters with defaults; PUT /admin/policy may override any of them.
+    defaults: dict[str, Any] = field(default_factory=dict)
+    doc: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
+            raise ValueError(f"policy name must be a simple identifier, got {self.name!r}")
+        bad = [r for r in self.roles if r not in ("any", "prefill", "decode")]
+        if bad or not self.roles:
+            raise ValueError(f"policy {self.name!r}: roles must be any|prefill|decode, got {bad}")
+
+    def engine_roles(self, n: int) -> list[str]:
+        return list(itertools.islice(itertools.cycle(self.roles), max(n, len(self.roles))))
+
+    def check_params(self, params: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(params) - set(self.defaults))
+        if unknown:
+            raise BadRequest(f"policy {self.name!r} has no parameter(s) {unknown}; accepted: "
+                             f"{sorted(self.defaults)}", param="params")
+        merged = dict(self.defaults)
+        for key, value in params.items():
+            default = self.defaults[key]
+            if default is not None and not isinstance(value, type(default)) and not (
+                    isinstance(default, float) and isinstance(value, int)):
+                raise BadRequest(f"policy {self.name!r} parameter {key!r} must be "
+                                 f"{type(default).__name__}", param=f"params.{key}")
+            merged[key] = value
+        return merged
+
+
+_REGISTRY: dict[str, PolicySpec] = {}
+
+
+def policy(name: str, *, roles: tuple[str, ...] = ("any",),
+           params: dict[str, Any] | None = None) -> Callable[[RouteFn], RouteFn]:
+    """Register `route(req, cluster)` under `name` (re-registering replaces: files reload)."""
+
+    def register(fn: RouteFn) -> RouteFn:
+        _REGISTRY[name] = PolicySpec(name, fn, roles, dict(params or {}), (fn.__doc__ or "").strip())
+        return fn
+
+    return register
+
+
+def get_policy(name: str) -> PolicySpec:
+    if name not in _REGISTRY and name in BUILTIN_NAMES:
+        try:
+            importlib.import_module(f"pyrouter.policies.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"pyrouter.policies.{name}":
+                raise
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise BadRequest(f"unknown policy {name!r}; available: {available()}",
+                         param="policy") from None
+
+
+def available() -> list[str]:
+    builtin = [n for n in BUILTIN_NAMES
+               if n in _REGISTRY or importlib.util.find_spec(f"pyrouter.policies.{n}")]
+    return builtin + sorted(n for n in _REGISTRY if n not in BUILTIN_NAMES)
+
+
+_file_counter = itertools.count()
+
+
+def load_policy_file(path: str) -> list[str]:
+    """Execute a policy file; returns the names it registered (in registration order)."""
+    before = dict(_REGISTRY)
+    module_name = f"switchyard_user_policy_{next(_file_counter)}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise BadRequest(f"cannot load policy file {path!r}", param="policy_file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except FileNotFoundError:
+        raise BadRequest(f"policy file {path!r} does not exist", param="policy_file") from None
+    except Exception as exc:
+        raise BadRequest(f"policy file {path!r} failed to load: {exc!r}",
+                         param="policy_file") from exc
+    new = [n for n, s in _REGISTRY.items() if before.get(n) is not s]
+    if not new:
+        raise BadRequest(f"policy file {path!r} registers no @policy", param="policy_file")
+    return new
+
+
+def load_policy_module(module: str) -> list[str]:
+    before = dict(_REGISTRY)
+    importlib.import_module(module)
+    return [n for n, s in _REGISTRY.items() if before.get(n) is not s]

@@ -1,0 +1,92 @@
+"""`switchyard router`: the router alone, in front of running engines."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+
+from aiohttp import web
+
+from pyrouter.cluster import ActivePolicy
+from pyrouter.dispatch import Dispatcher, PolicySlot
+from pyrouter.engines.membership import EngineSet
+from pyrouter.errors import BadRequest
+from pyrouter.http.app import make_app
+from pyrouter.policy_registry import get_policy, load_policy_file
+from pyrouter.state import RouterConfig, RouterState
+from pyrouter.tokenizer import load_router_tokenizer, model_display_id
+
+log = logging.getLogger("switchyard.router")
+
+
+def initial_policy(name: str, policy_file: str | None) -> ActivePolicy:
+    """--policy-file registers its policies; --policy picks one (default: the file's first)."""
+    if policy_file:
+        names = load_policy_file(policy_file)
+        if name not in names and name == "round_robin":
+            name = names[0]
+    spec = get_policy(name)
+    return ActivePolicy(spec, spec.check_params({}))
+
+
+def parse_engine_arg(value: str) -> tuple[str, str | None]:
+    """HOST:PORT or HOST:PORT@ROLE (role otherwise learned from the engine)."""
+    address, _, role = value.partition("@")
+    return address, role or None
+
+
+async def build_state(args: argparse.Namespace) -> RouterState:
+    keys = frozenset(k.strip() for k in os.environ.get("SWITCHYARD_API_KEYS", "").split(",")
+                     if k.strip())
+    tokenizer = load_router_tokenizer(args.model)
+    config = RouterConfig(served_model=model_display_id(args.model),
+                          max_context=int(getattr(args, "max_context", None) or 8192),
+                          max_inflight=int(getattr(args, "max_inflight", None) or 4096),
+                          api_keys=keys)
+    engines = EngineSet(poll_s=float(getattr(args, "poll_s", None) or 0.5))
+    for spec in args.engine:
+        engines.add(*parse_engine_arg(spec))
+    slot = PolicySlot(initial_policy(args.policy, args.policy_file))
+    return RouterState(config, tokenizer, engines, slot, Dispatcher(engines, slot))
+
+
+async def serve_router(args: argparse.Namespace, stop: asyncio.Event) -> None:
+    state = await build_state(args)
+    runner = web.AppRunner(make_app(state), handler_cancellation=True, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, args.host, args.port, backlog=4096, reuse_address=True)
+    await site.start()
+    print(f"switchyard router on http://{args.host}:{args.port} policy={state.slot.current.name} "
+          f"engines={len(state.engines.engines)}", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+        await state.engines.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=os.environ.get("SWITCHYARD_LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await serve_router(args, stop)
+
+    try:
+        asyncio.run(main())
+    except BadRequest as exc:
+        print(f"switchyard router: {exc.message}", flush=True)
+        return 2
+    return 0
