@@ -74,6 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
     rtr.add_argument("--port", type=int, default=8000)
     rtr.add_argument("--host", default="127.0.0.1")
     rtr.add_argument("--model", default=None, help="model whose tokenizer the router uses")
+    rtr.add_argument("--max-inflight", type=int, default=4096,
+                     help="requests in flight before answering 429")
+    rtr.add_argument("--max-context", type=int, default=8192,
+                     help="prompt + max_tokens limit (400 beyond it)")
+    rtr.add_argument("--poll-s", type=float, default=0.5,
+                     help="seconds between engine health/Stats polls")
 
     bench = sub.add_parser("bench", help="benchmark runners")
     bench.add_argument("what", choices=sorted(_BENCH_DISPATCH))

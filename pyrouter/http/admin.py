@@ -9,7 +9,7 @@ from aiohttp import web
 
 from pyrouter.cluster import ActivePolicy
 from pyrouter.errors import BadRequest
-from pyrouter.policy_registry import available, get_policy
+from pyrouter.policy_registry import available, get_policy, load_policy_file
 from pyrouter.state import STATE, RouterState
 
 log = logging.getLogger("switchyard.router")
@@ -40,8 +40,13 @@ async def put_policy_handler(request: web.Request) -> web.Response:
     body = await _json_object(request)
     name = body.get("policy", state.slot.current.name)
     params = body.get("params", {})
-    if not isinstance(name, str) or not isinstance(params, dict):
-        raise BadRequest("expected {\"policy\": NAME, \"params\": {...}}", param="policy")
+    policy_file = body.get("file")
+    if not isinstance(name, str) or not isinstance(params, dict) or not isinstance(
+            policy_file, str | None):
+        raise BadRequest("expected {\"policy\": NAME, \"params\": {...}, \"file\": optional "
+                         "path of a policy file}", param="policy")
+    if policy_file:
+        load_policy_file(policy_file)
     spec = get_policy(name)
     # A new ActivePolicy (fresh state) takes new requests; in-flight ones keep their own.
     state.slot.current = ActivePolicy(spec, spec.check_params(params))

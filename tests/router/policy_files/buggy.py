@@ -1,0 +1,26 @@
+"""Policies with deliberate mistakes, for the router's failure-isolation tests."""
+from __future__ import annotations
+
+from pyrouter import policy
+
+
+@policy("sometimes_crashes")
+async def sometimes_crashes(req, cluster):
+    """Fine, except that prompts containing token id 666 hit a bug."""
+    if 666 in req.tokens:
+        raise ZeroDivisionError("the policy author divided by zero")
+    return cluster.best("any", req).start_generate(req, begin=0)
+
+
+@policy("wrong_verb_order")
+async def wrong_verb_order(req, cluster):
+    """Calls start_generate twice: the router must refuse and fail only this request."""
+    engine = cluster.engines()[0]
+    engine.start_generate(req, begin=0)
+    return engine.start_generate(req, begin=0)
+
+
+@policy("returns_nothing")
+async def returns_nothing(req, cluster):
+    """Forgets to return the stream."""
+    await cluster.engines()[0].prep_recv(req, end=req.prompt_len - 1)
