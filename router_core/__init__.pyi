@@ -13,28 +13,51 @@ __version__: str
 # ---- block hashing (the one implementation; engine KV events and the router both call it) ----
 def block_hashes(tokens: Sequence[int], block_size: int, seed: int) -> list[int]:
     """Chained 64-bit hashes over the full blocks of `tokens` (len(tokens) // block_size of them).
-    hash[i] depends on seed, hash[i-1] and tokens of block i. Deterministic across processes/platforms."""
+    hash[i] depends on seed, hash[i-1] and tokens of block i. Deterministic across processes/platforms:
+    hash[i] = xxh3_64(le_u64(hash[i-1] or 0) + le_u32(tokens of block i)..., seed).
+    `tokens` may also be an array.array / numpy array of 4- or 8-byte ints (fastest: array('I')).
+    Raises ValueError for block_size 0, OverflowError for ids outside u32 or seed outside u64."""
 
 def model_seed(model_id: str) -> int:
     """A per-model hash seed derived from the model id (same model => same seed everywhere)."""
 
 # ---- prefix index ----
 class PrefixIndex:
+    """Which engines hold which blocks. Event-driven engines are fed by KV events (a stale view
+    keeps answering matches, best effort, until a snapshot); approximate engines by
+    record_routed with TTL expiry. Bounded by max_blocks distinct hashes (extra blocks are not
+    indexed and counted in dropped_blocks()). Unknown engine ids raise KeyError."""
     def __init__(self, block_size: int, seed: int, max_blocks: int = 16_777_216,
                  approx_ttl_s: float = 120.0) -> None: ...
-    def add_engine(self, engine_id: int, approximate: bool = False) -> None: ...
-    def remove_engine(self, engine_id: int) -> None: ...
+    @property
+    def block_size(self) -> int: ...
+    @property
+    def seed(self) -> int: ...
+    def add_engine(self, engine_id: int, approximate: bool = False) -> None:
+        """No-op when the engine exists in the same mode (a mode change forgets its blocks)."""
+    def remove_engine(self, engine_id: int) -> None:
+        """Forgets the engine and its blocks; no-op when unknown."""
     def apply_events(self, engine_id: int, first_seq: int, last_seq: int,
                      stored: Sequence[int], evicted: Sequence[int]) -> bool:
-        """False when first_seq != last seen + 1: the engine's view is stale until a snapshot."""
+        """False when first_seq != last seen + 1: the engine's view is stale until a snapshot.
+        Batches already seen (last_seq <= last seen) are ignored; evictions apply before stores.
+        ValueError for an approximate engine or first_seq > last_seq."""
     def apply_snapshot(self, engine_id: int, last_seq: int, stored: Sequence[int]) -> None: ...
     def is_stale(self, engine_id: int) -> bool: ...
+    def last_seq(self, engine_id: int) -> int:
+        """Last KV event sequence number applied (0 before any; 0 for approximate engines)."""
     def record_routed(self, engine_id: int, hashes: Sequence[int]) -> None:
-        """Approximate mode: remember that these blocks were sent to engine_id (expire after TTL)."""
+        """Approximate mode: remember that these blocks were sent to engine_id (expire after TTL).
+        A no-op for event-driven engines (their events are the truth)."""
     def match(self, hashes: Sequence[int]) -> dict[int, int]:
         """engine_id -> number of leading blocks of `hashes` that engine holds (engines with 0 omitted)."""
     def num_blocks(self) -> int: ...
+    def engine_blocks(self, engine_id: int) -> int:
+        """Blocks the index believes engine_id holds."""
+    def dropped_blocks(self) -> int:
+        """Blocks not indexed because the index was at max_blocks."""
     def memory_bytes(self) -> int: ...
+    def engine_ids(self) -> list[int]: ...
 
 # ---- engine table ----
 class EngineLoad:
@@ -49,41 +72,63 @@ class EngineLoad:
     decode_step_ms: float
     latency_coeffs: list[float]   # [c0, c_prefill_tok, c_decode_seq, c_ctx_tok] in ms
     inflight: int                 # router-side: requests dispatched and not finished
+    router_tokens: int            # router-side: prefill+decode tokens dispatched and not finished
 
 class EngineTable:
+    """Per-engine load. Unknown engine ids raise KeyError; bad values raise ValueError/OverflowError.
+    `get`/`all` return copies (EngineLoad snapshots)."""
     def __init__(self) -> None: ...
-    def upsert(self, engine_id: int, role: str) -> None: ...
+    def upsert(self, engine_id: int, role: str) -> None:
+        """Adds an engine (healthy, no load) or changes its role; role is 'any'|'prefill'|'decode'."""
     def remove(self, engine_id: int) -> None: ...
     def set_health(self, engine_id: int, healthy: bool) -> None: ...
     def update_stats(self, engine_id: int, queued_prefill_tokens: int, running_decodes: int,
                      unfinished_tokens: int, kv_pages_used: int, kv_pages_total: int,
-                     decode_step_ms: float, latency_coeffs: Sequence[float]) -> None: ...
-    def on_dispatch(self, engine_id: int, prefill_tokens: int, decode_tokens: int) -> None: ...
-    def on_complete(self, engine_id: int, prefill_tokens: int, decode_tokens: int) -> None: ...
+                     decode_step_ms: float, latency_coeffs: Sequence[float]) -> None:
+        """latency_coeffs: 4 values, or empty for 'no model yet' (zeros)."""
+    def on_dispatch(self, engine_id: int, prefill_tokens: int, decode_tokens: int) -> None:
+        """inflight += 1, router_tokens += prefill + decode."""
+    def on_complete(self, engine_id: int, prefill_tokens: int, decode_tokens: int) -> None:
+        """Undoes on_dispatch (saturating at 0)."""
     def get(self, engine_id: int) -> EngineLoad: ...
     def all(self) -> list[EngineLoad]: ...
-    def predict_prefill_ms(self, engine_id: int, prefill_tokens: int, context_tokens: int) -> float: ...
+    def predict_prefill_ms(self, engine_id: int, prefill_tokens: int, context_tokens: int) -> float:
+        """c0 + c_prefill_tok * prefill + c_ctx_tok * (context + prefill) from the fitted model."""
     def tpot_slack_ms(self, engine_id: int, tpot_slo_ms: float) -> float:
-        """How much one decode step on this engine may grow while running requests still meet the SLO."""
+        """How much one decode step on this engine may grow while running requests still meet the SLO:
+        max(0, slo - decode step time) (measured decode_step_ms, else c0 + c_decode_seq * running);
+        inf when nothing is decoding."""
+    def __len__(self) -> int: ...
 
 # ---- scoring: one call per request ----
 class Candidate:
+    """cost = prefill_cost + decode_cost + kv_cost, all in tokens:
+    prefill_cost = prefill_weight * uncached_tokens + queue_weight * queued_prefill_tokens
+    decode_cost = decode_weight * (unfinished_tokens + router_tokens)
+    kv_cost = kv_weight * kv_pressure * uncached_tokens."""
     engine_id: int
     matched_tokens: int
+    uncached_tokens: int  # prompt tokens this engine would have to prefill
     cost: float
     prefill_cost: float   # weight * uncached prefill tokens (+ queued prefill)
     decode_cost: float    # weight * decode load
     kv_cost: float        # weight * KV pressure
+    kv_pressure: float    # fraction of KV pages used once this prompt's new pages are allocated
 class ScoreResult:
     best: int | None      # None when no healthy engine has the role
     hashes: list[int]
-    candidates: list[Candidate]   # sorted by cost ascending
-    def matched(self, engine_id: int) -> int: ...
+    candidates: list[Candidate]   # sorted by cost ascending (ties: fewer inflight, lower id)
+    matches: dict[int, int]       # engine_id -> matched tokens, every engine (eligible or not)
+    def matched(self, engine_id: int) -> int:
+        """Matched prompt tokens on engine_id (0 when none), eligible or not."""
 
 class RouterCore:
     """Prefix index + engine table + scorer behind one lock-free-to-Python object."""
-    index: PrefixIndex
+    index: PrefixIndex    # shared with the core: updates through it are what score sees
     table: EngineTable
+    block_size: int
+    seed: int
+    weights: tuple[float, float, float, float]  # (prefill, queue, decode, kv)
     def __init__(self, block_size: int, seed: int, prefill_weight: float = 1.0,
                  queue_weight: float = 1.0, decode_weight: float = 1.0, kv_weight: float = 1.0,
                  max_blocks: int = 16_777_216, approx_ttl_s: float = 120.0) -> None: ...
@@ -91,7 +136,7 @@ class RouterCore:
                     kv_weight: float) -> None: ...
     def score(self, tokens: Sequence[int], role: str | None = None) -> ScoreResult:
         """Hash, match against every engine, score every healthy engine whose role is `role`
-        (None or "any" = all; an engine with role "any" serves every role)."""
+        (None or "any" = all; an engine with role "any" serves every role). GIL released."""
 
 # ---- detokenised streaming ----
 class DetokenizerVocab:

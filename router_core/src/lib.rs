@@ -4,8 +4,14 @@
 //! Every module here is pure Rust with no PyO3 types; the Python binding lives in `python/`
 //! behind the `python` cargo feature so `cargo test` never links libpython.
 
+pub mod engine_set;
+pub mod engine_table;
 pub mod error;
 pub mod hashing;
+pub mod identity_hash;
+pub mod prefix_index;
+pub mod router;
+pub mod scoring;
 
 #[cfg(feature = "python")]
 mod python;

@@ -1,6 +1,6 @@
 //! `block_hashes` and `model_seed` for Python.
 
-use super::convert::GIL_RELEASE_MIN_ITEMS;
+use super::convert::{extract_u32s, GIL_RELEASE_MIN_ITEMS};
 use crate::hashing;
 use pyo3::prelude::*;
 
@@ -9,10 +9,11 @@ use pyo3::prelude::*;
 #[pyo3(signature = (tokens, block_size, seed))]
 fn block_hashes(
     py: Python<'_>,
-    tokens: Vec<u32>,
+    tokens: &Bound<'_, PyAny>,
     block_size: usize,
     seed: u64,
 ) -> PyResult<Vec<u64>> {
+    let tokens = extract_u32s(tokens)?;
     if tokens.len() < GIL_RELEASE_MIN_ITEMS {
         return Ok(hashing::block_hashes(&tokens, block_size, seed)?);
     }

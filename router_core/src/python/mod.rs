@@ -3,6 +3,9 @@
 
 mod convert;
 mod hashing;
+mod index;
+mod router;
+mod table;
 
 use pyo3::prelude::*;
 
@@ -10,5 +13,11 @@ use pyo3::prelude::*;
 fn _router_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", crate::version())?;
     hashing::register(m)?;
+    m.add_class::<index::PyPrefixIndex>()?;
+    m.add_class::<table::PyEngineLoad>()?;
+    m.add_class::<table::PyEngineTable>()?;
+    m.add_class::<router::PyCandidate>()?;
+    m.add_class::<router::PyScoreResult>()?;
+    m.add_class::<router::PyRouterCore>()?;
     Ok(())
 }

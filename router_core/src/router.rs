@@ -1,0 +1,179 @@
+//! `RouterCore`: the prefix index, the engine table and the scorer behind one object, so the
+//! router makes one call per request: hash the prompt, match it on every engine, score every
+//! eligible engine. The index and table sit behind their own locks (shared with the Python
+//! wrappers of each); `score` holds each only while it reads it.
+
+use crate::engine_table::{EngineTable, Role};
+use crate::error::Result;
+use crate::hashing::{block_hashes, validate_block_size};
+use crate::prefix_index::PrefixIndex;
+use crate::scoring::{rank, Candidate, ScoreWeights};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::Instant;
+
+/// Seconds on a process-wide monotonic clock (the approximate index's TTL runs on it).
+pub fn monotonic_s() -> f64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_secs_f64()
+}
+
+/// Locks a mutex; a panic elsewhere while holding it leaves plain data, still usable.
+pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// One request's scoring: every engine's match and every eligible engine's cost.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScoreResult {
+    /// Cheapest eligible engine; None when no healthy engine serves the role.
+    pub best: Option<u32>,
+    pub hashes: Vec<u64>,
+    /// Eligible engines, cheapest first.
+    pub candidates: Vec<Candidate>,
+    /// (engine id, matched blocks) for every engine holding at least one block, eligible or not.
+    pub matches: Vec<(u32, usize)>,
+    pub block_size: usize,
+}
+
+impl ScoreResult {
+    /// Prompt tokens `engine_id` holds (0 when none or unknown).
+    pub fn matched_tokens(&self, engine_id: u32) -> u64 {
+        self.matches
+            .iter()
+            .find(|(id, _)| *id == engine_id)
+            .map_or(0, |(_, blocks)| (*blocks * self.block_size) as u64)
+    }
+}
+
+/// Index + table + weights.
+#[derive(Debug)]
+pub struct RouterCore {
+    block_size: usize,
+    seed: u64,
+    pub index: Arc<Mutex<PrefixIndex>>,
+    pub table: Arc<Mutex<EngineTable>>,
+    weights: Mutex<ScoreWeights>,
+}
+
+impl RouterCore {
+    pub fn new(
+        block_size: usize,
+        seed: u64,
+        weights: ScoreWeights,
+        max_blocks: usize,
+        approx_ttl_s: f64,
+    ) -> Result<Self> {
+        validate_block_size(block_size)?;
+        Ok(RouterCore {
+            block_size,
+            seed,
+            index: Arc::new(Mutex::new(PrefixIndex::new(max_blocks, approx_ttl_s)?)),
+            table: Arc::new(Mutex::new(EngineTable::new())),
+            weights: Mutex::new(weights),
+        })
+    }
+
+    pub fn block_size(&self) -> usize {
+        self.block_size
+    }
+
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    pub fn weights(&self) -> ScoreWeights {
+        *lock(&self.weights)
+    }
+
+    pub fn set_weights(&self, weights: ScoreWeights) {
+        *lock(&self.weights) = weights;
+    }
+
+    /// Hash `tokens`, match on every engine, score the healthy engines serving `role`.
+    pub fn score(&self, tokens: &[u32], role: Option<Role>, now_s: f64) -> Result<ScoreResult> {
+        let hashes = block_hashes(tokens, self.block_size, self.seed)?;
+        self.score_hashes(hashes, tokens.len() as u64, role, now_s)
+    }
+
+    /// `score` for a prompt already hashed (`prompt_tokens` long).
+    pub fn score_hashes(
+        &self,
+        hashes: Vec<u64>,
+        prompt_tokens: u64,
+        role: Option<Role>,
+        now_s: f64,
+    ) -> Result<ScoreResult> {
+        let matches = {
+            let mut index = lock(&self.index);
+            index.purge_expired(now_s);
+            index.match_prefix(&hashes)
+        };
+        let weights = self.weights();
+        let candidates = {
+            let table = lock(&self.table);
+            let matched = |id: u32| {
+                matches
+                    .iter()
+                    .find(|(e, _)| *e == id)
+                    .map_or(0, |(_, blocks)| *blocks as u64)
+            };
+            rank(
+                table.all(),
+                role,
+                prompt_tokens,
+                self.block_size as u64,
+                &weights,
+                matched,
+            )
+        };
+        Ok(ScoreResult {
+            best: candidates.first().map(|c| c.engine_id),
+            hashes,
+            candidates,
+            matches,
+            block_size: self.block_size,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_call_hashes_matches_and_scores() {
+        let core = RouterCore::new(4, 9, ScoreWeights::default(), 1000, 60.0).unwrap();
+        let tokens: Vec<u32> = (0..18).collect();
+        let hashes = block_hashes(&tokens, 4, 9).unwrap();
+        for id in 0..3 {
+            lock(&core.table).upsert(id, Role::Any);
+            lock(&core.index).add_engine(id, id == 2);
+        }
+        lock(&core.index)
+            .apply_events(1, 1, 1, &hashes[..3], &[])
+            .unwrap();
+        lock(&core.index)
+            .record_routed(2, &hashes[..1], 0.0)
+            .unwrap();
+        let result = core.score(&tokens, None, 1.0).unwrap();
+        assert_eq!(result.hashes, hashes);
+        assert_eq!(result.best, Some(1));
+        assert_eq!(result.matched_tokens(1), 12);
+        assert_eq!(result.matched_tokens(2), 4);
+        assert_eq!(result.matched_tokens(0), 0);
+        assert_eq!(result.candidates.len(), 3);
+        assert_eq!(result.candidates[0].prefill_cost, 6.0);
+        // Past the TTL the approximate engine's block is forgotten.
+        let later = core.score(&tokens, None, 1000.0).unwrap();
+        assert_eq!(later.matched_tokens(2), 0);
+        // No engine serves the role.
+        lock(&core.table).set_health(1, false).unwrap();
+        let result = core.score(&tokens, Some(Role::Prefill), 1.0).unwrap();
+        assert_eq!(result.candidates.len(), 2);
+        assert_eq!(
+            result.matched_tokens(1),
+            12,
+            "matches cover ineligible engines too"
+        );
+    }
+}
