@@ -48,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--device", default="cpu")
     serve.add_argument("--dtype", default=None)
+    serve.add_argument("--mock-engines", action="store_true",
+                       help="start mock engines (synthetic tokens, no model): router tests and "
+                       "overhead benchmarks only")
 
     eng = sub.add_parser("engine", help="one engine process serving the verbs over gRPC")
     eng.add_argument("--port", type=int, required=True)

@@ -21,10 +21,11 @@ class SamplingSpec:
     logprobs: bool = False
 
     def to_proto(self) -> pb.SamplingParams:
+        # Stop strings stay in the router: its detokenizer sees the text and ends the stream.
         msg = pb.SamplingParams(
             temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
             max_tokens=self.max_tokens, min_tokens=self.min_tokens,
-            stop_token_ids=self.stop_token_ids, stop=self.stop, ignore_eos=self.ignore_eos,
+            stop_token_ids=self.stop_token_ids, ignore_eos=self.ignore_eos,
             return_logprobs=self.logprobs)
         if self.seed is not None:
             msg.seed = self.seed

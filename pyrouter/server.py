@@ -52,14 +52,15 @@ async def build_state(args: argparse.Namespace) -> RouterState:
     return RouterState(config, tokenizer, engines, slot, Dispatcher(engines, slot))
 
 
-async def serve_router(args: argparse.Namespace, stop: asyncio.Event) -> None:
+async def serve_router(args: argparse.Namespace, stop: asyncio.Event,
+                       banner: str | None = None) -> None:
     state = await build_state(args)
     runner = web.AppRunner(make_app(state), handler_cancellation=True, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, args.host, args.port, backlog=4096, reuse_address=True)
     await site.start()
-    print(f"switchyard router on http://{args.host}:{args.port} policy={state.slot.current.name} "
-          f"engines={len(state.engines.engines)}", flush=True)
+    print(banner or f"switchyard router on http://{args.host}:{args.port} "
+          f"policy={state.slot.current.name} engines={len(state.engines.engines)}", flush=True)
     try:
         await stop.wait()
     finally:
@@ -67,15 +68,19 @@ async def serve_router(args: argparse.Namespace, stop: asyncio.Event) -> None:
         await state.engines.close()
 
 
-def run(args: argparse.Namespace) -> int:
+def setup_logging_and_loop() -> None:
     logging.basicConfig(level=os.environ.get("SWITCHYARD_LOG_LEVEL", "INFO"),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         import uvloop
 
         uvloop.install()
-    except ImportError:
+    except ImportError:  # a declared dependency; plain asyncio still works
         pass
+
+
+def run(args: argparse.Namespace) -> int:
+    setup_logging_and_loop()
 
     async def main() -> None:
         stop = asyncio.Event()

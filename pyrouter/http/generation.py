@@ -11,6 +11,7 @@ from typing import Any, Literal
 import grpc
 from aiohttp import web
 
+from pyrouter.detokenize import make_detokenizer
 from pyrouter.dispatch import Admitted
 from pyrouter.errors import BadRequest, Busy, EngineFailed, RouterError
 from pyrouter.http.parse import parse_request
@@ -82,6 +83,17 @@ async def handle_generation(request: web.Request, kind: Literal["completion", "c
         state.metrics.latency.observe(time.perf_counter() - started)
 
 
+def _check_chunk(chunk: pb.GenerateChunk) -> None:
+    if chunk.finish_reason == "error":
+        raise EngineFailed(f"engine error: {chunk.error or 'unknown'}", code="engine_error")
+
+
+def _stop_early(state: RouterState, req: RouterRequest, adm: Admitted) -> None:
+    """A stop string matched in the router: end the engine's generation now."""
+    adm.stream.cancel()
+    state.dispatcher.abandon(req)
+
+
 def _finish(reason: str) -> str:
     return _CLIENT_FINISH.get(reason, "stop")
 
@@ -92,16 +104,23 @@ def _account(state: RouterState, prompt_tokens: int, completion_tokens: int) -> 
 
 
 async def _collect(state: RouterState, req: RouterRequest, adm: Admitted) -> web.Response:
+    detok = make_detokenizer(state.tokenizer, req.sampling.stop)
     texts: list[str] = []
     ids: list[int] = []
     finish = "stop"
     async for chunk in _chunks(adm):
-        if chunk.finish_reason == "error":
-            raise EngineFailed(f"engine error: {chunk.error or 'unknown'}", code="engine_error")
-        texts.append(chunk.text)
+        _check_chunk(chunk)
         ids.extend(chunk.token_ids)
+        text, stopped = detok.push(chunk.token_ids)
+        texts.append(text)
+        if stopped:
+            finish = "stop"
+            _stop_early(state, req, adm)
+            break
         if chunk.finish_reason:
             finish = _finish(chunk.finish_reason)
+    else:
+        texts.append(detok.flush())
     prompt_tokens = adm.first.prompt_tokens or req.prompt_len
     _account(state, prompt_tokens, len(ids))
     text = "".join(texts)
@@ -129,15 +148,21 @@ async def _stream(request: web.Request, state: RouterState, req: RouterRequest,
     if req.kind == "chat":
         await resp.write(enc.role_chunk())
     completion = 0
+    detok = make_detokenizer(state.tokenizer, req.sampling.stop)
     try:
         async for chunk in _chunks(adm):
-            if chunk.finish_reason == "error":
-                raise EngineFailed(f"engine error: {chunk.error or 'unknown'}",
-                                   code="engine_error")
+            _check_chunk(chunk)
             completion += len(chunk.token_ids)
-            finish = _finish(chunk.finish_reason) if chunk.finish_reason else None
-            if chunk.text or finish:
-                await resp.write(enc.delta(chunk.text, finish))
+            text, stopped = detok.push(chunk.token_ids)
+            if stopped:
+                _stop_early(state, req, adm)
+                await resp.write(enc.delta(text, "stop"))
+                break
+            if chunk.finish_reason:
+                text += detok.flush()
+                await resp.write(enc.delta(text, _finish(chunk.finish_reason)))
+            elif text:
+                await resp.write(enc.delta(text))
     except RouterError as exc:  # headers are gone: end the stream with an error event
         log.warning("request %s failed mid-stream: %s", req.request_id, exc.message)
         await resp.write(b"data: " + json.dumps(exc.body()).encode() + b"\n\n")
