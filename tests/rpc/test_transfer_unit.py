@@ -184,3 +184,16 @@ def test_staging_ring_fifo() -> None:
             ring.release(c)  # out of order
     finally:
         ring.close()
+
+
+def test_gather_matches_kv_storage_read() -> None:
+    from engine.kvcache.kv_storage import KVStorage
+    from engine.transfer.gather import gather_into
+
+    kv = KVStorage(num_layers=2, num_pages=9, page_size=4, num_kv_heads=2, head_dim=8)
+    kv.layer(1).copy_(torch.randn_like(kv.layer(1)))
+    page_table = [7, 2, 5, 0]
+    out = torch.empty(2, 11, 2, 8)
+    gather_into(kv.layer(1), page_table, 3, 14, out)
+    k, v = kv.read(1, page_table, 3, 14)
+    assert torch.equal(out[0], k) and torch.equal(out[1], v)

@@ -1,0 +1,132 @@
+"""A small typed async client for one engine's gRPC service (tests, benchmarks, the router).
+
+    async with EngineClient("127.0.0.1:50051") as e:
+        kv = await e.prep_recv("r1", tokens, end=-1)
+        await other.remote_send("r1", tokens, kv.kv_addr, dst=e.address, begin=kv.matched_len,
+                                end=kv.end)
+        result = await e.generate("r1", tokens, begin=kv.end, max_tokens=32)
+
+Errors surface as grpc.aio.AioRpcError with the engine's status code and message.
+"""
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from switchyard_rpc import engine_pb2 as pb
+from switchyard_rpc import engine_pb2_grpc as pb_grpc
+
+_CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 << 20),
+                    ("grpc.max_send_message_length", 64 << 20)]
+
+
+@dataclass(slots=True)
+class Generation:
+    """A whole StartGenerate stream, collected."""
+
+    token_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    finish_reason: str = ""
+    error: str = ""
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    chunks: int = 0
+
+
+def sampling(max_tokens: int = 16, temperature: float = 0.0, **kwargs: Any) -> pb.SamplingParams:
+    """Greedy by default; keyword names are SamplingParams' proto fields."""
+    return pb.SamplingParams(max_tokens=max_tokens, temperature=temperature, **kwargs)
+
+
+class EngineClient:
+    def __init__(self, address: str, timeout_s: float = 120.0) -> None:
+        self.address = address
+        self.timeout_s = timeout_s
+        self._channel = grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
+        self._stub = pb_grpc.EngineStub(self._channel)
+        self._health = health_pb2_grpc.HealthStub(self._channel)
+
+    async def __aenter__(self) -> EngineClient:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def prep_recv(self, request_id: str, tokens: list[int], end: int = -1,
+                        lease_s: float = 0.0) -> pb.PrepRecvResponse:
+        req = pb.PrepRecvRequest(request_id=request_id, tokens=tokens, end=end, lease_s=lease_s)
+        resp: pb.PrepRecvResponse = await self._stub.PrepRecv(req, timeout=self.timeout_s)
+        return resp
+
+    async def remote_send(self, request_id: str, tokens: list[int], kv_addr: bytes, dst: str,
+                          begin: int, end: int, transport: str = "") -> pb.RemoteSendResponse:
+        req = pb.RemoteSendRequest(request_id=request_id, tokens=tokens, kv_addr=kv_addr, dst=dst,
+                                   begin=begin, end=end, transport=transport)
+        resp: pb.RemoteSendResponse = await self._stub.RemoteSend(req, timeout=self.timeout_s)
+        return resp
+
+    def start_generate(self, request_id: str, tokens: list[int], begin: int = 0,
+                       params: pb.SamplingParams | None = None,
+                       max_new_tokens_here: int = 0) -> AsyncIterator[pb.GenerateChunk]:
+        """The raw chunk stream; cancelling it (or dropping it) aborts the request on the engine."""
+        req = pb.StartGenerateRequest(request_id=request_id, tokens=tokens, begin=begin,
+                                      sampling=params or sampling(),
+                                      max_new_tokens_here=max_new_tokens_here)
+        stream: AsyncIterator[pb.GenerateChunk] = self._stub.StartGenerate(req, timeout=self.timeout_s)
+        return stream
+
+    async def generate(self, request_id: str, tokens: list[int], begin: int = 0,
+                       params: pb.SamplingParams | None = None,
+                       max_new_tokens_here: int = 0) -> Generation:
+        out = Generation()
+        async for chunk in self.start_generate(request_id, tokens, begin, params,
+                                               max_new_tokens_here):
+            out.chunks += 1
+            out.token_ids.extend(chunk.token_ids)
+            out.text += chunk.text
+            if chunk.prompt_tokens:
+                out.prompt_tokens, out.cached_tokens = chunk.prompt_tokens, chunk.cached_tokens
+            if chunk.finish_reason:
+                out.finish_reason, out.error = chunk.finish_reason, chunk.error
+        return out
+
+    async def abort(self, request_id: str) -> bool:
+        resp = await self._stub.Abort(pb.AbortRequest(request_id=request_id), timeout=self.timeout_s)
+        return bool(resp.found)
+
+    async def match_prefix(self, tokens: list[int]) -> int:
+        resp = await self._stub.MatchPrefix(pb.MatchPrefixRequest(tokens=tokens),
+                                            timeout=self.timeout_s)
+        return int(resp.matched_len)
+
+    async def stats(self) -> pb.StatsResponse:
+        resp: pb.StatsResponse = await self._stub.Stats(pb.StatsRequest(), timeout=self.timeout_s)
+        return resp
+
+    async def model_info(self) -> pb.ModelInfoResponse:
+        resp: pb.ModelInfoResponse = await self._stub.ModelInfo(pb.ModelInfoRequest(),
+                                                                timeout=self.timeout_s)
+        return resp
+
+    def kv_events(self, snapshot: bool = False) -> AsyncIterator[pb.KVEventBatch]:
+        """Endless stream (cancel it to stop); with snapshot=True the first batch is the full set."""
+        stream: AsyncIterator[pb.KVEventBatch] = self._stub.KVEvents(
+            pb.KVEventsRequest(snapshot=snapshot))
+        return stream
+
+    async def healthy(self, timeout_s: float = 2.0) -> bool:
+        try:
+            resp = await self._health.Check(health_pb2.HealthCheckRequest(service=""),
+                                            timeout=timeout_s)
+        except grpc.aio.AioRpcError:
+            return False
+        return bool(resp.status == health_pb2.HealthCheckResponse.SERVING)

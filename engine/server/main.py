@@ -1,0 +1,137 @@
+"""`switchyard engine`: one engine process serving the Engine gRPC service on uvloop.
+
+Loads the model into an EngineCore, starts the step-loop thread and the KV transfer listener,
+serves the verbs plus grpc.health.v1, and shuts down cleanly on SIGTERM/SIGINT (health goes
+NOT_SERVING, in-flight RPCs get a short grace period, threads and links are closed).
+
+Environment knobs (not flags, so `switchyard serve` and tests can set them per process):
+SWITCHYARD_TRANSFER_PORT (default: any free port), SWITCHYARD_ADVERTISE_HOST (address peers use
+for this engine's transfer listener when bound to 0.0.0.0), SWITCHYARD_KV_TRANSPORT (force
+shm|tcp for this engine's sends), SWITCHYARD_LEASE_S, SWITCHYARD_TORCH_THREADS.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import socket
+from typing import Any
+
+log = logging.getLogger("switchyard.engine")
+_GRACE_S = 5.0
+
+
+def engine_config_from_args(args: argparse.Namespace) -> Any:
+    from engine.config import EngineConfig
+
+    fields: dict[str, Any] = {
+        "model_path": args.model,
+        "device": args.device,
+        "role": args.role,
+        "page_size": args.page_size,
+        "engine_id": args.engine_id or f"engine-{args.port}",
+    }
+    if args.dtype:
+        fields["dtype"] = args.dtype
+    if args.num_pages:
+        fields["num_pages"] = args.num_pages
+    if args.chunk_size:
+        fields["chunk_size"] = args.chunk_size
+    if os.environ.get("SWITCHYARD_LEASE_S"):
+        fields["lease_s"] = float(os.environ["SWITCHYARD_LEASE_S"])
+    return EngineConfig(**fields)
+
+
+def _advertised_host(bind_host: str) -> str:
+    if os.environ.get("SWITCHYARD_ADVERTISE_HOST"):
+        return os.environ["SWITCHYARD_ADVERTISE_HOST"]
+    if bind_host in ("0.0.0.0", "::", ""):
+        return socket.gethostbyname(socket.gethostname())
+    return bind_host
+
+
+async def serve_async(args: argparse.Namespace) -> None:
+    import grpc
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+    from engine.core.engine_core import EngineCore
+    from engine.server.errors import status_code_name
+    from engine.server.model_info import kv_layout, model_info
+    from engine.server.servicer import EngineServicer
+    from engine.server.step_loop import StepLoop
+    from engine.transfer import TransferListener
+    from switchyard_rpc import engine_pb2_grpc as pb_grpc
+
+    config = engine_config_from_args(args)
+    loop = asyncio.get_running_loop()
+    # Loading the model takes seconds: keep the loop free while it happens.
+    core = await asyncio.to_thread(EngineCore, config)
+    layout = kv_layout(core)
+    listener = TransferListener(core, layout, host=args.host,
+                                port=int(os.environ.get("SWITCHYARD_TRANSFER_PORT", "0")),
+                                classify=status_code_name)
+    listener.host = _advertised_host(args.host)
+    steps = StepLoop(core, loop)
+    steps.start()
+    info = model_info(core, config, f"{listener.host}:{listener.port}")
+    servicer = EngineServicer(steps, listener, layout, info)
+
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20),
+                                      ("grpc.max_send_message_length", 64 << 20)])
+    pb_grpc.add_EngineServicer_to_server(servicer, server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    if server.add_insecure_port(f"{args.host}:{args.port}") == 0:
+        raise SystemExit(f"cannot bind gRPC port {args.host}:{args.port}")
+    await server.start()
+    for name in ("", "switchyard.v1.Engine"):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    log.info("engine %s serving on %s:%d (KV transfers on %s:%d)", config.engine_id, args.host,
+             args.port, listener.host, listener.port)
+    print(f"switchyard engine {config.engine_id} ready on {args.host}:{args.port}", flush=True)
+
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("engine %s shutting down", config.engine_id)
+    for name in ("", "switchyard.v1.Engine"):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+    await server.stop(_GRACE_S)
+    listener.close()
+    servicer.sender.close()
+    steps.stop()
+
+
+def run(args: argparse.Namespace) -> int:
+    if getattr(args, "mock", False):
+        from engine.mock import serve
+
+        return serve(args)
+    logging.basicConfig(level=os.environ.get("SWITCHYARD_LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    threads = os.environ.get("SWITCHYARD_TORCH_THREADS")
+    if threads:
+        import torch
+
+        torch.set_num_threads(int(threads))
+    import uvloop
+
+    uvloop.install()
+    asyncio.run(serve_async(args))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m engine.server.main ...`: the same flags as `switchyard engine`."""
+    from pyrouter.cli import build_parser
+
+    return run(build_parser().parse_args(["engine", *(argv or [])]))
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))

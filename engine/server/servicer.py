@@ -1,0 +1,147 @@
+"""The Engine gRPC service: each verb validates, hands work to the step loop and maps errors.
+
+Receiver-side verbs (PrepRecv) hand out a kv_addr naming this engine's transfer listener; sender-
+side RemoteSend lives in kv_sender.py. Every engine error becomes a gRPC status with a clear
+message (errors.py); a cancelled StartGenerate aborts the request so its pages are freed.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from engine.core.outputs import StepOutput
+from engine.server.convert import (
+    chunk_from_outputs,
+    event_batches,
+    sampling_from_proto,
+    stats_to_proto,
+)
+from engine.server.errors import status_code
+from engine.server.kv_sender import KVSender, resolve_end
+from engine.server.step_loop import StepLoop
+from engine.transfer import KVAddr, KVLayout, TransferListener
+from switchyard_rpc import engine_pb2 as pb
+from switchyard_rpc import engine_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+_EVENT_POLL_S = 0.05
+
+
+class EngineServicer(pb_grpc.EngineServicer):  # type: ignore[misc]
+    def __init__(self, steps: StepLoop, listener: TransferListener, layout: KVLayout,
+                 model_info: pb.ModelInfoResponse) -> None:
+        self._steps = steps
+        self._listener = listener
+        self._layout = layout
+        self._info = model_info
+        self.sender = KVSender(steps, steps.core.kv, layout)
+
+    async def _guarded(self, context: grpc.aio.ServicerContext, work: Awaitable[T]) -> T:
+        try:
+            return await work
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a status, never a crash
+            code = status_code(exc)
+            if code == grpc.StatusCode.INTERNAL:
+                log.exception("verb failed")
+            await context.abort(code, str(exc) or type(exc).__name__)
+            raise  # unreachable: abort raises
+
+    async def PrepRecv(self, request: pb.PrepRecvRequest, context: Any) -> pb.PrepRecvResponse:
+        tokens = list(request.tokens)
+
+        async def prep() -> pb.PrepRecvResponse:
+            end = resolve_end(request.end, len(tokens))
+            res = await self._steps.call(
+                lambda core: core.prep_recv(request.request_id, tokens, end,
+                                            request.lease_s or None))
+            addr = KVAddr(request.request_id, self._info.host_id, self._listener.host,
+                          self._listener.port, res.matched_len, res.end, self._layout,
+                          self._info.engine_id)
+            return pb.PrepRecvResponse(kv_addr=addr.encode(), matched_len=res.matched_len,
+                                       end=res.end, page_size=self._info.page_size)
+
+        return await self._guarded(context, prep())
+
+    async def RemoteSend(self, request: pb.RemoteSendRequest, context: Any) -> pb.RemoteSendResponse:
+        return await self._guarded(context, self.sender.remote_send(request))
+
+    async def StartGenerate(self, request: pb.StartGenerateRequest,
+                            context: Any) -> AsyncIterator[pb.GenerateChunk]:
+        rid = request.request_id
+        tokens = list(request.tokens)
+
+        async def start() -> asyncio.Queue[StepOutput]:
+            sampling = sampling_from_proto(request.sampling)
+            outputs = self._steps.watch(rid)
+            try:
+                await self._steps.call(lambda core: core.add_request(
+                    rid, tokens, sampling, request.begin, request.max_new_tokens_here))
+            except BaseException:
+                self._steps.unwatch(rid)
+                raise
+            return outputs
+
+        outputs = await self._guarded(context, start())
+        finished = False
+        try:
+            while not finished:
+                batch = [await outputs.get()]
+                while not outputs.empty() and batch[-1].finish_reason is None:
+                    batch.append(outputs.get_nowait())
+                chunk = chunk_from_outputs(batch)
+                finished = bool(chunk.finish_reason)
+                yield chunk
+        finally:
+            self._steps.unwatch(rid)
+            if not finished:
+                # The client went away (or the stream was cancelled): free the request's pages.
+                self._steps.submit(lambda core: core.abort(rid))
+
+    async def Abort(self, request: pb.AbortRequest, context: Any) -> pb.AbortResponse:
+        rid = request.request_id
+
+        def abort(core: Any) -> bool:
+            found_send = bool(core.abort(f"{rid}#send"))
+            return bool(core.abort(rid)) or found_send
+
+        return pb.AbortResponse(found=await self._guarded(context, self._steps.call(abort)))
+
+    async def MatchPrefix(self, request: pb.MatchPrefixRequest,
+                          context: Any) -> pb.MatchPrefixResponse:
+        tokens = list(request.tokens)
+        matched = await self._guarded(context, self._steps.call(lambda c: c.match_prefix(tokens)))
+        return pb.MatchPrefixResponse(matched_len=matched)
+
+    async def Stats(self, request: pb.StatsRequest, context: Any) -> pb.StatsResponse:
+        stats = await self._guarded(context, self._steps.call(lambda core: core.stats()))
+        return stats_to_proto(stats, self._listener.bytes_received, self.sender.bytes_sent)
+
+    async def KVEvents(self, request: pb.KVEventsRequest,
+                       context: Any) -> AsyncIterator[pb.KVEventBatch]:
+        call: Callable[[Callable[[Any], T]], Awaitable[T]] = self._steps.call
+        if request.snapshot:
+            last_seq, hashes = await self._guarded(context, call(lambda c: c.kv_snapshot()))
+            yield pb.KVEventBatch(first_seq=last_seq, last_seq=last_seq, snapshot=True,
+                                  stored=hashes)
+        else:
+            last_seq = (await self._guarded(context, call(lambda c: c.stats()))).kv_event_seq
+        while True:
+            events = await self._guarded(context, call(_events_since(last_seq)))
+            for batch in event_batches(events):
+                yield batch
+                last_seq = batch.last_seq
+            await asyncio.sleep(_EVENT_POLL_S)
+
+    async def ModelInfo(self, request: pb.ModelInfoRequest, context: Any) -> pb.ModelInfoResponse:
+        return self._info
+
+
+def _events_since(seq: int) -> Callable[[Any], list[Any]]:
+    return lambda core: list(core.kv_events_since(seq))
