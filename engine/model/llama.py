@@ -50,6 +50,11 @@ class LlamaLayer(nn.Module):
         self.gate_up_proj = torch.cat([w("mlp.gate_proj.weight"), w("mlp.up_proj.weight")], dim=0)
         self.down_proj = w("mlp.down_proj.weight")
 
+    def weight_tensors(self) -> dict[str, torch.Tensor]:
+        return {"input_norm": self.input_norm, "qkv_proj": self.qkv_proj, "o_proj": self.o_proj,
+                "post_norm": self.post_norm, "gate_up_proj": self.gate_up_proj,
+                "down_proj": self.down_proj}
+
     def forward(self, layer_idx: int, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 rope: RopeTable, ctx: ForwardContext) -> torch.Tensor:
         tokens = hidden.shape[0]
@@ -92,6 +97,14 @@ class LlamaModel(nn.Module):
             lm_head = self.embed  # tied: the output projection is the embedding matrix
         self.lm_head = lm_head
         self.rope = RopeTable(config, dtype, self.device)
+
+    def weight_tensors(self) -> dict[str, torch.Tensor]:
+        """Every weight the forward pass reads, by a stable name (fused layout)."""
+        named = {"embed": self.embed, "final_norm": self.final_norm, "lm_head": self.lm_head}
+        for i, layer in enumerate(self.layers):
+            assert isinstance(layer, LlamaLayer)
+            named.update({f"layers.{i}.{k}": v for k, v in layer.weight_tensors().items()})
+        return named
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,

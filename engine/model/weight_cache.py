@@ -15,6 +15,7 @@ import tempfile
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 # Bump when the cached layout or naming changes.
@@ -48,7 +49,7 @@ def load_cached(source: str, dtype: torch.dtype) -> tuple[dict[str, torch.Tensor
         with open(meta_path, encoding="utf-8") as f:
             extra = json.load(f)
         return load_file(weights_path), extra
-    except (OSError, ValueError, RuntimeError):
+    except (OSError, ValueError, RuntimeError, SafetensorError):
         return None
 
 
