@@ -1,0 +1,62 @@
+"""`switchyard serve` as a new user runs it: one command, a working endpoint, clean Ctrl-C."""
+from __future__ import annotations
+
+import signal
+import subprocess
+
+import psutil
+import pytest
+import requests
+from procs import SWITCHYARD, Proc, free_port, wait_ready
+
+pytestmark = pytest.mark.timeout(400)
+
+
+def _serve(*args: str) -> tuple[Proc, str]:
+    port = free_port()
+    proc = Proc([*SWITCHYARD, "serve", "--port", str(port), *args],
+                env={"SWITCHYARD_TORCH_THREADS": "1"}, log_name=f"serve{port}")
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def _stop_and_check_no_orphans(proc: Proc, sig: signal.Signals) -> None:
+    children = psutil.Process(proc.popen.pid).children(recursive=True)
+    assert children, "serve started no engine processes"
+    proc.popen.send_signal(sig)
+    assert proc.popen.wait(timeout=60) == 0
+    _, alive = psutil.wait_procs(children, timeout=30)
+    assert not alive, f"orphans left: {alive}"
+    proc.stop()
+
+
+def test_serve_pd_real_model_answers_and_stops_cleanly():
+    proc, base = _serve("--policy", "pd")
+    try:
+        wait_ready(base, proc, want_engines=2, timeout_s=300)
+        out = subprocess.run(
+            ["curl", "-s", "-D", "-", f"{base}/v1/chat/completions",
+             "-H", "content-type: application/json", "-d",
+             '{"model":"default","messages":[{"role":"user","content":'
+             '"What is the capital of France?"}],"max_tokens":32,"temperature":0}'],
+            capture_output=True, text=True, timeout=120, check=True).stdout
+        assert "Paris" in out, out
+        assert "X-Switchyard-Route: pd " in out, out
+        roles = {e["role"] for e in requests.get(f"{base}/admin/engines").json()["engines"]}
+        assert roles == {"prefill", "decode"}
+        assert "switchyard serving on" in proc.output()
+    except BaseException:
+        proc.stop()
+        raise
+    _stop_and_check_no_orphans(proc, signal.SIGINT)
+
+
+def test_serve_mock_engines_sigterm_no_orphans():
+    proc, base = _serve("--mock-engines", "--engines", "3")
+    try:
+        wait_ready(base, proc, want_engines=3, timeout_s=60)
+        r = requests.post(f"{base}/v1/completions", json={"prompt": "hi", "max_tokens": 2})
+        assert r.status_code == 200
+    except BaseException:
+        proc.stop()
+        raise
+    _stop_and_check_no_orphans(proc, signal.SIGTERM)
