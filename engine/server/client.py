@@ -76,13 +76,14 @@ class EngineClient:
 
     def start_generate(self, request_id: str, tokens: list[int], begin: int = 0,
                        params: pb.SamplingParams | None = None,
-                       max_new_tokens_here: int = 0) -> AsyncIterator[pb.GenerateChunk]:
-        """The raw chunk stream; cancelling it (or dropping it) aborts the request on the engine."""
+                       max_new_tokens_here: int = 0) -> grpc.aio.UnaryStreamCall:
+        """The raw call: iterate it with `async for` (or `await call.read()` chunk by chunk, not
+        both); `call.cancel()` (or dropping it) aborts the request on the engine."""
         req = pb.StartGenerateRequest(request_id=request_id, tokens=tokens, begin=begin,
                                       sampling=params or sampling(),
                                       max_new_tokens_here=max_new_tokens_here)
-        stream: AsyncIterator[pb.GenerateChunk] = self._stub.StartGenerate(req, timeout=self.timeout_s)
-        return stream
+        call: grpc.aio.UnaryStreamCall = self._stub.StartGenerate(req, timeout=self.timeout_s)
+        return call
 
     async def generate(self, request_id: str, tokens: list[int], begin: int = 0,
                        params: pb.SamplingParams | None = None,

@@ -1,0 +1,119 @@
+"""Failures leave every surviving engine's page pool accounted and the engine still serving.
+
+Four real engines: `prefill` and `decode` survive everything; `victim-recv` and `victim-send` are
+killed with SIGKILL in the middle of a transfer.
+"""
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from engine.server.client import EngineClient, sampling
+from tests.rpc import patterns
+from tests.rpc.accounting import assert_accounted, kv_bytes_per_token
+from tests.rpc.engines import EngineProcess, start_engines, stop_engines
+
+pytestmark = pytest.mark.timeout(240)
+
+# Long enough that a send takes several prefill steps, so a kill lands mid-transfer.
+LONG_PROMPT = [100 + (i * 7919) % 40000 for i in range(1500)]
+
+
+@pytest.fixture(scope="module")
+def quad(engine_logs: Path) -> Iterator[dict[str, EngineProcess]]:
+    engines = start_engines(["prefill", "decode", "victim-recv", "victim-send"], engine_logs)
+    yield {e.name: e for e in engines}
+    stop_engines(engines)
+
+
+async def _still_serving(p: EngineClient, d: EngineClient, rid: str, make_prompts) -> None:  # type: ignore[no-untyped-def]
+    """A full PD round trip works, and the receiver's byte counter moved by exactly the range."""
+    prompt = make_prompts(rid)[2]
+    before = (await d.stats()).kv_bytes_received
+    run = await patterns.pd(p, d, rid, prompt)
+    assert len(run.tokens) == patterns.MAX_TOKENS
+    moved = (await d.stats()).kv_bytes_received - before
+    assert moved == run.sends[0].bytes_expected == kv_bytes_per_token(await d.model_info()) * (
+        len(prompt) - 1)
+    await assert_accounted(p)
+    await assert_accounted(d)
+
+
+async def _wait_bytes(engine: EngineClient, above: int) -> None:
+    while (await engine.stats()).kv_bytes_received <= above:
+        await asyncio.sleep(0.02)
+
+
+async def test_expired_lease_frees_pages_and_late_send_fails(quad, make_prompts) -> None:
+    async with quad["prefill"].client() as p, quad["decode"].client() as d:
+        prompt = make_prompts("expired")[3]
+        kv = await d.prep_recv("late", prompt, end=-1, lease_s=0.3)
+        assert (await d.stats()).leases == 1
+        await assert_accounted(d)  # waits for the lease to lapse: its pages are back
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await p.remote_send("late", prompt, kv.kv_addr, d.address, 0, kv.end)
+        assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "expired" in (info.value.details() or "")
+        await _still_serving(p, d, "after-expiry", make_prompts)
+
+
+async def test_aborted_reservation_and_generation(quad, make_prompts) -> None:
+    async with quad["prefill"].client() as p, quad["decode"].client() as d:
+        prompt = make_prompts("aborted")[4]
+        kv = await d.prep_recv("gone", prompt, end=-1)
+        assert await d.abort("gone")
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await p.remote_send("gone", prompt, kv.kv_addr, d.address, 0, kv.end)
+        assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+        # Abort mid-generation ends the stream with finish_reason "abort".
+        stream = d.start_generate("long-gen", prompt, params=sampling(500, ignore_eos=True))
+        first = await stream.read()
+        assert first.token_ids
+        assert await d.abort("long-gen")
+        last = first
+        while (chunk := await stream.read()) is not grpc.aio.EOF:
+            last = chunk
+        assert last.finish_reason == "abort"
+
+        # A client that walks away mid-stream aborts the request too.
+        call = d.start_generate("walk-away", prompt, params=sampling(500, ignore_eos=True))
+        assert (await call.read()).token_ids
+        call.cancel()
+        await assert_accounted(d)
+        assert not await d.abort("walk-away")  # already gone
+        await _still_serving(p, d, "after-abort", make_prompts)
+
+
+async def test_dead_receiver_mid_transfer(quad, make_prompts) -> None:
+    victim = quad["victim-recv"]
+    async with quad["prefill"].client() as p, quad["decode"].client() as d, victim.client() as v:
+        kv = await v.prep_recv("doomed", LONG_PROMPT, end=-1)
+        send = asyncio.create_task(
+            p.remote_send("doomed", LONG_PROMPT, kv.kv_addr, v.address, 0, kv.end))
+        await asyncio.wait_for(_wait_bytes(v, 0), 60)
+        victim.kill9()
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await send
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE, info.value.details()
+        await _still_serving(p, d, "after-dead-receiver", make_prompts)
+
+
+async def test_dead_sender_mid_transfer(quad, make_prompts) -> None:
+    victim = quad["victim-send"]
+    async with quad["prefill"].client() as p, quad["decode"].client() as d, victim.client() as s:
+        before = (await d.stats()).kv_bytes_received
+        kv = await d.prep_recv("orphan", LONG_PROMPT, end=-1, lease_s=2.0)
+        send = asyncio.create_task(
+            s.remote_send("orphan", LONG_PROMPT, kv.kv_addr, d.address, 0, kv.end))
+        await asyncio.wait_for(_wait_bytes(d, before), 60)
+        victim.kill9()
+        with pytest.raises(grpc.aio.AioRpcError):
+            await send
+        assert (await d.stats()).leases == 1
+        await assert_accounted(d)  # the lease lapses and frees the half-filled pages
+        await _still_serving(p, d, "after-dead-sender", make_prompts)
