@@ -1,0 +1,93 @@
+"""Bad input raises InvalidRequest with a clear message, and the engine keeps serving."""
+from __future__ import annotations
+
+import math
+
+import pytest
+from test_core_support import assert_pool_idle, drain, generate, greedy, make_engine
+
+from engine.config import EngineConfig, EngineConfigError
+from engine.core.engine_core import EngineCore
+from engine.core.errors import InvalidRequest
+from engine.core.sampling_params import SamplingParams
+from engine.model.loader import LoadedModel
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def core(loaded_model_fp32: LoadedModel) -> EngineCore:
+    return make_engine(loaded_model_fp32, max_context=256)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"temperature": math.nan}, "temperature"),
+    ({"temperature": -1.0}, "temperature"),
+    ({"max_tokens": 0}, "max_tokens"),
+    ({"max_tokens": -3}, "max_tokens"),
+    ({"top_p": 1.5}, "top_p"),
+    ({"top_k": -1}, "top_k"),
+    ({"min_tokens": 5, "max_tokens": 2}, "min_tokens"),
+    ({"stop": [""]}, "stop"),
+])
+def test_bad_sampling_params(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(InvalidRequest, match=message):
+        SamplingParams(**kwargs)  # type: ignore[arg-type]
+
+
+def test_bad_requests_are_rejected_and_engine_keeps_serving(
+        core: EngineCore, loaded_model_fp32: LoadedModel) -> None:
+    vocab = loaded_model_fp32.config.vocab_size
+    prompt = loaded_model_fp32.tokenizer.encode("Hello there")
+    reference = generate(core, prompt, greedy(6), "before")
+    cases: list[tuple[dict[str, object], str]] = [
+        ({"tokens": []}, "empty"),
+        ({"tokens": [1] * 256}, "context"),
+        ({"tokens": prompt + [vocab]}, "vocabulary"),
+        ({"tokens": [-1] + prompt}, "vocabulary"),
+        ({"begin": -1}, "begin"),
+        ({"begin": len(prompt) + 1}, "begin"),
+        ({"request_id": ""}, "request_id"),
+        ({"max_new_tokens_here": -1}, "max_new_tokens_here"),
+        ({"sampling": "greedy"}, "SamplingParams"),
+    ]
+    for overrides, message in cases:
+        args: dict[str, object] = {"request_id": "bad", "tokens": prompt, "sampling": greedy(4)}
+        args.update(overrides)
+        with pytest.raises(InvalidRequest, match=message):
+            core.add_request(**args)  # type: ignore[arg-type]
+    core.add_request("dup", prompt, greedy(2))
+    with pytest.raises(InvalidRequest, match="duplicate"):
+        core.add_request("dup", prompt, greedy(2))
+    with pytest.raises(InvalidRequest, match="duplicate"):
+        core.prep_recv("dup", prompt, -1)
+    with pytest.raises(InvalidRequest, match="end"):
+        core.prep_recv("r", prompt, len(prompt) + 1)
+    with pytest.raises(InvalidRequest, match="begin"):
+        core.add_send("s", prompt * 4, 5, 3, lambda chunk: None)
+    drain(core)
+    assert generate(core, prompt, greedy(6), "after") == reference
+    assert_pool_idle(core)
+
+
+def test_request_larger_than_the_pool_is_rejected(loaded_model_fp32: LoadedModel) -> None:
+    small = make_engine(loaded_model_fp32, num_pages=2)
+    with pytest.raises(InvalidRequest, match="pages"):
+        small.add_request("big", [1] * 40, greedy(2))
+
+
+def test_generation_stops_at_the_context_limit(loaded_model_fp32: LoadedModel) -> None:
+    core = make_engine(loaded_model_fp32, max_context=24)
+    prompt = loaded_model_fp32.tokenizer.encode("Count: one two three four five")
+    core.add_request("cap", prompt, greedy(100, ignore_eos=True))
+    run = drain(core)
+    assert run.finish["cap"] == "length" and len(prompt) + len(run.tokens["cap"]) == 24
+
+
+@pytest.mark.parametrize("settings", [
+    {"page_size": 0}, {"num_pages": -1}, {"chunk_size": 0}, {"role": "boss"},
+    {"dtype": "int3"}, {"lease_s": math.nan}, {"max_context": 1}, {"device": "tpu"},
+])
+def test_bad_engine_config(settings: dict[str, object]) -> None:
+    with pytest.raises(EngineConfigError):
+        EngineConfig(**settings)  # type: ignore[arg-type]

@@ -1,0 +1,56 @@
+"""Sampling on the real model: seeded runs reproduce across batch compositions; stop token ids,
+min_tokens and ignore_eos behave as OpenAI/vLLM define them."""
+from __future__ import annotations
+
+import pytest
+from test_core_support import PROMPTS, drain, generate, greedy, make_engine
+
+from engine.core.sampling_params import SamplingParams
+from engine.model.loader import LoadedModel
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def test_seeded_sampling_is_reproducible_whatever_the_batch(
+        loaded_model_fp32: LoadedModel) -> None:
+    tok = loaded_model_fp32.tokenizer
+    prompt = tok.encode(PROMPTS[3])
+    params = SamplingParams(temperature=0.9, top_p=0.95, top_k=50, seed=1234, max_tokens=12)
+    alone = generate(make_engine(loaded_model_fp32), prompt, params)
+    core = make_engine(loaded_model_fp32)
+    core.add_request("other1", tok.encode(PROMPTS[0]), SamplingParams(temperature=1.0,
+                                                                      max_tokens=12))
+    core.add_request("seeded", prompt, params)
+    core.add_request("other2", tok.encode(PROMPTS[5] * 3), greedy(5))
+    assert drain(core).tokens["seeded"] == alone
+    other_seed = SamplingParams(temperature=0.9, top_p=0.95, top_k=50, seed=99, max_tokens=12)
+    assert generate(core, prompt, other_seed, "x") != alone
+
+
+def test_stop_token_ids_and_min_tokens(loaded_model_fp32: LoadedModel) -> None:
+    core = make_engine(loaded_model_fp32)
+    prompt = loaded_model_fp32.tokenizer.encode(PROMPTS[4])
+    free = generate(core, prompt, greedy(10, ignore_eos=True), "free")
+    stop_at = free[3]
+    first = free.index(stop_at)
+    core.add_request("stopped", prompt, greedy(10, stop_token_ids=[stop_at]))
+    run = drain(core)
+    assert run.tokens["stopped"] == free[:first + 1] and run.finish["stopped"] == "stop"
+    # min_tokens masks the stop id until enough tokens exist: output differs and is longer.
+    core.add_request("min", prompt, greedy(10, stop_token_ids=[stop_at], min_tokens=first + 2))
+    run = drain(core)
+    assert len(run.tokens["min"]) >= first + 2 and stop_at not in run.tokens["min"][:first + 2]
+
+
+def test_eos_stops_unless_ignored(loaded_model_fp32: LoadedModel) -> None:
+    core = make_engine(loaded_model_fp32)
+    eos = loaded_model_fp32.config.eos_token_ids
+    prompt = loaded_model_fp32.tokenizer.encode("Say yes.")
+    free = generate(core, prompt, greedy(40, ignore_eos=True), "free")
+    hits = [i for i, t in enumerate(free) if t in eos]
+    core.add_request("eos", prompt, greedy(40))
+    run = drain(core)
+    if hits:
+        assert run.tokens["eos"] == free[:hits[0] + 1] and run.finish["eos"] == "stop"
+    else:
+        assert run.tokens["eos"] == free and run.finish["eos"] == "length"
