@@ -142,8 +142,12 @@ class RouterCore:
 class DetokenizerVocab:
     @staticmethod
     def from_tokenizer_json(tokenizer_json: str) -> DetokenizerVocab:
-        """Byte-level BPE (GPT-2 style) and SentencePiece (Metaspace, <0xNN> byte fallback)."""
-    def token_bytes(self, token_id: int) -> bytes: ...
+        """Byte-level BPE (GPT-2 style) and SentencePiece (Metaspace, <0xNN> byte fallback).
+        Added tokens go through the decoder as in `tokenizers`. ValueError for an unreadable file
+        or an unsupported model/decoder (WordPiece, CTC). GIL released while parsing."""
+    def token_bytes(self, token_id: int) -> bytes:
+        """IndexError when out of range."""
+    def is_special(self, token_id: int) -> bool: ...
     def __len__(self) -> int: ...
 
 class IncrementalDetokenizer:
@@ -151,11 +155,18 @@ class IncrementalDetokenizer:
                  skip_special_tokens: bool = True) -> None: ...
     def push(self, token_ids: Sequence[int]) -> tuple[str, bool]:
         """Feed new ids; returns (text that is safe to emit, stopped). Never splits UTF-8; holds back
-        text that could still become a stop string; on a stop match, text ends before the stop."""
+        text that could still become a stop string; on a stop match, text ends before the stop.
+        The stop string that completes first wins, so output never depends on chunking. After a
+        stop, returns ("", True). ValueError for ids outside the vocabulary (nothing consumed)."""
     def flush(self) -> str:
         """End of stream: whatever was held back (invalid trailing bytes become U+FFFD)."""
     @property
     def text(self) -> str: ...
+    @property
+    def stopped(self) -> bool: ...
+    @property
+    def stop_string(self) -> str | None:
+        """The stop string that ended the stream, if one did."""
 
 class SseEncoder:
     """OpenAI streaming chunks as ready-to-send `data: {...}\\n\\n` bytes."""
@@ -163,6 +174,12 @@ class SseEncoder:
                  kind: Literal["completion", "chat"]) -> None: ...
     def role_chunk(self) -> bytes: ...          # chat only: first delta with role=assistant
     def delta(self, text: str, finish_reason: str | None = None) -> bytes: ...
-    def usage(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> bytes: ...
+    def delta_tokens(self, detok: IncrementalDetokenizer, token_ids: Sequence[int],
+                     finish_reason: str | None = None) -> tuple[bytes, bool]:
+        """One call per engine chunk: push ids through `detok`, encode the new text. Returns (bytes
+        to send, stopped); bytes are b"" when there is no text and no finish. A stop string sets
+        finish_reason "stop"; a given finish_reason flushes the detokenizer (end of stream)."""
+    def usage(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> bytes:
+        """Final chunk with "choices": [] and usage (incl. prompt_tokens_details.cached_tokens)."""
     @staticmethod
     def done() -> bytes: ...                    # b"data: [DONE]\n\n"

@@ -4,6 +4,7 @@
 //! Every module here is pure Rust with no PyO3 types; the Python binding lives in `python/`
 //! behind the `python` cargo feature so `cargo test` never links libpython.
 
+pub mod detok;
 pub mod engine_set;
 pub mod engine_table;
 pub mod error;
@@ -12,6 +13,7 @@ pub mod identity_hash;
 pub mod prefix_index;
 pub mod router;
 pub mod scoring;
+pub mod sse;
 
 #[cfg(feature = "python")]
 mod python;

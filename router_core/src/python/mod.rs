@@ -2,6 +2,7 @@
 //! for the work, and map [`crate::RouterCoreError`] to Python exceptions.
 
 mod convert;
+mod detok;
 mod hashing;
 mod index;
 mod router;
@@ -19,5 +20,8 @@ fn _router_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<router::PyCandidate>()?;
     m.add_class::<router::PyScoreResult>()?;
     m.add_class::<router::PyRouterCore>()?;
+    m.add_class::<detok::PyDetokenizerVocab>()?;
+    m.add_class::<detok::PyIncrementalDetokenizer>()?;
+    m.add_class::<detok::PySseEncoder>()?;
     Ok(())
 }
