@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import router_core
-
 from engine.kvcache.events import KVEventLog
 from engine.kvcache.page_pool import PagePool
 from engine.kvcache.radix_cache import RadixPrefixCache
