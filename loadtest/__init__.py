@@ -1,0 +1,1 @@
+"""Load tests: Locust file and the open-loop HTTP load generator."""

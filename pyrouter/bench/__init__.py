@@ -1,0 +1,1 @@
+"""Benchmark runners: `switchyard bench router` (router overhead) and `bench router-core`."""

@@ -1,0 +1,196 @@
+"""`switchyard bench router`: what the router adds on top of engines that cost nothing.
+
+Switchyard's router stands in front of two `switchyard engine --mock` processes; the anchors,
+vllm-router and SGLang's router (`smg`), stand in front of two equally cheap OpenAI-style HTTP
+mock workers. Each is driven by the same HTTP load generator (wrk when installed) with streaming
+16-token completions at concurrency 1 and 32; "direct" is the same load sent to one HTTP mock
+worker with no router. Anchors are looked up in --anchor-bin (pip install vllm-router
+sglang-router into a separate venv); missing ones are reported as such, not faked.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+
+import requests
+
+from pyrouter.bench.grpc_direct import measure_grpc
+from pyrouter.bench.wrk_runner import Measure, measure_http
+
+_PY = sys.executable
+
+
+@dataclass(slots=True)
+class RouterBenchConfig:
+    duration_s: float = 10.0
+    concurrencies: list[int] = field(default_factory=lambda: [1, 32])
+    max_tokens: int = 16
+    anchor_bin: str = "/tmp/anchors/bin"
+    skip_anchors: bool = False
+    non_streaming: bool = True
+    json_out: str = ""
+
+    def __post_init__(self) -> None:
+        if self.duration_s <= 0 or self.max_tokens < 1 or not self.concurrencies or min(
+                self.concurrencies) < 1:
+            raise ValueError("duration > 0, max_tokens >= 1 and concurrencies >= 1 required")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def _procs() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    try:
+        yield started
+    finally:
+        for p in started:
+            p.terminate()
+        for p in started:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def _spawn(started: list[subprocess.Popen[bytes]], argv: list[str]) -> None:
+    started.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                    env={**os.environ, "SWITCHYARD_LOG_LEVEL": "WARNING"}))
+
+
+def _wait_serving(url: str, body: dict[str, object], timeout_s: float = 60) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(requests.RequestException):
+            if requests.post(url, data=json.dumps(body), timeout=2,
+                             headers={"Content-Type": "application/json"}).status_code == 200:
+                return True
+        time.sleep(0.2)
+    return False
+
+
+def _anchor_argv(name: str, binary: str, port: int, workers: list[str]) -> list[str]:
+    # Each anchor gets its own metrics port: both default to 29000 and would collide.
+    common = ["--host", "127.0.0.1", "--port", str(port), "--worker-urls", *workers,
+              "--policy", "round_robin", "--prometheus-port", str(_free_port())]
+    return [binary, "launch", *common] if name == "smg" else [binary, *common]
+
+
+def _body(cfg: RouterBenchConfig, stream: bool) -> dict[str, object]:
+    return {"model": "default", "prompt": "Hello, my name is", "max_tokens": cfg.max_tokens,
+            "stream": stream, "ignore_eos": True, "temperature": 0}
+
+
+@dataclass(slots=True)
+class Row:
+    target: str
+    stream: bool
+    concurrency: int
+    measure: Measure
+
+
+def run_bench(cfg: RouterBenchConfig) -> list[Row]:
+    results: list[Row] = []
+    with _procs() as started:
+        workers = [_free_port(), _free_port()]
+        for p in workers:
+            _spawn(started, [_PY, "-m", "pyrouter.bench.mock_openai_worker", "--port", str(p)])
+        engines = [_free_port(), _free_port()]
+        for p in engines:
+            _spawn(started, [_PY, "-m", "engine.mock", "--port", str(p)])
+        router_port = _free_port()
+        _spawn(started, [_PY, "-m", "pyrouter.cli", "router", "--port", str(router_port),
+                         "--policy", "round_robin",
+                         *[a for p in engines for a in ("--engine", f"127.0.0.1:{p}")]])
+        targets = {"direct": f"http://127.0.0.1:{workers[0]}/v1/completions",
+                   "switchyard": f"http://127.0.0.1:{router_port}/v1/completions"}
+        worker_urls = [f"http://127.0.0.1:{p}" for p in workers]
+        for name in ([] if cfg.skip_anchors else ["vllm-router", "smg"]):
+            binary = os.path.join(cfg.anchor_bin, name)
+            binary = binary if os.path.exists(binary) else (shutil.which(name) or "")
+            if not binary:
+                print(f"anchor {name}: not installed (pip install vllm-router sglang-router "
+                      f"into {os.path.dirname(cfg.anchor_bin)}); skipped", flush=True)
+                continue
+            port = _free_port()
+            _spawn(started, _anchor_argv(name, binary, port, worker_urls))
+            targets[name] = f"http://127.0.0.1:{port}/v1/completions"
+        for name, url in list(targets.items()):
+            if not _wait_serving(url, _body(cfg, False)):
+                print(f"{name}: never answered; skipped", flush=True)
+                del targets[name]
+        modes = [True, False] if cfg.non_streaming else [True]
+        for stream in modes:
+            for c in cfg.concurrencies:
+                if not stream and c == 1:
+                    continue  # the non-streaming comparison is a throughput one (c=32)
+                if stream:
+                    m = measure_grpc(f"127.0.0.1:{engines[0]}", c, cfg.duration_s,
+                                     cfg.max_tokens)
+                    results.append(Row("direct-grpc", stream, c, m))
+                    _print_row("direct-grpc", stream, c, m)
+                for name, url in targets.items():
+                    m = measure_http(url, _body(cfg, stream), c, cfg.duration_s)
+                    results.append(Row(name, stream, c, m))
+                    _print_row(name, stream, c, m)
+    return results
+
+
+def _print_row(name: str, stream: bool, c: int, m: Measure) -> None:
+    print(f"  {name:<11} stream={stream!s:<5} c={c:<3} {m.rps:9.0f} req/s  p50 {m.p50_ms:7.2f} "
+          f"ms  p99 {m.p99_ms:7.2f} ms  errors {m.errors}  ({m.tool})", flush=True)
+
+
+def summarize(results: list[Row]) -> str:
+    lines = ["| stream | c | target | req/s | p50 ms | p99 ms | added p50 vs direct HTTP worker "
+             "(ms) | added p50 vs direct gRPC engine (ms) | req/s vs best anchor |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    groups = sorted({(r.stream, r.concurrency) for r in results}, key=lambda g: (not g[0], g[1]))
+    for stream, c in groups:
+        rows = {r.target: r.measure for r in results if (r.stream, r.concurrency) == (stream, c)}
+        direct = rows.get("direct")
+        direct_grpc = rows.get("direct-grpc")
+        best_anchor = max((rows[a].rps for a in ("vllm-router", "smg") if a in rows), default=0.0)
+        for name, m in rows.items():
+            is_direct = name.startswith("direct")
+            added = f"{m.p50_ms - direct.p50_ms:+.2f}" if direct and not is_direct else "-"
+            added_grpc = (f"{m.p50_ms - direct_grpc.p50_ms:+.2f}"
+                          if direct_grpc and name == "switchyard" else "-")
+            ratio = f"{m.rps / best_anchor:.2f}x" if best_anchor and not is_direct else "-"
+            lines.append(f"| {'yes' if stream else 'no'} | {c} | {name} | {m.rps:.0f} | "
+                         f"{m.p50_ms:.2f} | {m.p99_ms:.2f} | {added} | {added_grpc} | {ratio} |")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    p = argparse.ArgumentParser(prog="switchyard bench router", description=__doc__)
+    p.add_argument("--duration", type=float, default=10.0)
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
+    p.add_argument("--max-tokens", type=int, default=16)
+    p.add_argument("--anchor-bin", default="/tmp/anchors/bin")
+    p.add_argument("--skip-anchors", action="store_true")
+    p.add_argument("--streaming-only", action="store_true")
+    p.add_argument("--json", default="", help="also write the raw rows here")
+    a = p.parse_args(getattr(args, "rest", None) or [])
+    cfg = RouterBenchConfig(a.duration, a.concurrency, a.max_tokens, a.anchor_bin,
+                            a.skip_anchors, not a.streaming_only, a.json)
+    results = run_bench(cfg)
+    print(summarize(results), flush=True)
+    if cfg.json_out:
+        with open(cfg.json_out, "w", encoding="utf-8") as f:
+            json.dump([asdict(r) for r in results], f, indent=1)
+    return 0
