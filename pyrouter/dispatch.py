@@ -54,13 +54,45 @@ def _engine_error(req: RouterRequest, policy_name: str, exc: grpc.aio.AioRpcErro
         log.error("policy %r: engine rejected a verb for %s: %s", policy_name,
                   req.request_id, detail)
         return PolicyFailed(policy_name, f"engine rejected a verb ({detail})")
+    if exc.code() == grpc.StatusCode.UNAVAILABLE:
+        return EngineUnavailable(f"engine unavailable during {verb_stage}: {detail}",
+                                 code="engine_unavailable")
     return EngineFailed(f"engine error during {verb_stage}: {detail}", code="engine_error")
 
 
+class EngineUnavailable(EngineFailed):
+    """The engine could not be reached or went away before streaming anything: retryable."""
+
+    status = 503
+    error_type = "service_unavailable"
+
+
 class Dispatcher:
-    def __init__(self, engines: EngineSet, slot: PolicySlot) -> None:
+    def __init__(self, engines: EngineSet, slot: PolicySlot, retries: int = 1) -> None:
         self.engines = engines
         self.slot = slot
+        self.retries = retries
+        self._background: set[asyncio.Task[bool]] = set()
+
+    async def admit_with_retry(self, req: RouterRequest) -> Admitted:
+        """Admit; if an engine was unreachable before any output, take it out of rotation and
+        run the policy again (nothing has reached the client yet, so this is invisible)."""
+        base_id = req.request_id
+        for attempt in range(self.retries + 1):
+            try:
+                return await self.admit(req)
+            except EngineUnavailable as exc:
+                if attempt == self.retries:
+                    raise
+                for engine in list(req.touched.values()):
+                    self.engines.mark_unhealthy(engine.id)
+                log.warning("request %s: %s; retrying on another engine", base_id, exc.message)
+                req.request_id = f"{base_id}-retry{attempt + 1}"
+                req.verbs.clear()
+                req.touched.clear()
+                req.route.pattern, req.route.params = "", {}
+                req.matched_by_engine = None
+        raise AssertionError("unreachable")
 
     async def admit(self, req: RouterRequest) -> Admitted:
         active = self.slot.current
@@ -101,7 +133,8 @@ class Dispatcher:
         """Abort the request on every engine it touched (client gone, error) and release them."""
         for engine in req.touched.values():
             task = asyncio.create_task(engine.abort(req.request_id))
-            task.add_done_callback(lambda t: t.exception())
+            self._background.add(task)  # keep a reference until done (no GC mid-flight)
+            task.add_done_callback(self._background.discard)
         self.release(req)
 
     def release(self, req: RouterRequest) -> None:

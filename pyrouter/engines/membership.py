@@ -85,6 +85,15 @@ class EngineSet:
         for handle in self.engines.values():
             await handle.client.close()
 
+    def mark_unhealthy(self, engine_id: str) -> None:
+        """Out of rotation now; the health watcher brings it back once it answers again."""
+        handle = self.engines.get(engine_id)
+        if handle is not None and handle.healthy:
+            handle.healthy = False
+            self.core.table.set_health(handle.num, False)
+            log.warning("engine %s (%s) failed a request; out of rotation until healthy",
+                        handle.id, handle.address)
+
     def healthy(self) -> list[EngineHandle]:
         return [e for e in self.engines.values() if e.healthy and not e.draining]
 

@@ -58,7 +58,7 @@ async def handle_generation(request: web.Request, kind: Literal["completion", "c
     status = "error"
     policy_name = state.slot.current.name
     try:
-        adm = await state.dispatcher.admit(req)
+        adm = await state.dispatcher.admit_with_retry(req)
         policy_name = adm.policy_name
         state.metrics.ttft.observe(time.perf_counter() - started)
         state.metrics.routes.labels(req.route.pattern).inc()
