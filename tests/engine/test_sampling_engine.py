@@ -54,3 +54,23 @@ def test_eos_stops_unless_ignored(loaded_model_fp32: LoadedModel) -> None:
         assert run.tokens["eos"] == free[:hits[0] + 1] and run.finish["eos"] == "stop"
     else:
         assert run.tokens["eos"] == free and run.finish["eos"] == "length"
+
+
+def test_stop_strings_and_streamed_text(loaded_model_fp32: LoadedModel) -> None:
+    tok = loaded_model_fp32.tokenizer
+    core = make_engine(loaded_model_fp32)
+    prompt = tok.encode(PROMPTS[3])
+    core.add_request("free", prompt, greedy(16, ignore_eos=True))
+    free = drain(core)
+    text = free.text["free"]
+    assert text == tok.decode(free.tokens["free"], skip_special_tokens=True)
+    words = text.split()
+    stop = " " + words[len(words) // 2]  # a word that first appears mid-stream
+    assert stop in text
+    core.add_request("stopped", prompt, greedy(16, ignore_eos=True, stop=[stop]))
+    run = drain(core)
+    assert run.finish["stopped"] == "stop"
+    assert run.text["stopped"] == text[:text.index(stop)]
+    got = run.tokens["stopped"]
+    assert got == free.tokens["free"][:len(got)] and len(got) < 16
+    assert stop in tok.decode(got) and stop not in tok.decode(got[:-1])
