@@ -58,6 +58,7 @@ def _atomic_write(path: str, write: Any) -> None:
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; the cache is as readable as the model
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
