@@ -1,0 +1,1 @@
+"""Benchmarks: `switchyard bench engine` (engine_bench) and `switchyard bench transfer`."""
