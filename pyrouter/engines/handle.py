@@ -50,6 +50,7 @@ class EngineHandle:
     healthy: bool = False
     draining: bool = False
     model_id: str = ""
+    cached_blocks: int = 0  # from the engine's last Stats
     active: set[str] = field(default_factory=set)  # request ids with work on this engine
 
     def _enter(self, req: RouterRequest, verb: str) -> None:

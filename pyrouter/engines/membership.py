@@ -154,6 +154,7 @@ class EngineSet:
                 serving = await handle.client.is_serving()
                 if serving:
                     s = await handle.client.stats()
+                    handle.cached_blocks = int(s.cached_blocks)
                     self.core.table.update_stats(
                         handle.num, int(s.queued_prefill_tokens), int(s.running_requests),
                         int(s.unfinished_tokens), int(s.kv_pages_used), int(s.kv_pages_total),

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import aiohttp
 import pytest
@@ -65,6 +66,12 @@ def test_pd_really_disaggregates_then_skips_cached(mock_cluster):
     again = requests.post(f"{base}/v1/completions", json=body)
     assert "skipped=remote_send" in again.headers["X-Switchyard-Route"]
     assert again.json()["choices"][0]["token_ids"] == first.json()["choices"][0]["token_ids"]
+    # the engines' Stats reach GET /admin/engines: the decode engine now holds the two pages
+    deadline = time.monotonic() + 5
+    while max(e["cached_blocks"] for e in
+              requests.get(f"{base}/admin/engines").json()["engines"]) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
 
 
 def test_bad_policy_switch_is_400_and_keeps_current(mock_cluster):
