@@ -73,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     rtr = sub.add_parser("router", help="the router alone, in front of running engines")
     rtr.add_argument("--engine", action="append", default=[], metavar="HOST:PORT")
     rtr.add_argument("--policy", default="round_robin")
-    rtr.add_argument("--policy-file", default=None)
+    rtr.add_argument("--policy-file", default=None,
+                     help="a .py file or a module name whose @policy functions to register")
     rtr.add_argument("--port", type=int, default=8000)
     rtr.add_argument("--host", default="127.0.0.1")
     rtr.add_argument("--model", default=None, help="model whose tokenizer the router uses")
@@ -83,6 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="prompt + max_tokens limit (400 beyond it)")
     rtr.add_argument("--poll-s", type=float, default=0.5,
                      help="seconds between engine health/Stats polls")
+    rtr.add_argument("--default-temperature", type=float, default=None,
+                     help="temperature when a request omits it (default: 0.2 for the default "
+                     "SmolLM2 model, its recommended setting; 1.0 otherwise)")
+    rtr.add_argument("--default-top-p", type=float, default=None,
+                     help="top_p when a request omits it (default: 0.9 for SmolLM2, else 1.0)")
 
     bench = sub.add_parser("bench", help="benchmark runners")
     bench.add_argument("what", choices=sorted(_BENCH_DISPATCH))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import itertools
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -124,6 +125,27 @@ def load_policy_file(path: str) -> list[str]:
 
 
 def load_policy_module(module: str) -> list[str]:
+    """Import a module of @policy functions (reloading it if it was imported before)."""
     before = dict(_REGISTRY)
-    importlib.import_module(module)
-    return [n for n, s in _REGISTRY.items() if before.get(n) is not s]
+    try:
+        if module in sys.modules:
+            importlib.reload(sys.modules[module])
+        else:
+            importlib.import_module(module)
+    except ImportError as exc:
+        raise BadRequest(f"cannot import policy module {module!r}: {exc}",
+                         param="policy_file") from exc
+    except Exception as exc:
+        raise BadRequest(f"policy module {module!r} failed to load: {exc!r}",
+                         param="policy_file") from exc
+    new = [n for n, s in _REGISTRY.items() if before.get(n) is not s]
+    if not new:
+        raise BadRequest(f"policy module {module!r} registers no @policy", param="policy_file")
+    return new
+
+
+def load_policy_source(source: str) -> list[str]:
+    """A path to a .py file, or a dotted module name (`mypkg.policies`)."""
+    if source.endswith(".py") or "/" in source or os.path.exists(source):
+        return load_policy_file(source)
+    return load_policy_module(source)

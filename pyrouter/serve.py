@@ -129,12 +129,15 @@ async def _serve(args: argparse.Namespace, log_dir: str) -> int:
         router_args = argparse.Namespace(
             engine=[f"127.0.0.1:{e.port}@{e.role}" for e in engines], policy=active.name,
             policy_file=None, model=args.model, host=args.host, port=args.port,
-            max_inflight=None, max_context=None, poll_s=None)
+            max_inflight=None, max_context=None, poll_s=None, default_temperature=None,
+            default_top_p=None)
         await serve_router(router_args, stop, banner=f"switchyard serving on "
                            f"http://{args.host}:{args.port}/v1 (Ctrl-C stops everything)")
         return 0
     finally:
+        print("stopping engines ...", flush=True)
         stop_engines(engines)
+        print("all engines stopped", flush=True)
 
 
 def run(args: argparse.Namespace) -> int:

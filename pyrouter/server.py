@@ -14,7 +14,7 @@ from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.membership import EngineSet
 from pyrouter.errors import BadRequest
 from pyrouter.http.app import make_app
-from pyrouter.policy_registry import get_policy, load_policy_file
+from pyrouter.policy_registry import get_policy, load_policy_source
 from pyrouter.state import RouterConfig, RouterState
 from pyrouter.tokenizer import load_router_tokenizer, model_display_id
 
@@ -22,9 +22,10 @@ log = logging.getLogger("switchyard.router")
 
 
 def initial_policy(name: str, policy_file: str | None) -> ActivePolicy:
-    """--policy-file registers its policies; --policy picks one (default: the file's first)."""
+    """--policy-file (a .py file or a module) registers its policies; --policy picks one
+    (default: the first it registers)."""
     if policy_file:
-        names = load_policy_file(policy_file)
+        names = load_policy_source(policy_file)
         if name not in names and name == "round_robin":
             name = names[0]
     spec = get_policy(name)
@@ -37,6 +38,16 @@ def parse_engine_arg(value: str) -> tuple[str, str | None]:
     return address, role or None
 
 
+def _sampling_defaults(args: argparse.Namespace) -> dict[str, float]:
+    """SmolLM2's recommended sampling (its model card) when serving the default model."""
+    default_model = args.model is None
+    temperature = getattr(args, "default_temperature", None)
+    top_p = getattr(args, "default_top_p", None)
+    return {"default_temperature": temperature if temperature is not None else
+            (0.2 if default_model else 1.0),
+            "default_top_p": top_p if top_p is not None else (0.9 if default_model else 1.0)}
+
+
 async def build_state(args: argparse.Namespace) -> RouterState:
     keys = frozenset(k.strip() for k in os.environ.get("SWITCHYARD_API_KEYS", "").split(",")
                      if k.strip())
@@ -44,7 +55,7 @@ async def build_state(args: argparse.Namespace) -> RouterState:
     config = RouterConfig(served_model=model_display_id(args.model),
                           max_context=int(getattr(args, "max_context", None) or 8192),
                           max_inflight=int(getattr(args, "max_inflight", None) or 4096),
-                          api_keys=keys)
+                          api_keys=keys, **_sampling_defaults(args))
     engines = EngineSet(poll_s=float(getattr(args, "poll_s", None) or 0.5))
     for spec in args.engine:
         engines.add(*parse_engine_arg(spec))

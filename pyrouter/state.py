@@ -17,10 +17,16 @@ class RouterConfig:
     max_context: int = 8192
     max_inflight: int = 4096
     api_keys: frozenset[str] = frozenset()
+    # Sampling defaults for requests that omit them (vLLM likewise applies a model's
+    # generation defaults); OpenAI's own defaults are 1.0 / 1.0.
+    default_temperature: float = 1.0
+    default_top_p: float = 1.0
 
     def __post_init__(self) -> None:
         if self.max_context < 2 or self.max_inflight < 1:
             raise ValueError("max_context must be >= 2 and max_inflight >= 1")
+        if not 0.0 <= self.default_temperature <= 2.0 or not 0.0 < self.default_top_p <= 1.0:
+            raise ValueError("default temperature must be in [0, 2] and top_p in (0, 1]")
 
 
 @dataclass(slots=True)

@@ -9,7 +9,7 @@ from aiohttp import web
 
 from pyrouter.cluster import ActivePolicy
 from pyrouter.errors import BadRequest
-from pyrouter.policy_registry import available, get_policy, load_policy_file
+from pyrouter.policy_registry import available, get_policy, load_policy_source
 from pyrouter.state import STATE, RouterState
 
 log = logging.getLogger("switchyard.router")
@@ -44,9 +44,9 @@ async def put_policy_handler(request: web.Request) -> web.Response:
     if not isinstance(name, str) or not isinstance(params, dict) or not isinstance(
             policy_file, str | None):
         raise BadRequest("expected {\"policy\": NAME, \"params\": {...}, \"file\": optional "
-                         "path of a policy file}", param="policy")
+                         "policy file path or module name}", param="policy")
     if policy_file:
-        load_policy_file(policy_file)
+        load_policy_source(policy_file)
     spec = get_policy(name)
     # A new ActivePolicy (fresh state) takes new requests; in-flight ones keep their own.
     state.slot.current = ActivePolicy(spec, spec.check_params(params))

@@ -47,8 +47,10 @@ async def handle_generation(request: web.Request, kind: Literal["completion", "c
     state = request.app[STATE]
     body = await _read_body(request)
     prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
+    cfg = state.config
     req = parse_request(body, kind, state.tokenizer, prefix + uuid.uuid4().hex,
-                        state.config.served_model, state.config.max_context)
+                        cfg.served_model, cfg.max_context, cfg.default_temperature,
+                        cfg.default_top_p)
     if state.inflight >= state.config.max_inflight:
         raise Busy(f"{state.inflight} requests in flight (limit {state.config.max_inflight})",
                    code="too_many_requests")

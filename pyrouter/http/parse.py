@@ -97,7 +97,9 @@ def _chat_tokens(body: dict[str, Any], tok: EngineTokenizer) -> list[int]:
 
 
 def parse_request(body: Any, kind: Literal["completion", "chat"], tok: EngineTokenizer,
-                  request_id: str, served_model: str, max_context: int) -> RouterRequest:
+                  request_id: str, served_model: str, max_context: int,
+                  default_temperature: float = 1.0, default_top_p: float = 1.0
+                  ) -> RouterRequest:
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object")
     model = body.get("model", "default")
@@ -130,8 +132,8 @@ def parse_request(body: Any, kind: Literal["completion", "chat"], tok: EngineTok
         raise BadRequest("'slo' must be an object with ttft_ms / tpot_ms", param="slo")
     sampling = SamplingSpec(
         max_tokens=max_tokens,
-        temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
-        top_p=_number(body, "top_p", 1.0, 0.0, 1.0),
+        temperature=_number(body, "temperature", default_temperature, 0.0, 2.0),
+        top_p=_number(body, "top_p", default_top_p, 0.0, 1.0),
         top_k=_integer(body, "top_k", 0, -1, 1 << 20) or 0,
         min_tokens=min_tokens, seed=seed, stop=_stop(body),
         stop_token_ids=[], ignore_eos=_flag(body, "ignore_eos"))

@@ -78,3 +78,13 @@ def test_policy_file_loaded_live(buggy_router, tmp_path):
     r = requests.put(f"{base}/admin/policy", json={"policy": "x", "file": str(broken)})
     assert r.status_code == 400 and "failed to load" in r.json()["error"]["message"]
     assert requests.get(f"{base}/admin/policy").json()["policy"] == "first_engine_only"
+
+
+def test_policy_module_loaded_live(buggy_router):
+    base, _ = buggy_router
+    r = requests.put(f"{base}/admin/policy", json={
+        "policy": "sometimes_crashes", "file": "tests.router.policy_files.buggy"})
+    assert r.status_code == 200, r.text
+    assert _post(base, [1, 2, 3]).status_code == 200
+    r = requests.put(f"{base}/admin/policy", json={"policy": "x", "file": "no.such.module"})
+    assert r.status_code == 400 and "cannot import" in r.json()["error"]["message"]
