@@ -30,7 +30,8 @@ pub struct ScoreResult {
     pub hashes: Vec<u64>,
     /// Eligible engines, cheapest first.
     pub candidates: Vec<Candidate>,
-    /// (engine id, matched blocks) for every engine holding at least one block, eligible or not.
+    /// (engine id, matched blocks) for every engine holding at least one block, eligible or
+    /// not; sorted by engine id.
     pub matches: Vec<(u32, usize)>,
     pub block_size: usize,
 }
@@ -39,9 +40,8 @@ impl ScoreResult {
     /// Prompt tokens `engine_id` holds (0 when none or unknown).
     pub fn matched_tokens(&self, engine_id: u32) -> u64 {
         self.matches
-            .iter()
-            .find(|(id, _)| *id == engine_id)
-            .map_or(0, |(_, blocks)| (*blocks * self.block_size) as u64)
+            .binary_search_by_key(&engine_id, |(id, _)| *id)
+            .map_or(0, |i| (self.matches[i].1 * self.block_size) as u64)
     }
 }
 
@@ -103,19 +103,20 @@ impl RouterCore {
         role: Option<Role>,
         now_s: f64,
     ) -> Result<ScoreResult> {
-        let matches = {
+        let mut matches = {
             let mut index = lock(&self.index);
             index.purge_expired(now_s);
             index.match_prefix(&hashes)
         };
+        // Sorted by engine id so each engine's match is a binary search (hundreds of engines).
+        matches.sort_unstable();
         let weights = self.weights();
         let candidates = {
             let table = lock(&self.table);
             let matched = |id: u32| {
                 matches
-                    .iter()
-                    .find(|(e, _)| *e == id)
-                    .map_or(0, |(_, blocks)| *blocks as u64)
+                    .binary_search_by_key(&id, |(e, _)| *e)
+                    .map_or(0, |i| matches[i].1 as u64)
             };
             rank(
                 table.all(),

@@ -120,7 +120,8 @@ pub fn rank<'a>(
             (cand, load.inflight)
         })
         .collect();
-    ranked.sort_by(|(a, a_inflight), (b, b_inflight)| {
+    // The key is total (engine ids are unique), so an unstable sort gives one order.
+    ranked.sort_unstable_by(|(a, a_inflight), (b, b_inflight)| {
         a.cost
             .total_cmp(&b.cost)
             .then(a_inflight.cmp(b_inflight))
