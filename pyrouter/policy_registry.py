@@ -102,46 +102,43 @@ def available() -> list[str]:
 _file_counter = itertools.count()
 
 
+def _register_from(label: str, action: Callable[[], object]) -> list[str]:
+    """Run `action` (exec a file / import a module); the names it registered, or a 400."""
+    before = dict(_REGISTRY)
+    try:
+        action()
+    except FileNotFoundError:
+        raise BadRequest(f"{label} does not exist", param="policy_file") from None
+    except ImportError as exc:
+        raise BadRequest(f"cannot import {label}: {exc}", param="policy_file") from exc
+    except Exception as exc:  # user code: any error is a load failure, reported, not raised
+        raise BadRequest(f"{label} failed to load: {exc!r}", param="policy_file") from exc
+    new = [n for n, s in _REGISTRY.items() if before.get(n) is not s]
+    if not new:
+        raise BadRequest(f"{label} registers no @policy", param="policy_file")
+    return new
+
+
 def load_policy_file(path: str) -> list[str]:
     """Execute a policy file; returns the names it registered (in registration order)."""
-    before = dict(_REGISTRY)
     module_name = f"switchyard_user_policy_{next(_file_counter)}"
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise BadRequest(f"cannot load policy file {path!r}", param="policy_file")
+    loader = spec.loader
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
-    try:
-        spec.loader.exec_module(module)
-    except FileNotFoundError:
-        raise BadRequest(f"policy file {path!r} does not exist", param="policy_file") from None
-    except Exception as exc:
-        raise BadRequest(f"policy file {path!r} failed to load: {exc!r}",
-                         param="policy_file") from exc
-    new = [n for n, s in _REGISTRY.items() if before.get(n) is not s]
-    if not new:
-        raise BadRequest(f"policy file {path!r} registers no @policy", param="policy_file")
-    return new
+    return _register_from(f"policy file {path!r}", lambda: loader.exec_module(module))
 
 
 def load_policy_module(module: str) -> list[str]:
     """Import a module of @policy functions (reloading it if it was imported before)."""
-    before = dict(_REGISTRY)
-    try:
+    def load() -> object:
         if module in sys.modules:
-            importlib.reload(sys.modules[module])
-        else:
-            importlib.import_module(module)
-    except ImportError as exc:
-        raise BadRequest(f"cannot import policy module {module!r}: {exc}",
-                         param="policy_file") from exc
-    except Exception as exc:
-        raise BadRequest(f"policy module {module!r} failed to load: {exc!r}",
-                         param="policy_file") from exc
-    new = [n for n, s in _REGISTRY.items() if before.get(n) is not s]
-    if not new:
-        raise BadRequest(f"policy module {module!r} registers no @policy", param="policy_file")
-    return new
+            return importlib.reload(sys.modules[module])
+        return importlib.import_module(module)
+
+    return _register_from(f"policy module {module!r}", load)
 
 
 def load_policy_source(source: str) -> list[str]:
