@@ -30,7 +30,7 @@ from engine.core.step_runner import StepRunner
 from engine.core.validation import check_range, check_request_id, check_tokens, resolve_end
 from engine.kvcache.events import KVEvent
 from engine.kvcache.kv_storage import KVStorage
-from engine.kvcache.page_pool import PagePool
+from engine.kvcache.page_pool import OutOfPages, PagePool
 from engine.kvcache.radix_cache import RadixPrefixCache
 
 if TYPE_CHECKING:
@@ -128,10 +128,32 @@ class EngineCore:
                 # Trust only what arrived for every layer; anything else is recomputed.
                 request.page_table = res.page_table
                 request.num_computed = min(begin, held.written_upto(), len(prompt) - 1)
-                request.cached_tokens = request.num_computed
                 request.needs_prefix_match = False
+                self._own_pages_to_write(request)
+                request.cached_tokens = -1 if request.needs_prefix_match else request.num_computed
             self._requests[request_id] = request
             self.scheduler.add(request)
+
+    def _own_pages_to_write(self, request: Request) -> None:
+        """Copy-on-write: pages the request will write into must not be shared with the prefix
+        cache (a reservation's cached prefix, or its pages once committed). If no page is free
+        for the copy, drop the reservation's pages and start like a fresh request."""
+        first = request.num_computed // self.config.page_size
+        for idx in range(first, len(request.page_table)):
+            old = request.page_table[idx]
+            if self.pool.refcount(old) == 1:
+                continue
+            try:
+                (new,) = self.cache.alloc(1)
+            except OutOfPages:
+                self.pool.decref(request.page_table)
+                request.page_table, request.num_computed = [], 0
+                request.needs_prefix_match = True
+                return
+            for layer in range(self.model_config.num_layers):
+                self.kv.layer(layer)[new].copy_(self.kv.layer(layer)[old])
+            request.page_table[idx] = new
+            self.pool.decref([old])
 
     def prep_recv(self, request_id: str, tokens: Sequence[int], end: int,
                   lease_s: float | None = None) -> Reservation:

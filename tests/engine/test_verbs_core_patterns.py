@@ -164,3 +164,59 @@ def test_expired_lease_frees_pages_and_late_write_fails(
     assert len(drain(receiver).tokens["late"]) == 3
     assert_pool_idle(sender)
     assert_pool_idle(receiver)
+
+
+def test_generation_never_writes_into_pages_the_cache_shares(
+        pair: tuple[EngineCore, EngineCore], prompts: list[list[int]]) -> None:
+    sender, receiver = pair
+    prompt = prompts[2][:len(prompts[2]) // 16 * 16]  # whole pages: all of them get committed
+    reference = generate(make_engine(sender.loaded), prompt, greedy(MAX_TOKENS))
+    send_kv(sender, receiver, "cow", prompt, len(prompt))
+    held = receiver.reservations.get("cow").reservation.page_table
+    last = held[-1]
+    assert receiver.pool.refcount(last) == 2  # reservation + prefix cache
+    before = receiver.kv.layer(3)[last].clone()
+    # begin == len(prompt): the last token is recomputed for its logits, into a private copy.
+    receiver.add_request("cow", prompt, greedy(MAX_TOKENS), begin=len(prompt))
+    assert receiver.request("cow").page_table[-1] != last
+    assert drain(receiver).tokens["cow"] == reference
+    assert torch.equal(receiver.kv.layer(3)[last], before)
+    assert_pool_idle(receiver)
+
+
+def test_write_kv_from_another_thread_while_the_receiver_steps(
+        pair: tuple[EngineCore, EngineCore], prompts: list[list[int]],
+        single: list[list[int]]) -> None:
+    import queue
+    import threading
+
+    sender, receiver = pair
+    prompt = prompts[0]
+    receiver.add_request("busy", prompts[1], greedy(MAX_TOKENS))  # keeps the step thread busy
+    res = receiver.prep_recv("pd", prompt, len(prompt) - 1)
+    landed: queue.Queue[tuple[int, int, torch.Tensor, torch.Tensor] | None] = queue.Queue()
+
+    def on_layer(chunk: SendChunk) -> None:
+        k, v = sender.kv.read(chunk.layer, chunk.page_table, chunk.start, chunk.stop)
+        landed.put((chunk.layer, chunk.start, k, v))
+
+    def writer() -> None:  # the transport's receiving thread
+        while (item := landed.get()) is not None:
+            receiver.write_kv("pd", item[0], item[1], item[2], item[3])
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    sender.add_send("pd", prompt, res.matched_len, res.end, on_layer)
+    busy = {}
+    while sender.has_work():
+        sender.step()
+        for out in receiver.step():
+            busy.setdefault(out.request_id, []).extend(out.new_token_ids)
+    landed.put(None)
+    thread.join(timeout=60)
+    assert receiver.reservations.get("pd").written_upto() == res.end
+    receiver.add_request("pd", prompt, greedy(MAX_TOKENS), begin=res.end)
+    run = drain(receiver)
+    assert run.tokens["pd"] == single[0]
+    assert busy.get("busy", []) + run.tokens.get("busy", []) == single[1]
+    assert_pool_idle(receiver)
