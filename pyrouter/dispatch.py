@@ -15,18 +15,21 @@ from dataclasses import dataclass
 import grpc
 
 from pyrouter.cluster import ActivePolicy, ClusterView
-from pyrouter.engines.handle import GenerationStream
+from pyrouter.engines.handle import CALLER_MISTAKES, GenerationStream
 from pyrouter.engines.membership import EngineSet
-from pyrouter.errors import BadRequest, EngineFailed, PolicyFailed, RouterError, VerbOrderError
+from pyrouter.errors import (
+    BadRequest,
+    EngineFailed,
+    PolicyFailed,
+    RouterError,
+    TransferFailed,
+    VerbOrderError,
+)
 from pyrouter.request import RouterRequest
 from switchyard_rpc import engine_pb2 as pb
 
 log = logging.getLogger("switchyard.router")
 
-# Status codes that mean "the engine rejected what it was asked" (a policy or input mistake)
-# rather than "the engine is unwell".
-_CALLER_MISTAKES = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION,
-                    grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.NOT_FOUND}
 
 
 @dataclass(slots=True)
@@ -47,7 +50,7 @@ class PolicySlot:
 def _engine_error(req: RouterRequest, policy_name: str, exc: grpc.aio.AioRpcError,
                   verb_stage: str) -> RouterError:
     detail = f"{exc.code().name}: {exc.details()}"
-    if exc.code() in _CALLER_MISTAKES:
+    if exc.code() in CALLER_MISTAKES:
         only_plain_generate = [v for v, _ in req.verbs] == ["start_generate"]
         if only_plain_generate and verb_stage == "generate":
             return BadRequest(f"engine rejected the request: {exc.details()}")
@@ -117,6 +120,9 @@ class Dispatcher:
         except RouterError:
             self.abandon(req)
             raise
+        except TransferFailed as exc:
+            self.abandon(req)
+            raise EngineFailed(f"KV transfer failed: {exc}", code="transfer_failed") from exc
         except VerbOrderError as exc:
             self.abandon(req)
             log.error("policy %r used the verbs wrongly for %s: %s", name, req.request_id, exc)

@@ -65,3 +65,8 @@ class EngineFailed(RouterError):
 
 class VerbOrderError(RuntimeError):
     """A policy called the verbs in an order the contract forbids (reported as PolicyFailed)."""
+
+
+class TransferFailed(RuntimeError):
+    """RemoteSend failed on the engines' side (not a policy mistake); a PD policy may fall back
+    to prefilling locally on the decode engine."""

@@ -21,6 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--chunk-delay-ms", type=float, default=None)
     p.add_argument("--fail-rate", type=float, default=None)
     p.add_argument("--fail-after-tokens", type=int, default=None)
+    p.add_argument("--fail-remote-send", action="store_const", const="1", default=None,
+                   help="every RemoteSend fails (a broken KV transfer)")
     p.add_argument("--unhealthy-file", default=None,
                    help="report NOT_SERVING while this file exists")
     return serve(p.parse_args(argv))

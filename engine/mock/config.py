@@ -27,6 +27,8 @@ class MockConfig:
     fail_rate: float = 0.0
     # Fail every StartGenerate mid-stream after this many tokens (0 = never).
     fail_after_tokens: int = 0
+    # Every RemoteSend fails with UNAVAILABLE (a broken KV transfer).
+    fail_remote_send: bool = False
     # While this file exists the gRPC health service reports NOT_SERVING.
     unhealthy_file: str = ""
     page_size: int = 16
@@ -67,5 +69,6 @@ class MockConfig:
             fail_rate=float(pick("fail_rate", float, 0.0)),  # type: ignore[arg-type]
             fail_after_tokens=int(pick("fail_after_tokens", int, 0)),  # type: ignore[call-overload]
             unhealthy_file=str(pick("unhealthy_file", str, "")),
+            fail_remote_send=str(pick("fail_remote_send", str, "")).lower() in ("1", "true"),
             page_size=int(getattr(args, "page_size", None) or 16),
         )

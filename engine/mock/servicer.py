@@ -50,6 +50,8 @@ class MockEngineServicer(pb_grpc.EngineServicer):
 
     async def RemoteSend(self, request: pb.RemoteSendRequest, context: grpc.aio.ServicerContext
                          ) -> pb.RemoteSendResponse:
+        if self.config.fail_remote_send:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "mock: injected transfer failure")
         tokens = list(request.tokens)
         end = _resolve_end(request.end, len(tokens))
         if not 0 <= request.begin <= end:

@@ -10,12 +10,19 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pyrouter.errors import VerbOrderError
+import grpc
+
+from pyrouter.errors import TransferFailed, VerbOrderError
 from pyrouter.request import RouterRequest
 from switchyard_rpc import engine_pb2 as pb
 
 if TYPE_CHECKING:
     from pyrouter.engines.client import EngineClient
+
+
+# Status codes meaning "you asked for something invalid" rather than "the engine is unwell".
+CALLER_MISTAKES = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION,
+                              grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.NOT_FOUND})
 
 
 @dataclass(slots=True)
@@ -79,8 +86,14 @@ class EngineHandle:
             raise VerbOrderError(f"remote_send range [{begin}, {end}) outside the reservation "
                                  f"[0, {kv.end})")
         self._enter(req, "remote_send")
-        resp = await self.client.remote_send(req.request_id, req.tokens, kv.kv_addr,
-                                             kv.dst_address, begin, end)
+        try:
+            resp = await self.client.remote_send(req.request_id, req.tokens, kv.kv_addr,
+                                                 kv.dst_address, begin, end)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() in CALLER_MISTAKES:
+                raise  # the policy asked for something invalid: its bug, reported as such
+            raise TransferFailed(f"{self.id} -> {kv.engine_id}: {exc.code().name}: "
+                                 f"{exc.details()}") from exc
         return SendResult(resp.bytes_sent, resp.transport, resp.total_ms, resp.cached_on_sender)
 
     def start_generate(self, req: RouterRequest, begin: int = 0,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pyrouter.cluster import ClusterView
 from pyrouter.engines.handle import EngineHandle, GenerationStream
-from pyrouter.errors import BadRequest, NoCapacity
+from pyrouter.errors import BadRequest, NoCapacity, TransferFailed
 from pyrouter.policy_registry import policy
 from pyrouter.request import RouterRequest
 
@@ -45,7 +45,13 @@ async def route(req: RouterRequest, cluster: ClusterView) -> GenerationStream:
         return decode.start_generate(req, begin=0)
     kv = await decode.prep_recv(req, end=decode_start)
     if kv.matched < kv.end:
-        await prefill.remote_send(req, kv, begin=kv.matched, end=kv.end)
+        try:
+            await prefill.remote_send(req, kv, begin=kv.matched, end=kv.end)
+        except TransferFailed:  # fall back to prefilling everything on the decode engine
+            req.note_route("balanced_pd", prefill=prefill.id, decode=decode.id,
+                           matched=kv.matched, decode_start=kv.matched,
+                           fallback="transfer_failed")
+            return decode.start_generate(req, begin=kv.matched)
     req.note_route("balanced_pd", prefill=prefill.id, decode=decode.id, matched=kv.matched,
                    decode_start=kv.end)
     return decode.start_generate(req, begin=kv.end)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pyrouter.cluster import ClusterView
 from pyrouter.engines.handle import GenerationStream
-from pyrouter.errors import NoCapacity
+from pyrouter.errors import NoCapacity, TransferFailed
 from pyrouter.policy_registry import policy
 from pyrouter.request import RouterRequest
 
@@ -37,7 +37,12 @@ async def route(req: RouterRequest, cluster: ClusterView) -> GenerationStream:
         req.note_route("pd", prefill="-", decode=decode.id, matched=kv.matched,
                        decode_start=kv.matched, fallback="no_prefill_engine")
         return decode.start_generate(req, begin=kv.matched)
-    await prefill.remote_send(req, kv, begin=kv.matched, end=kv.end)
+    try:
+        await prefill.remote_send(req, kv, begin=kv.matched, end=kv.end)
+    except TransferFailed:  # DESIGN: a failed transfer falls back to local prefill
+        req.note_route("pd", prefill=prefill.id, decode=decode.id, matched=kv.matched,
+                       decode_start=kv.matched, fallback="transfer_failed")
+        return decode.start_generate(req, begin=kv.matched)
     req.note_route("pd", prefill=prefill.id, decode=decode.id, matched=kv.matched,
                    decode_start=kv.end)
     return decode.start_generate(req, begin=kv.end)

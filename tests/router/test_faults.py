@@ -74,3 +74,23 @@ def test_client_disconnect_aborts_engine_work():
     finally:
         router.stop()
         engine.stop()
+
+
+def test_failed_kv_transfer_falls_back_to_local_prefill():
+    ports, rp = [free_port(), free_port()], free_port()
+    engines = [start_mock(p, "--fail-remote-send") for p in ports]
+    router = start_router(rp, ports, "--policy", "pd")
+    base = f"http://127.0.0.1:{rp}"
+    try:
+        wait_ready(base, router, want_engines=2)
+        body = {"prompt": list(range(900, 940)), "max_tokens": 4, "return_token_ids": True}
+        r = requests.post(f"{base}/v1/completions", json=body)
+        assert r.status_code == 200, r.text
+        assert "fallback=transfer_failed" in r.headers["X-Switchyard-Route"]
+        requests.put(f"{base}/admin/policy", json={"policy": "round_robin"})
+        plain = requests.post(f"{base}/v1/completions", json=body).json()
+        assert r.json()["choices"][0]["token_ids"] == plain["choices"][0]["token_ids"]
+    finally:
+        router.stop()
+        for e in engines:
+            e.stop()
