@@ -148,4 +148,5 @@ class MockEngineServicer(pb_grpc.EngineServicer):
         return pb.ModelInfoResponse(model_id="mock", page_size=self.config.page_size,
                                     block_hash_seed=self.config.seed,
                                     vocab_size=self.config.vocab_size, max_context=1 << 20,
-                                    host_id="mock")
+                                    host_id="mock", role=self.config.role,
+                                    engine_id=self.config.engine_id)

@@ -163,6 +163,10 @@ class EngineSet:
                 serving = False
                 log.debug("engine %s (%s) unreachable: %s", handle.id, handle.address,
                           exc.code())
+            except Exception:  # never let one odd answer end this engine's upkeep
+                serving = False
+                log.exception("engine %s (%s): unexpected error while polling", handle.id,
+                              handle.address)
             if serving != handle.healthy:
                 log.info("engine %s (%s) is now %s", handle.id, handle.address,
                          "healthy" if serving else "UNHEALTHY")
@@ -186,4 +190,7 @@ class EngineSet:
                         break  # reconnect asking for the full set
             except grpc.aio.AioRpcError:
                 snapshot = True
+            except Exception:
+                snapshot = True
+                log.exception("engine %s: bad KV event batch; asking for a snapshot", handle.id)
             await asyncio.sleep(self.poll_s)

@@ -108,6 +108,12 @@ def parse_request(body: Any, kind: Literal["completion", "chat"], tok: EngineTok
                          f"'default'", param="model", code="model_not_found")
     if _integer(body, "n", 1, 1, 1) != 1 or _flag(body, "echo"):
         raise BadRequest("'n' > 1 and 'echo' are not supported", param="n")
+    for key in ("presence_penalty", "frequency_penalty", "repetition_penalty"):
+        if body.get(key) not in (None, 0, 0.0) and not (key == "repetition_penalty"
+                                                         and body.get(key) == 1):
+            raise BadRequest(f"'{key}' is not supported yet", param=key)
+    if body.get("logprobs") not in (None, False) or body.get("top_logprobs"):
+        raise BadRequest("'logprobs' are not supported yet", param="logprobs")
     tokens = _chat_tokens(body, tok) if kind == "chat" else _prompt_tokens(body, tok)
     if not tokens:
         raise BadRequest("the prompt is empty", param="prompt")

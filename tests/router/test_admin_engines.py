@@ -29,7 +29,7 @@ def test_membership_health_and_drain(tmp_path):
     flag = str(tmp_path / "unhealthy")
     p0, p1, rp = free_port(), free_port(), free_port()
     e0 = start_mock(p0, "--unhealthy-file", flag)
-    e1 = start_mock(p1, "--chunk-delay-ms", "50")
+    e1 = start_mock(p1, "--chunk-delay-ms", "50", "--role", "decode")
     router = start_router(rp, [p0])
     base = f"http://127.0.0.1:{rp}"
     try:
@@ -38,7 +38,7 @@ def test_membership_health_and_drain(tmp_path):
         # add the second engine live
         r = requests.post(f"{base}/admin/engines", json={"address": f"127.0.0.1:{p1}"})
         assert r.status_code == 201 and r.json() == {
-            "id": "e1", "address": f"127.0.0.1:{p1}", "role": "any", "healthy": True}
+            "id": "e1", "address": f"127.0.0.1:{p1}", "role": "decode", "healthy": True}
         assert _routes(base, 4) == {"e0", "e1"}
         dup = requests.post(f"{base}/admin/engines", json={"address": f"127.0.0.1:{p1}"})
         assert dup.status_code == 400

@@ -70,6 +70,12 @@ def test_models_health_ready_metrics(mock_cluster):
         assert resp.headers["X-Request-Id"] and resp.headers["X-Switchyard-Route"]
 
 
+def test_roles_come_from_the_engines(mock_cluster):
+    engines = requests.get(f"{mock_cluster.base}/admin/engines").json()["engines"]
+    assert [e["role"] for e in engines] == ["any", "any"]
+    assert all(e["healthy"] and e["model"] == "mock" for e in engines)
+
+
 def test_request_id_is_echoed(mock_cluster):
     r = requests.post(f"{mock_cluster.base}/v1/completions", headers={"X-Request-Id": "abc-123"},
                       json={"prompt": "x", "max_tokens": 1})
@@ -87,6 +93,9 @@ def test_request_id_is_echoed(mock_cluster):
     ({"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}, "stop"),
     ({"prompt": "x", "stream_options": {"include_usage": True}}, "stream_options"),
     ({"prompt": "x", "max_tokens": 10**9}, "max_tokens"),
+    ({"prompt": "x", "presence_penalty": 0.5}, "presence_penalty"),
+    ({"prompt": "x", "logprobs": 2}, "logprobs"),
+    ({"prompt": "x", "n": 2}, "n"),
 ])
 def test_bad_input_is_400_in_openai_shape(mock_cluster, body, param):
     r = requests.post(f"{mock_cluster.base}/v1/completions", json=body)
