@@ -84,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="prompt + max_tokens limit (400 beyond it)")
     rtr.add_argument("--poll-s", type=float, default=0.5,
                      help="seconds between engine health/Stats polls")
+    rtr.add_argument("--policy-timeout-s", type=float, default=300.0,
+                     help="a policy must hand back a stream within this time (else 500)")
     rtr.add_argument("--default-temperature", type=float, default=None,
                      help="temperature when a request omits it (default: 0.2 for the default "
                      "SmolLM2 model, its recommended setting; 1.0 otherwise)")

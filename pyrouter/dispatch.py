@@ -71,10 +71,14 @@ class EngineUnavailable(EngineFailed):
 
 
 class Dispatcher:
-    def __init__(self, engines: EngineSet, slot: PolicySlot, retries: int = 1) -> None:
+    def __init__(self, engines: EngineSet, slot: PolicySlot, retries: int = 1,
+                 policy_timeout_s: float = 300.0) -> None:
         self.engines = engines
         self.slot = slot
         self.retries = retries
+        # A policy that never returns must not hold its client forever (PD on a long prompt
+        # on CPU can legitimately take a while, hence minutes, not seconds).
+        self.policy_timeout_s = policy_timeout_s
         self._background: set[asyncio.Task[bool]] = set()
 
     async def admit_with_retry(self, req: RouterRequest) -> Admitted:
@@ -101,7 +105,13 @@ class Dispatcher:
         active = self.slot.current
         name = active.name
         try:
-            result = await active.spec.route(req, ClusterView(self.engines, active))
+            try:
+                result = await asyncio.wait_for(
+                    active.spec.route(req, ClusterView(self.engines, active)),
+                    self.policy_timeout_s)
+            except TimeoutError:
+                raise PolicyFailed(name, f"did not return a stream within "
+                                   f"{self.policy_timeout_s:g} s") from None
             if not isinstance(result, GenerationStream):
                 raise PolicyFailed(name, "a policy must return the stream from start_generate, "
                                    f"got {type(result).__name__}")

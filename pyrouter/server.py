@@ -60,7 +60,9 @@ async def build_state(args: argparse.Namespace) -> RouterState:
     for spec in args.engine:
         engines.add(*parse_engine_arg(spec))
     slot = PolicySlot(initial_policy(args.policy, args.policy_file))
-    return RouterState(config, tokenizer, engines, slot, Dispatcher(engines, slot))
+    timeout_s = float(getattr(args, "policy_timeout_s", None) or 300.0)
+    return RouterState(config, tokenizer, engines, slot,
+                       Dispatcher(engines, slot, policy_timeout_s=timeout_s))
 
 
 async def serve_router(args: argparse.Namespace, stop: asyncio.Event,

@@ -17,7 +17,7 @@ def buggy_router() -> Iterator[tuple[str, object]]:
     engine_port, router_port = free_port(), free_port()
     engine = start_mock(engine_port)
     router = start_router(router_port, [engine_port], "--policy-file", BUGGY,
-                          "--policy", "sometimes_crashes")
+                          "--policy", "sometimes_crashes", "--policy-timeout-s", "1")
     base = f"http://127.0.0.1:{router_port}"
     try:
         wait_ready(base, router)
@@ -46,7 +46,8 @@ def test_bug_fails_only_its_requests(buggy_router):
 
 
 @pytest.mark.parametrize("name, phrase", [("wrong_verb_order", "wrong verb order"),
-                                          ("returns_nothing", "must return the stream")])
+                                          ("returns_nothing", "must return the stream"),
+                                          ("hangs", "did not return a stream within 1 s")])
 def test_verb_misuse_is_a_clear_500(buggy_router, name, phrase):
     base, _ = buggy_router
     assert requests.put(f"{base}/admin/policy", json={"policy": name}).status_code == 200

@@ -20,6 +20,14 @@ async def wrong_verb_order(req, cluster):
     return engine.start_generate(req, begin=0)
 
 
+@policy("hangs")
+async def hangs(req, cluster):
+    """Never returns: the router must time it out, not hold the client forever."""
+    import asyncio
+
+    await asyncio.Event().wait()
+
+
 @policy("returns_nothing")
 async def returns_nothing(req, cluster):
     """Forgets to return the stream."""
