@@ -120,6 +120,7 @@ class KVSender:
         response.compute_ms = compute_ms
         response.transfer_ms = result.transfer_ms
         response.total_ms = (time.perf_counter() - t0) * 1e3
+        response.tail_ms = result.tail_ms
         response.cached_on_sender = max(0, min(cached, end) - begin)
         if result.transfer_ms > 0:
             response.hidden_fraction = max(0.0, min(1.0, 1 - result.tail_ms / result.transfer_ms))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.rpc.engines import EngineProcess, start_engines, stop_engines
+from engine.server.launcher import EngineProcess, start_engines, stop_engines
 
 _BASE_TEXTS = [
     "Hello!",

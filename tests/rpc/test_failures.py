@@ -13,9 +13,9 @@ import grpc
 import pytest
 
 from engine.server.client import EngineClient, sampling
+from engine.server.launcher import EngineProcess, start_engines, stop_engines
 from tests.rpc import patterns
 from tests.rpc.accounting import assert_accounted, kv_bytes_per_token
-from tests.rpc.engines import EngineProcess, start_engines, stop_engines
 
 pytestmark = pytest.mark.timeout(240)
 

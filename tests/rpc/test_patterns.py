@@ -12,9 +12,9 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from engine.server.client import EngineClient
+from engine.server.launcher import EngineProcess
 from tests.rpc import patterns
 from tests.rpc.accounting import assert_accounted, kv_bytes_per_token
-from tests.rpc.engines import EngineProcess
 from tests.rpc.patterns import PatternRun
 
 pytestmark = pytest.mark.timeout(300)

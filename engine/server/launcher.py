@@ -1,7 +1,8 @@
-"""Real engine processes for the RPC tests: start on free ports, wait for health, always reap.
+"""Engine child processes for tests and benchmarks: start on free ports, wait for health, reap.
 
-Each engine is `python -m engine.server.main` (the same code path as `switchyard engine`) with one
-torch thread and a small page pool, so three of them fit beside other work on a 2-core machine.
+Each engine is `python -m engine.server.main` (the same code path as `switchyard engine`), by
+default with one torch thread and a small page pool so several fit on a small machine. Callers
+must call `stop_engines` in a finally/teardown: no orphans.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from engine.server.client import EngineClient
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[2]  # run from the checkout the package lives in
 START_TIMEOUT_S = 180.0
 
 
@@ -65,13 +66,13 @@ class EngineProcess:
             return ""
 
 
-def start_engine(name: str, log_dir: Path, num_pages: int = 512,
+def start_engine(name: str, log_dir: Path, num_pages: int = 512, threads: int = 1,
                  env: dict[str, str] | None = None) -> EngineProcess:
     port = free_port()
     log_path = log_dir / f"{name}.log"
     cmd = [sys.executable, "-m", "engine.server.main", "--port", str(port), "--engine-id", name,
            "--num-pages", str(num_pages), "--dtype", "float32"]
-    full_env = {**os.environ, "SWITCHYARD_TORCH_THREADS": "1", "SWITCHYARD_LOG_LEVEL": "WARNING",
+    full_env = {**os.environ, "SWITCHYARD_TORCH_THREADS": str(threads), "SWITCHYARD_LOG_LEVEL": "WARNING",
                 **(env or {})}
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=log, stderr=subprocess.STDOUT)
@@ -89,12 +90,13 @@ async def _wait_healthy(engine: EngineProcess, deadline: float) -> None:
     raise RuntimeError(f"engine {engine.name} not healthy in time:\n{engine.log_tail()}")
 
 
-def start_engines(names: list[str], log_dir: Path, **kwargs: object) -> list[EngineProcess]:
+def start_engines(names: list[str], log_dir: Path, num_pages: int = 512,
+                  threads: int = 1) -> list[EngineProcess]:
     """Start all at once (their model loads overlap), wait until every one serves."""
     engines: list[EngineProcess] = []
     try:
         for name in names:
-            engines.append(start_engine(name, log_dir, **kwargs))  # type: ignore[arg-type]
+            engines.append(start_engine(name, log_dir, num_pages, threads))
         deadline = time.monotonic() + START_TIMEOUT_S
 
         async def wait_all() -> None:
