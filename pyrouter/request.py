@@ -71,6 +71,9 @@ class RouterRequest:
     verbs: list[tuple[str, str]] = field(default_factory=list)
     # Engines this request touched (id -> handle), so a failure or disconnect aborts on each.
     touched: dict[str, Any] = field(default_factory=dict)
+    # (verb, engine id, start, end) in perf_counter seconds; end 0.0 while running (tracing).
+    verb_times: list[list[Any]] = field(default_factory=list)
+    completion_tokens: int = 0  # filled when the response is complete
 
     @property
     def prompt_len(self) -> int:

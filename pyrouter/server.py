@@ -79,6 +79,8 @@ async def serve_router(args: argparse.Namespace, stop: asyncio.Event,
     finally:
         await runner.cleanup()
         await state.engines.close()
+        if state.tracer is not None:
+            state.tracer.close()
 
 
 def setup_logging_and_loop() -> None:

@@ -9,6 +9,7 @@ from engine.tokenizer import EngineTokenizer
 from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.membership import EngineSet
 from pyrouter.metrics import RouterMetrics
+from pyrouter.tracing import TraceWriter, trace_writer_from_env
 
 
 @dataclass(slots=True)
@@ -38,6 +39,7 @@ class RouterState:
     dispatcher: Dispatcher
     metrics: RouterMetrics = field(default_factory=RouterMetrics)
     inflight: int = 0
+    tracer: TraceWriter | None = field(default_factory=trace_writer_from_env)
 
 
 STATE = web.AppKey("switchyard_state", RouterState)

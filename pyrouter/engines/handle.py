@@ -6,6 +6,7 @@ header can say what actually ran.
 """
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -60,16 +61,20 @@ class EngineHandle:
     cached_blocks: int = 0  # from the engine's last Stats
     active: set[str] = field(default_factory=set)  # request ids with work on this engine
 
-    def _enter(self, req: RouterRequest, verb: str) -> None:
+    def _enter(self, req: RouterRequest, verb: str) -> list[Any]:
         req.verbs.append((verb, self.id))
         req.touched[self.id] = self
         self.active.add(req.request_id)
+        timing: list[Any] = [verb, self.id, time.perf_counter(), 0.0]
+        req.verb_times.append(timing)
+        return timing
 
     async def prep_recv(self, req: RouterRequest, end: int | None = None) -> KvReservation:
         """Reserve KV pages here for tokens[matched:end] (default end: the whole prompt)."""
-        self._enter(req, "prep_recv")
+        timing = self._enter(req, "prep_recv")
         resolved = req.prompt_len if end is None else end
         resp = await self.client.prep_recv(req.request_id, req.tokens, resolved)
+        timing[3] = time.perf_counter()
         return KvReservation(self.id, req.request_id, resp.kv_addr, resp.matched_len, resp.end,
                              resp.page_size, self.address)
 
@@ -85,10 +90,11 @@ class EngineHandle:
         if not 0 <= begin <= end <= kv.end:
             raise VerbOrderError(f"remote_send range [{begin}, {end}) outside the reservation "
                                  f"[0, {kv.end})")
-        self._enter(req, "remote_send")
+        timing = self._enter(req, "remote_send")
         try:
             resp = await self.client.remote_send(req.request_id, req.tokens, kv.kv_addr,
                                                  kv.dst_address, begin, end)
+            timing[3] = time.perf_counter()
         except grpc.aio.AioRpcError as exc:
             if exc.code() in CALLER_MISTAKES:
                 raise  # the policy asked for something invalid: its bug, reported as such
@@ -104,8 +110,8 @@ class EngineHandle:
                                  f"(length {req.prompt_len})")
         if any(verb == "start_generate" for verb, _ in req.verbs):
             raise VerbOrderError("start_generate called twice for one request")
-        self._enter(req, "start_generate")
-        return GenerationStream(self, req, begin, max_new_tokens_here)
+        timing = self._enter(req, "start_generate")
+        return GenerationStream(self, req, begin, max_new_tokens_here, timing)
 
     async def abort(self, request_id: str) -> bool:
         return await self.client.abort(request_id)
@@ -115,8 +121,9 @@ class GenerationStream:
     """The token chunks of one StartGenerate call; the RPC starts at once (no extra hop later)."""
 
     def __init__(self, engine: EngineHandle, req: RouterRequest, begin: int,
-                 max_new_tokens_here: int) -> None:
+                 max_new_tokens_here: int, timing: list[Any] | None = None) -> None:
         self.engine = engine
+        self._timing = timing
         self.begin = begin
         self._prefill = req.prompt_len - begin
         self._decode = req.sampling.max_tokens
@@ -129,6 +136,8 @@ class GenerationStream:
     def _finish(self) -> None:
         if not self._done:
             self._done = True
+            if self._timing is not None:
+                self._timing[3] = time.perf_counter()
             try:
                 self.engine.core.table.on_complete(self.engine.num, self._prefill, self._decode)
             except (KeyError, ValueError, LookupError):

@@ -59,10 +59,12 @@ async def handle_generation(request: web.Request, kind: Literal["completion", "c
     started = time.perf_counter()
     status = "error"
     policy_name = state.slot.current.name
+    first_token: float | None = None
     try:
         adm = await state.dispatcher.admit_with_retry(req)
         policy_name = adm.policy_name
-        state.metrics.ttft.observe(time.perf_counter() - started)
+        first_token = time.perf_counter()
+        state.metrics.ttft.observe(first_token - started)
         state.metrics.routes.labels(req.route.pattern).inc()
         request["route"] = req.route.header()
         if req.stream:
@@ -82,7 +84,10 @@ async def handle_generation(request: web.Request, kind: Literal["completion", "c
         state.inflight -= 1
         state.metrics.inflight.dec()
         state.metrics.requests.labels(policy_name, status).inc()
-        state.metrics.latency.observe(time.perf_counter() - started)
+        ended = time.perf_counter()
+        state.metrics.latency.observe(ended - started)
+        if state.tracer is not None:
+            state.tracer.write_request(req, policy_name, started, first_token, ended, status)
 
 
 def _check_chunk(chunk: pb.GenerateChunk) -> None:
@@ -100,7 +105,9 @@ def _finish(reason: str) -> str:
     return _CLIENT_FINISH.get(reason, "stop")
 
 
-def _account(state: RouterState, prompt_tokens: int, completion_tokens: int) -> None:
+def _account(state: RouterState, req: RouterRequest, prompt_tokens: int,
+             completion_tokens: int) -> None:
+    req.completion_tokens = completion_tokens
     state.metrics.prompt_tokens.inc(prompt_tokens)
     state.metrics.completion_tokens.inc(completion_tokens)
 
@@ -124,7 +131,7 @@ async def _collect(state: RouterState, req: RouterRequest, adm: Admitted) -> web
     else:
         texts.append(detok.flush())
     prompt_tokens = adm.first.prompt_tokens or req.prompt_len
-    _account(state, prompt_tokens, len(ids))
+    _account(state, req, prompt_tokens, len(ids))
     text = "".join(texts)
     choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": finish}
     if req.kind == "chat":
@@ -173,7 +180,7 @@ async def _stream(request: web.Request, state: RouterState, req: RouterRequest,
         request["failed"] = True
         return resp
     prompt_tokens = adm.first.prompt_tokens or req.prompt_len
-    _account(state, prompt_tokens, completion)
+    _account(state, req, prompt_tokens, completion)
     if req.include_usage:
         await resp.write(enc.usage(prompt_tokens, completion, adm.first.cached_tokens))
     await resp.write(enc.done())
