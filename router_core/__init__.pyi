@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
+from typing_extensions import final
+
 __version__: str
 
 # ---- block hashing (the one implementation; engine KV events and the router both call it) ----
@@ -22,13 +24,14 @@ def model_seed(model_id: str) -> int:
     """A per-model hash seed derived from the model id (same model => same seed everywhere)."""
 
 # ---- prefix index ----
+@final
 class PrefixIndex:
     """Which engines hold which blocks. Event-driven engines are fed by KV events (a stale view
     keeps answering matches, best effort, until a snapshot); approximate engines by
     record_routed with TTL expiry. Bounded by max_blocks distinct hashes (extra blocks are not
     indexed and counted in dropped_blocks()). Unknown engine ids raise KeyError."""
-    def __init__(self, block_size: int, seed: int, max_blocks: int = 16_777_216,
-                 approx_ttl_s: float = 120.0) -> None: ...
+    def __new__(cls, block_size: int, seed: int, max_blocks: int = 16_777_216,
+                 approx_ttl_s: float = 120.0) -> PrefixIndex: ...
     @property
     def block_size(self) -> int: ...
     @property
@@ -60,6 +63,7 @@ class PrefixIndex:
     def engine_ids(self) -> list[int]: ...
 
 # ---- engine table ----
+@final
 class EngineLoad:
     engine_id: int
     role: str
@@ -74,6 +78,7 @@ class EngineLoad:
     inflight: int                 # router-side: requests dispatched and not finished
     router_tokens: int            # router-side: prefill+decode tokens dispatched and not finished
 
+@final
 class EngineTable:
     """Per-engine load. Unknown engine ids raise KeyError; bad values raise ValueError/OverflowError.
     `get`/`all` return copies (EngineLoad snapshots)."""
@@ -101,6 +106,7 @@ class EngineTable:
     def __len__(self) -> int: ...
 
 # ---- scoring: one call per request ----
+@final
 class Candidate:
     """cost = prefill_cost + decode_cost + kv_cost, all in tokens:
     prefill_cost = prefill_weight * uncached_tokens + queue_weight * queued_prefill_tokens
@@ -114,6 +120,7 @@ class Candidate:
     decode_cost: float    # weight * decode load
     kv_cost: float        # weight * KV pressure
     kv_pressure: float    # fraction of KV pages used once this prompt's new pages are allocated
+@final
 class ScoreResult:
     best: int | None      # None when no healthy engine has the role
     hashes: list[int]
@@ -122,6 +129,7 @@ class ScoreResult:
     def matched(self, engine_id: int) -> int:
         """Matched prompt tokens on engine_id (0 when none), eligible or not."""
 
+@final
 class RouterCore:
     """Prefix index + engine table + scorer behind one lock-free-to-Python object."""
     index: PrefixIndex    # shared with the core: updates through it are what score sees
@@ -129,9 +137,9 @@ class RouterCore:
     block_size: int
     seed: int
     weights: tuple[float, float, float, float]  # (prefill, queue, decode, kv)
-    def __init__(self, block_size: int, seed: int, prefill_weight: float = 1.0,
+    def __new__(cls, block_size: int, seed: int, prefill_weight: float = 1.0,
                  queue_weight: float = 1.0, decode_weight: float = 1.0, kv_weight: float = 1.0,
-                 max_blocks: int = 16_777_216, approx_ttl_s: float = 120.0) -> None: ...
+                 max_blocks: int = 16_777_216, approx_ttl_s: float = 120.0) -> RouterCore: ...
     def set_weights(self, prefill_weight: float, queue_weight: float, decode_weight: float,
                     kv_weight: float) -> None: ...
     def score(self, tokens: Sequence[int], role: str | None = None) -> ScoreResult:
@@ -139,6 +147,7 @@ class RouterCore:
         (None or "any" = all; an engine with role "any" serves every role). GIL released."""
 
 # ---- detokenised streaming ----
+@final
 class DetokenizerVocab:
     @staticmethod
     def from_tokenizer_json(tokenizer_json: str) -> DetokenizerVocab:
@@ -150,9 +159,10 @@ class DetokenizerVocab:
     def is_special(self, token_id: int) -> bool: ...
     def __len__(self) -> int: ...
 
+@final
 class IncrementalDetokenizer:
-    def __init__(self, vocab: DetokenizerVocab, stop: Sequence[str] = (),
-                 skip_special_tokens: bool = True) -> None: ...
+    def __new__(cls, vocab: DetokenizerVocab, stop: Sequence[str] = (),
+                 skip_special_tokens: bool = True) -> IncrementalDetokenizer: ...
     def push(self, token_ids: Sequence[int]) -> tuple[str, bool]:
         """Feed new ids; returns (text that is safe to emit, stopped). Never splits UTF-8; holds back
         text that could still become a stop string; on a stop match, text ends before the stop.
@@ -168,10 +178,11 @@ class IncrementalDetokenizer:
     def stop_string(self) -> str | None:
         """The stop string that ended the stream, if one did."""
 
+@final
 class SseEncoder:
     """OpenAI streaming chunks as ready-to-send `data: {...}\\n\\n` bytes."""
-    def __init__(self, request_id: str, model: str, created: int,
-                 kind: Literal["completion", "chat"]) -> None: ...
+    def __new__(cls, request_id: str, model: str, created: int,
+                 kind: Literal["completion", "chat"]) -> SseEncoder: ...
     def role_chunk(self) -> bytes: ...          # chat only: first delta with role=assistant
     def delta(self, text: str, finish_reason: str | None = None) -> bytes: ...
     def delta_tokens(self, detok: IncrementalDetokenizer, token_ids: Sequence[int],

@@ -28,16 +28,23 @@ pub fn validate_block_size(block_size: usize) -> Result<()> {
 /// Chained hashes of the full blocks of `tokens` (`tokens.len() / block_size` of them).
 pub fn block_hashes(tokens: &[u32], block_size: usize, seed: u64) -> Result<Vec<u64>> {
     validate_block_size(block_size)?;
-    let mut hashes = Vec::with_capacity(tokens.len() / block_size);
-    // One reusable buffer: 8 bytes of parent hash followed by the block's tokens.
-    let mut buf: Vec<u8> = Vec::with_capacity(8 + 4 * block_size);
+    let full = tokens.len() / block_size * block_size;
+    if full == 0 {
+        return Ok(Vec::new());
+    }
+    // All full blocks as little-endian bytes once (a plain copy on little-endian machines), then
+    // per block one 8-byte parent write and one memcpy into the hashed buffer.
+    let bytes: Vec<u8> = tokens[..full]
+        .iter()
+        .flat_map(|t| t.to_le_bytes())
+        .collect();
+    let block_bytes = 4 * block_size;
+    let mut buf = vec![0u8; 8 + block_bytes];
+    let mut hashes = Vec::with_capacity(full / block_size);
     let mut parent: u64 = 0;
-    for block in tokens.chunks_exact(block_size) {
-        buf.clear();
-        buf.extend_from_slice(&parent.to_le_bytes());
-        for &tok in block {
-            buf.extend_from_slice(&tok.to_le_bytes());
-        }
+    for block in bytes.chunks_exact(block_bytes) {
+        buf[..8].copy_from_slice(&parent.to_le_bytes());
+        buf[8..].copy_from_slice(block);
         parent = xxh3_64_with_seed(&buf, seed);
         hashes.push(parent);
     }

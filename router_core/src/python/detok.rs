@@ -60,7 +60,8 @@ impl PyIncrementalDetokenizer {
 #[pymethods]
 impl PyIncrementalDetokenizer {
     #[new]
-    #[pyo3(signature = (vocab, stop = Vec::new(), skip_special_tokens = true))]
+    #[pyo3(signature = (vocab, stop = Vec::new(), skip_special_tokens = true),
+           text_signature = "(vocab, stop=(), skip_special_tokens=True)")]
     fn new(
         vocab: &PyDetokenizerVocab,
         stop: Vec<String>,
