@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from procs import Proc, free_port, start_mock, start_router, wait_ready  # noqa: E402
+from router_procs import Proc, free_port, start_mock, start_router, wait_ready  # noqa: E402
 
 
 @dataclass

@@ -8,7 +8,7 @@ import subprocess
 import psutil
 import pytest
 import requests
-from procs import SWITCHYARD, Proc, free_port, wait_ready
+from router_procs import SWITCHYARD, Proc, free_port, wait_ready
 
 pytestmark = pytest.mark.timeout(400)
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 import requests
-from real_cluster import real_engines, router_over
+from router_real_cluster import real_engines, router_over
 
 pytestmark = pytest.mark.timeout(600)
 POLICIES = ["round_robin", "least_load", "cache_aware", "pd", "balanced_pd"]

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 import requests
-from procs import ROOT, SWITCHYARD, free_port, start_mock, start_router, wait_ready
+from router_procs import ROOT, SWITCHYARD, free_port, start_mock, start_router, wait_ready
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 import requests
-from procs import free_port, start_mock, start_router, wait_ready
+from router_procs import free_port, start_mock, start_router, wait_ready
 
 pytestmark = pytest.mark.timeout(90)
 BUGGY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "policy_files", "buggy.py")

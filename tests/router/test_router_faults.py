@@ -7,7 +7,7 @@ import time
 
 import pytest
 import requests
-from procs import free_port, start_mock, start_router, wait_ready
+from router_procs import free_port, start_mock, start_router, wait_ready
 
 pytestmark = pytest.mark.timeout(90)
 

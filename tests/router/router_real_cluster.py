@@ -7,7 +7,7 @@ from contextlib import contextmanager
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from procs import SWITCHYARD, Proc, free_port, start_router, wait_ready
+from router_procs import SWITCHYARD, Proc, free_port, start_router, wait_ready
 
 # fp32 so different batch shapes cannot flip a greedy token; one torch thread per engine keeps
 # several engines fair on a 2-core machine.
