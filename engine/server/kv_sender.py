@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 from engine.core.errors import InvalidRequest
@@ -19,7 +20,7 @@ from engine.transfer.gather import gather_into
 from switchyard_rpc import engine_pb2 as pb
 
 # Largest chunk handed to a transport at once (keeps shm staging and wire buffers bounded).
-_MAX_CHUNK_BYTES = 8 << 20
+_MAX_CHUNK_BYTES = 4 << 20
 _ACK_TIMEOUT_S = 120.0
 
 
@@ -32,8 +33,10 @@ def resolve_end(end: int, n_tokens: int) -> int:
 
 
 class LayerPump:
-    def __init__(self, session: SendSession, kv: Any, layout: KVLayout, begin: int, end: int) -> None:
+    def __init__(self, session: SendSession, kv: Any, layout: KVLayout, begin: int, end: int,
+                 on_error: Callable[[], None]) -> None:
         self._session = session
+        self._on_error = on_error
         self._kv = kv
         self._begin = begin
         self._end = end
@@ -55,6 +58,7 @@ class LayerPump:
                 self.tokens_pushed += b - a
         except Exception as exc:  # noqa: BLE001 - must not break the step; reported by remote_send
             self.error = exc
+            self._on_error()  # stop computing a send that can no longer land
 
 
 class KVSender:
@@ -83,8 +87,9 @@ class KVSender:
             return response
         transport = await asyncio.to_thread(self.pool.get, addr, req.transport)
         session = transport.open_session(addr.request_id)
-        pump = LayerPump(session, self._kv, self._layout, begin, end)
         send_id = f"{req.request_id}#send"
+        pump = LayerPump(session, self._kv, self._layout, begin, end,
+                         lambda: self._steps.submit(lambda core: core.abort(send_id)))
         outputs = self._steps.watch(send_id)
         finished = False
         try:
@@ -99,10 +104,10 @@ class KVSender:
                 pass
             finished = True
             compute_ms = (time.perf_counter() - t_compute) * 1e3
-            if out.finish_reason != "sent":
-                raise TransferError(out.error or f"send ended with {out.finish_reason}", "ABORTED")
             if pump.error is not None:
                 raise pump.error
+            if out.finish_reason != "sent":
+                raise TransferError(out.error or f"send ended with {out.finish_reason}", "ABORTED")
             result = await asyncio.to_thread(session.finish, _ACK_TIMEOUT_S)
         except BaseException:
             session.abort("the sender failed")

@@ -167,7 +167,14 @@ class _LinkSession(SendSession):
         self._t_finish = 0.0
         self._t_ack = 0.0
 
+    def _check_alive(self) -> None:
+        # A session that already failed (receiver gone) stops taking chunks, so the sender can
+        # give up on its prefill early instead of computing into the void.
+        if self._error is not None:
+            raise self._error
+
     def buffer(self, layer: int, start: int, stop: int) -> ChunkBuffer:
+        self._check_alive()
         layout = self._link.layout
         n = stop - start
         ring = self._link.ring
@@ -182,6 +189,7 @@ class _LinkSession(SendSession):
         return ChunkBuffer(view, offset)
 
     def commit(self, layer: int, start: int, stop: int, chunk: ChunkBuffer) -> None:
+        self._check_alive()
         if self._t_first is None:
             self._t_first = time.perf_counter()
         self._chunks += 1
