@@ -9,6 +9,7 @@ from engine.tokenizer import EngineTokenizer
 from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.membership import EngineSet
 from pyrouter.metrics import RouterMetrics
+from pyrouter.otel import OtelExporter, otel_exporter_from_env
 from pyrouter.tracing import TraceWriter, trace_writer_from_env
 
 
@@ -40,6 +41,7 @@ class RouterState:
     metrics: RouterMetrics = field(default_factory=RouterMetrics)
     inflight: int = 0
     tracer: TraceWriter | None = field(default_factory=trace_writer_from_env)
+    otel: OtelExporter | None = field(default_factory=otel_exporter_from_env)
 
 
 STATE = web.AppKey("switchyard_state", RouterState)

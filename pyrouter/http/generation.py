@@ -88,6 +88,9 @@ async def handle_generation(request: web.Request, kind: Literal["completion", "c
         state.metrics.latency.observe(ended - started)
         if state.tracer is not None:
             state.tracer.write_request(req, policy_name, started, first_token, ended, status)
+        if state.otel is not None:
+            state.otel.export_request(req, policy_name, request.headers, started, first_token,
+                                      ended, status)
 
 
 def _check_chunk(chunk: pb.GenerateChunk) -> None:
