@@ -6,9 +6,7 @@ Engine ids are small non-negative ints chosen by the caller (pyrouter maps "e0" 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
-
-from typing_extensions import final
+from typing import Literal, final
 
 __version__: str
 
