@@ -36,6 +36,8 @@ class EngineSet:
         self._next = 0
         self._tasks: dict[str, list[asyncio.Task[None]]] = {}
         self.model_id = ""
+        # Smallest context any member engine accepts (ModelInfo.max_context); 0 = unknown yet.
+        self.max_context = 0
 
     # ---- membership ----
     def add(self, address: str, role: str | None = None) -> EngineHandle:
@@ -146,6 +148,9 @@ class EngineSet:
                     info = await handle.client.model_info()
                     self._adopt_layout(info.page_size or 16, int(info.block_hash_seed))
                     handle.model_id = info.model_id
+                    if info.max_context > 0:
+                        self.max_context = (min(self.max_context, int(info.max_context))
+                                            if self.max_context else int(info.max_context))
                     self.model_id = self.model_id or info.model_id
                     if learn_role and info.role in _VALID_ROLES:
                         handle.role = info.role

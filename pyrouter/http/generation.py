@@ -48,8 +48,9 @@ async def handle_generation(request: web.Request, kind: Literal["completion", "c
     body = await _read_body(request)
     prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
     cfg = state.config
+    max_context = min(cfg.max_context, state.engines.max_context or cfg.max_context)
     req = parse_request(body, kind, state.tokenizer, prefix + uuid.uuid4().hex,
-                        cfg.served_model, cfg.max_context, cfg.default_temperature,
+                        cfg.served_model, max_context, cfg.default_temperature,
                         cfg.default_top_p)
     if state.inflight >= state.config.max_inflight:
         raise Busy(f"{state.inflight} requests in flight (limit {state.config.max_inflight})",
