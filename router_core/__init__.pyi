@@ -165,7 +165,8 @@ class IncrementalDetokenizer:
         """Feed new ids; returns (text that is safe to emit, stopped). Never splits UTF-8; holds back
         text that could still become a stop string; on a stop match, text ends before the stop.
         The stop string that completes first wins, so output never depends on chunking. After a
-        stop, returns ("", True). ValueError for ids outside the vocabulary (nothing consumed)."""
+        stop, returns ("", True). ValueError for ids outside the vocabulary (nothing consumed).
+        Empty stop strings are ignored."""
     def flush(self) -> str:
         """End of stream: whatever was held back (invalid trailing bytes become U+FFFD)."""
     @property

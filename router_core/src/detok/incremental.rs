@@ -30,16 +30,13 @@ pub struct IncrementalDetokenizer {
 }
 
 impl IncrementalDetokenizer {
+    /// Empty stop strings are ignored (they would match everywhere; OpenAI clients send them).
     pub fn new(
         vocab: Arc<DetokenizerVocab>,
-        stop: Vec<String>,
+        mut stop: Vec<String>,
         skip_special_tokens: bool,
     ) -> Result<Self> {
-        if stop.iter().any(String::is_empty) {
-            return Err(RouterCoreError::InvalidArgument(
-                "stop strings must be non-empty".into(),
-            ));
-        }
+        stop.retain(|s| !s.is_empty());
         let longest_stop = stop.iter().map(String::len).max().unwrap_or(0);
         let strip_left = vocab.strip_leading_spaces();
         Ok(IncrementalDetokenizer {

@@ -78,9 +78,10 @@ fn bad_input_is_an_error() {
     let mut d = detok(&byte_level_json(), &[]);
     assert!(d.push(&[0, 99]).is_err());
     assert_eq!(d.text(), "", "nothing consumed from a rejected call");
-    assert!(
-        IncrementalDetokenizer::new(vocab(&byte_level_json()), vec![String::new()], true).is_err()
-    );
+    // An empty stop string is ignored rather than stopping at once.
+    let mut empty =
+        IncrementalDetokenizer::new(vocab(&byte_level_json()), vec![String::new()], true).unwrap();
+    assert_eq!(empty.push(&[0]).unwrap(), ("H".to_owned(), false));
 }
 
 /// What a whole-sequence decode gives: every token's bytes, one leading space stripped
