@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import grpc
@@ -36,7 +35,6 @@ log = logging.getLogger("switchyard.router")
 class Admitted:
     policy_name: str
     first: pb.GenerateChunk
-    rest: AsyncIterator[pb.GenerateChunk]
     stream: GenerationStream
 
 
@@ -117,16 +115,15 @@ class Dispatcher:
                                    f"got {type(result).__name__}")
             if not req.route.pattern:
                 req.note_route(name, engine=result.engine.id)
-            rest = result.__aiter__()
             try:
-                first = await rest.__anext__()
-            except StopAsyncIteration:
-                raise EngineFailed("engine closed the stream without output") from None
+                first = await result.next_chunk()
             except grpc.aio.AioRpcError as exc:
                 raise _engine_error(req, name, exc, "generate") from exc
+            if first is None:
+                raise EngineFailed("engine closed the stream without output")
             if first.finish_reason == "error":
                 raise EngineFailed(f"engine error: {first.error or 'unknown'}")
-            return Admitted(name, first, rest, result)
+            return Admitted(name, first, result)
         except RouterError:
             self.abandon(req)
             raise

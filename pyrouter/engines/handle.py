@@ -133,7 +133,16 @@ class GenerationStream:
         self._done = False
         engine.core.table.on_dispatch(engine.num, self._prefill, self._decode)
 
-    def _finish(self) -> None:
+    async def next_chunk(self) -> pb.GenerateChunk | None:
+        """The next chunk, or None once the engine has closed the stream."""
+        chunk = await self._call.read()
+        if chunk is grpc.aio.EOF:
+            self.finish()
+            return None
+        return chunk  # type: ignore[no-any-return]
+
+    def finish(self) -> None:
+        """Account the request as complete on its engine (idempotent)."""
         if not self._done:
             self._done = True
             if self._timing is not None:
@@ -148,8 +157,8 @@ class GenerationStream:
             async for chunk in self._call:
                 yield chunk
         finally:
-            self._finish()
+            self.finish()
 
     def cancel(self) -> None:
         self._call.cancel()
-        self._finish()
+        self.finish()

@@ -26,13 +26,17 @@ ROUTE_HEADER = "X-Switchyard-Route"
 
 
 async def _chunks(adm: Admitted) -> AsyncIterator[pb.GenerateChunk]:
-    yield adm.first
-    try:
-        async for chunk in adm.rest:
-            yield chunk
-    except grpc.aio.AioRpcError as exc:
-        raise EngineFailed(f"engine failed mid-stream: {exc.code().name}: {exc.details()}",
-                           code="engine_error") from exc
+    """The first chunk, then the rest until the one that carries a finish reason."""
+    chunk: pb.GenerateChunk | None = adm.first
+    while chunk is not None:
+        yield chunk
+        if chunk.finish_reason:
+            return  # the engine's last chunk; no need to wait for the stream's end
+        try:
+            chunk = await adm.stream.next_chunk()
+        except grpc.aio.AioRpcError as exc:
+            raise EngineFailed(f"engine failed mid-stream: {exc.code().name}: "
+                               f"{exc.details()}", code="engine_error") from exc
 
 
 async def _read_body(request: web.Request) -> Any:
@@ -61,6 +65,7 @@ async def handle_generation(request: web.Request, kind: Literal["completion", "c
     status = "error"
     policy_name = state.slot.current.name
     first_token: float | None = None
+    adm: Admitted | None = None
     try:
         adm = await state.dispatcher.admit_with_retry(req)
         policy_name = adm.policy_name
@@ -81,6 +86,8 @@ async def handle_generation(request: web.Request, kind: Literal["completion", "c
         state.dispatcher.abandon(req)  # client gone or failure: free every engine's work
         raise
     finally:
+        if adm is not None:
+            adm.stream.finish()
         state.dispatcher.release(req)
         state.inflight -= 1
         state.metrics.inflight.dec()
