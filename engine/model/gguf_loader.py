@@ -8,10 +8,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from gguf import GGUFReader, GGUFValueType
+from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType
 from gguf.quants import dequantize
 
 from engine.model.config import ModelConfig, ModelConfigError
+from engine.model.q4_weights import q4_1_parts
 
 # GGUF tensor name (per block) -> Hugging Face name.
 _BLOCK_NAMES = {
@@ -130,20 +131,38 @@ def unpermute_rows(weight: np.ndarray, num_heads: int) -> np.ndarray:
     return shaped.swapaxes(1, 2).reshape(weight.shape)
 
 
-def read_gguf_weights(reader: GGUFReader, config: ModelConfig) -> dict[str, torch.Tensor]:
-    """All weights as float32 tensors in Hugging Face naming and [out, in] layout."""
+def _row_heads(gguf_name: str, config: ModelConfig) -> int | None:
+    """How many heads llama.cpp permuted this tensor's rows over (None: not permuted)."""
+    if gguf_name.endswith("attn_q.weight"):
+        return config.num_heads
+    if gguf_name.endswith("attn_k.weight"):
+        return config.num_kv_heads
+    return None
+
+
+def _to_torch(values: np.ndarray, heads: int | None) -> torch.Tensor:
+    if heads is not None:
+        values = unpermute_rows(values, heads)
+    # Some arrays come back as read-only views of the memory-mapped file: copy those.
+    return torch.from_numpy(np.array(values, copy=not values.flags.writeable))
+
+
+def read_gguf_weights(reader: GGUFReader, config: ModelConfig,
+                      keep_q4: bool = False) -> dict[str, torch.Tensor]:
+    """All weights as float32 tensors in Hugging Face naming and [out, in] layout. With
+    `keep_q4`, Q4_1 tensors also keep their 4-bit form (see q4_weights)."""
     weights: dict[str, torch.Tensor] = {}
     for tensor in reader.tensors:
         name = hf_name(tensor.name)
         if name is None:
             continue
+        heads = _row_heads(tensor.name, config)
         values = np.asarray(dequantize(tensor.data, tensor.tensor_type), dtype=np.float32)
         expected = tuple(int(d) for d in reversed(tensor.shape.tolist()))
-        values = values.reshape(expected)
-        if tensor.name.endswith("attn_q.weight"):
-            values = unpermute_rows(values, config.num_heads)
-        elif tensor.name.endswith("attn_k.weight"):
-            values = unpermute_rows(values, config.num_kv_heads)
-        # F32 tensors come back as read-only views of the memory-mapped file: copy those.
-        weights[name] = torch.from_numpy(np.array(values, copy=not values.flags.writeable))
+        weights[name] = _to_torch(values.reshape(expected), heads)
+        if keep_q4 and tensor.tensor_type == GGMLQuantizationType.Q4_1:
+            codes, scale, minimum = q4_1_parts(tensor.data, expected[0])
+            weights[name + ".q4_codes"] = _to_torch(codes, heads)
+            weights[name + ".q4_scale"] = _to_torch(scale, heads)
+            weights[name + ".q4_min"] = _to_torch(minimum, heads)
     return weights

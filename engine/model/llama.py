@@ -12,6 +12,8 @@ from torch import nn
 
 from engine.attention.context import ForwardContext
 from engine.model.config import ModelConfig
+from engine.model.linear import Linear
+from engine.model.q4_weights import Int4Weight, is_q4_part
 from engine.model.rope import RopeTable
 
 
@@ -27,7 +29,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 class LlamaLayer(nn.Module):
-    def __init__(self, config: ModelConfig, weights: dict[str, torch.Tensor], prefix: str) -> None:
+    def __init__(self, config: ModelConfig, weights: dict[str, torch.Tensor], prefix: str,
+                 raw_q4: dict[str, torch.Tensor] | None) -> None:
         super().__init__()
         self.q_size = config.q_size
         self.kv_size = config.kv_size
@@ -42,24 +45,32 @@ class LlamaLayer(nn.Module):
                 raise MissingWeight(f"checkpoint has no tensor {key!r}")
             return weights[key]
 
+        def linear(*names: str) -> Linear:
+            # Fused along the output dim: one matmul streams all of these weights at once.
+            dense = torch.cat([w(n) for n in names]) if len(names) > 1 else w(names[0])
+            int4 = None
+            if raw_q4 is not None:
+                int4 = Int4Weight.from_state(raw_q4, [prefix + n for n in names])
+            return Linear(dense, int4)
+
         self.input_norm = w("input_layernorm.weight")
-        self.qkv_proj = torch.cat([w("self_attn.q_proj.weight"), w("self_attn.k_proj.weight"),
-                                   w("self_attn.v_proj.weight")], dim=0)
-        self.o_proj = w("self_attn.o_proj.weight")
+        self.qkv_proj = linear("self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                               "self_attn.v_proj.weight")
+        self.o_proj = linear("self_attn.o_proj.weight")
         self.post_norm = w("post_attention_layernorm.weight")
-        self.gate_up_proj = torch.cat([w("mlp.gate_proj.weight"), w("mlp.up_proj.weight")], dim=0)
-        self.down_proj = w("mlp.down_proj.weight")
+        self.gate_up_proj = linear("mlp.gate_proj.weight", "mlp.up_proj.weight")
+        self.down_proj = linear("mlp.down_proj.weight")
 
     def weight_tensors(self) -> dict[str, torch.Tensor]:
-        return {"input_norm": self.input_norm, "qkv_proj": self.qkv_proj, "o_proj": self.o_proj,
-                "post_norm": self.post_norm, "gate_up_proj": self.gate_up_proj,
-                "down_proj": self.down_proj}
+        return {"input_norm": self.input_norm, "qkv_proj": self.qkv_proj.weight,
+                "o_proj": self.o_proj.weight, "post_norm": self.post_norm,
+                "gate_up_proj": self.gate_up_proj.weight, "down_proj": self.down_proj.weight}
 
     def forward(self, layer_idx: int, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 rope: RopeTable, ctx: ForwardContext) -> torch.Tensor:
         tokens = hidden.shape[0]
         x = rms_norm(hidden, self.input_norm, self.eps)
-        qkv = F.linear(x, self.qkv_proj)
+        qkv = self.qkv_proj(x)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = rope.apply(q.view(tokens, self.num_heads, self.head_dim), cos, sin)
         k = rope.apply(k.view(tokens, self.num_kv_heads, self.head_dim), cos, sin)
@@ -67,27 +78,33 @@ class LlamaLayer(nn.Module):
         attended = ctx.backend.run(layer_idx, q, k, v, ctx)
         if ctx.layer_hook is not None:
             ctx.layer_hook(layer_idx)
-        hidden = hidden + F.linear(attended.reshape(tokens, self.q_size), self.o_proj)
+        hidden = hidden + self.o_proj(attended.reshape(tokens, self.q_size))
         x = rms_norm(hidden, self.post_norm, self.eps)
-        gate, up = F.linear(x, self.gate_up_proj).chunk(2, dim=-1)
-        return hidden + F.linear(F.silu(gate) * up, self.down_proj)
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return hidden + self.down_proj(F.silu(gate) * up)
 
 
 class LlamaModel(nn.Module):
     def __init__(self, config: ModelConfig, weights: dict[str, torch.Tensor],
-                 dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> None:
+                 dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu",
+                 use_int4: bool = False) -> None:
+        """`weights` in Hugging Face naming; with `use_int4`, Q4_1 parts (q4_weights) present in
+        `weights` feed the int4 kernel for small batches."""
         super().__init__()
         self.config = config
         self.dtype = dtype
         self.device = torch.device(device)
-        cast = {name: t.to(device=self.device, dtype=dtype) for name, t in weights.items()}
+        cast = {name: t.to(device=self.device, dtype=dtype) for name, t in weights.items()
+                if not is_q4_part(name)}
+        raw_q4 = {name: t for name, t in weights.items() if is_q4_part(name)} if use_int4 else None
+        self.uses_int4 = bool(raw_q4)
         if "model.embed_tokens.weight" not in cast:
             raise MissingWeight("checkpoint has no tensor 'model.embed_tokens.weight'")
         self.embed = cast["model.embed_tokens.weight"]
         if tuple(self.embed.shape) != (config.vocab_size, config.hidden_size):
             raise MissingWeight(f"embedding shape {tuple(self.embed.shape)} does not match "
                                 f"vocab_size x hidden_size {config.vocab_size}x{config.hidden_size}")
-        self.layers = nn.ModuleList(LlamaLayer(config, cast, f"model.layers.{i}.")
+        self.layers = nn.ModuleList(LlamaLayer(config, cast, f"model.layers.{i}.", raw_q4)
                                     for i in range(config.num_layers))
         if "model.norm.weight" not in cast:
             raise MissingWeight("checkpoint has no tensor 'model.norm.weight'")

@@ -14,6 +14,7 @@ import torch
 from engine.model.config import ModelConfig
 from engine.model.default_model import default_model_path
 from engine.model.llama import LlamaModel
+from engine.model.q4_weights import int4_supported, is_q4_part
 from engine.model.weight_cache import load_cached, store
 from engine.tokenizer import EngineTokenizer
 
@@ -46,7 +47,8 @@ def parse_dtype(dtype: torch.dtype | str | None) -> torch.dtype:
     return SUPPORTED_DTYPES[name]
 
 
-def _read_source(source: str) -> tuple[ModelConfig, dict[str, torch.Tensor], EngineTokenizer]:
+def _read_source(source: str, keep_q4: bool) -> tuple[ModelConfig, dict[str, torch.Tensor],
+                                                     EngineTokenizer]:
     if os.path.isdir(source):
         from engine.model.hf_loader import read_hf_config, read_hf_weights
 
@@ -57,26 +59,38 @@ def _read_source(source: str) -> tuple[ModelConfig, dict[str, torch.Tensor], Eng
 
     reader = open_gguf(source)
     config = read_gguf_config(reader, source)
-    return config, read_gguf_weights(reader, config), EngineTokenizer.from_gguf_reader(reader)
+    weights = read_gguf_weights(reader, config, keep_q4=keep_q4)
+    return config, weights, EngineTokenizer.from_gguf_reader(reader)
 
 
 def load_model(path: str | None = None, dtype: torch.dtype | str | None = torch.float32,
-               device: torch.device | str = "cpu", use_cache: bool = True) -> LoadedModel:
+               device: torch.device | str = "cpu", use_cache: bool = True,
+               int4: bool | None = None) -> LoadedModel:
+    """`int4`: use the 4-bit kernel for the GGUF's Q4_1 tensors on small batches (decode).
+    None = wherever supported (bfloat16 on CPU); float32 is always dense, the exact mode."""
     source = path if path is not None else default_model_path()
     if not os.path.exists(source):
         raise ModelLoadError(f"model path {source!r} does not exist")
     torch_dtype = parse_dtype(dtype)
+    supported = int4_supported(torch_dtype, torch.device(device))
+    if int4 and not supported:
+        raise ModelLoadError("int4 weights need dtype bfloat16 on CPU")
+    use_int4 = supported if int4 is None else int4
     # Only GGUF files are cached: an HF directory's safetensors already map without any work.
     use_cache = use_cache and not os.path.isdir(source)
-    cached = load_cached(source, torch_dtype) if use_cache else None
+    variant = "q4" if supported else ""
+    cached = load_cached(source, torch_dtype, variant) if use_cache else None
     if cached is not None:
         weights, extra = cached
         config = ModelConfig(**extra["config"])
         tokenizer = EngineTokenizer.from_state(extra["tokenizer"])
     else:
-        config, weights, tokenizer = _read_source(source)
+        config, weights, tokenizer = _read_source(source, keep_q4=supported)
+        # Dense weights are cached in the target dtype; 4-bit parts keep their own types.
+        weights = {k: v if is_q4_part(k) else v.to(torch_dtype) for k, v in weights.items()}
         if use_cache:
             store(source, torch_dtype, weights,
-                  {"config": dataclasses.asdict(config), "tokenizer": tokenizer.to_state()})
-    model = LlamaModel(config, weights, dtype=torch_dtype, device=device)
+                  {"config": dataclasses.asdict(config), "tokenizer": tokenizer.to_state()},
+                  variant)
+    model = LlamaModel(config, weights, dtype=torch_dtype, device=device, use_int4=use_int4)
     return LoadedModel(config=config, model=model, tokenizer=tokenizer, source=source)

@@ -19,7 +19,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 # Bump when the cached layout or naming changes.
-_FORMAT_VERSION = 1
+_FORMAT_VERSION = 2
 
 
 def cache_dir() -> str:
@@ -28,21 +28,23 @@ def cache_dir() -> str:
     return os.path.join(root, "weights")
 
 
-def cache_key(source: str, dtype: torch.dtype) -> str:
+def cache_key(source: str, dtype: torch.dtype, variant: str = "") -> str:
+    """`variant` names anything else that changes what is stored (e.g. 4-bit parts kept)."""
     stat = os.stat(source)
-    ident = f"{os.path.abspath(source)}|{stat.st_size}|{stat.st_mtime_ns}|{dtype}|{_FORMAT_VERSION}"
+    ident = (f"{os.path.abspath(source)}|{stat.st_size}|{stat.st_mtime_ns}|{dtype}|{variant}|"
+             f"{_FORMAT_VERSION}")
     return hashlib.sha256(ident.encode()).hexdigest()[:32]
 
 
-def _paths(source: str, dtype: torch.dtype) -> tuple[str, str]:
-    base = os.path.join(cache_dir(), cache_key(source, dtype))
+def _paths(source: str, dtype: torch.dtype, variant: str) -> tuple[str, str]:
+    base = os.path.join(cache_dir(), cache_key(source, dtype, variant))
     return base + ".safetensors", base + ".json"
 
 
-def load_cached(source: str, dtype: torch.dtype) -> tuple[dict[str, torch.Tensor],
-                                                            dict[str, Any]] | None:
+def load_cached(source: str, dtype: torch.dtype,
+                variant: str = "") -> tuple[dict[str, torch.Tensor], dict[str, Any]] | None:
     """(weights, extra) for a complete entry, else None. A damaged entry counts as a miss."""
-    weights_path, meta_path = _paths(source, dtype)
+    weights_path, meta_path = _paths(source, dtype, variant)
     if not os.path.isfile(meta_path) or not os.path.isfile(weights_path):
         return None
     try:
@@ -67,12 +69,12 @@ def _atomic_write(path: str, write: Any) -> None:
 
 
 def store(source: str, dtype: torch.dtype, weights: dict[str, torch.Tensor],
-          extra: dict[str, Any]) -> None:
+          extra: dict[str, Any], variant: str = "") -> None:
     """Write an entry; failures (read-only home, full disk) only cost the next start time."""
-    weights_path, meta_path = _paths(source, dtype)
+    weights_path, meta_path = _paths(source, dtype, variant)
     try:
         os.makedirs(os.path.dirname(weights_path), exist_ok=True)
-        contiguous = {k: v.to(dtype).contiguous() for k, v in weights.items()}
+        contiguous = {k: v.contiguous() for k, v in weights.items()}
         _atomic_write(weights_path, lambda tmp: save_file(contiguous, tmp))
 
         def write_meta(tmp: str) -> None:
