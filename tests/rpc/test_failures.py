@@ -117,3 +117,53 @@ async def test_dead_sender_mid_transfer(quad, make_prompts) -> None:
         assert (await d.stats()).leases == 1
         await assert_accounted(d)  # the lease lapses and frees the half-filled pages
         await _still_serving(p, d, "after-dead-sender", make_prompts)
+
+
+async def test_bad_input_maps_to_status_codes(quad) -> None:
+    async with quad["prefill"].client() as p, quad["decode"].client() as d:
+        info = await d.model_info()
+        cases = [
+            (d.prep_recv("empty", [], end=-1), grpc.StatusCode.INVALID_ARGUMENT),
+            (d.prep_recv("range", [1, 2, 3], end=9), grpc.StatusCode.INVALID_ARGUMENT),
+            (d.prep_recv("vocab", [info.vocab_size + 5], end=1), grpc.StatusCode.INVALID_ARGUMENT),
+            (p.remote_send("junk", [1, 2, 3], b"not-a-kv-addr", d.address, 0, 2),
+             grpc.StatusCode.INVALID_ARGUMENT),
+            (d.generate("nan", [1, 2, 3], params=sampling(4, temperature=float("nan"))),
+             grpc.StatusCode.INVALID_ARGUMENT),
+            # 4000 tokens hold 250 of the 512 pages: a third such reservation cannot fit.
+            (_big_reservations(d), grpc.StatusCode.RESOURCE_EXHAUSTED),
+        ]
+        for call, code in cases:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await call
+            assert err.value.code() == code, err.value.details()
+            assert err.value.details()
+        assert await d.abort("big-0") and await d.abort("big-1")
+        await assert_accounted(d)
+        assert await d.healthy()
+
+
+async def _big_reservations(d: EngineClient) -> None:
+    for i in range(3):
+        await d.prep_recv(f"big-{i}", [100 + i, *LONG_PROMPT] * 3, end=4000)
+
+
+async def test_kv_events_snapshot_then_live_stream(quad, make_prompts) -> None:
+    async with quad["decode"].client() as d:
+        events = d.kv_events(snapshot=True)
+        snap = await events.read()
+        assert snap.snapshot and snap.first_seq == snap.last_seq
+        assert len(snap.stored) == (await d.stats()).cached_blocks
+        prompt = make_prompts("events")[5]
+        await d.generate("events", prompt, params=sampling(1))
+        batch = await asyncio.wait_for(events.read(), 30)
+        assert not batch.snapshot and batch.first_seq == snap.last_seq + 1
+        assert len(batch.stored) == len(prompt) // 16
+        assert await d.match_prefix(prompt) == len(prompt) // 16 * 16
+        events.cancel()
+
+
+def test_sigterm_shuts_down_cleanly(quad) -> None:
+    engine = quad["prefill"]
+    engine.stop()
+    assert engine.proc.returncode == 0, engine.log_tail()
