@@ -30,8 +30,7 @@ pub struct ScoreResult {
     pub hashes: Vec<u64>,
     /// Eligible engines, cheapest first.
     pub candidates: Vec<Candidate>,
-    /// (engine id, matched blocks) for every engine holding at least one block, eligible or
-    /// not; sorted by engine id.
+    /// (engine id, matched blocks) for every engine holding at least one block, eligible or not.
     pub matches: Vec<(u32, usize)>,
     pub block_size: usize,
 }
@@ -40,8 +39,44 @@ impl ScoreResult {
     /// Prompt tokens `engine_id` holds (0 when none or unknown).
     pub fn matched_tokens(&self, engine_id: u32) -> u64 {
         self.matches
-            .binary_search_by_key(&engine_id, |(id, _)| *id)
-            .map_or(0, |i| (self.matches[i].1 * self.block_size) as u64)
+            .iter()
+            .find(|(id, _)| *id == engine_id)
+            .map_or(0, |(_, blocks)| (*blocks * self.block_size) as u64)
+    }
+}
+
+/// Matched blocks by engine id for one request: a dense table when ids are small (they are
+/// chosen by the router: 0, 1, 2, ...), else a sorted list.
+enum MatchLookup {
+    Dense(Vec<u32>),
+    Sorted(Vec<(u32, usize)>),
+}
+
+impl MatchLookup {
+    const DENSE_MAX_ID: u32 = 1 << 16;
+
+    fn new(matches: &[(u32, usize)]) -> Self {
+        let max_id = matches.iter().map(|(id, _)| *id).max().unwrap_or(0);
+        if max_id < Self::DENSE_MAX_ID {
+            let mut dense = vec![0u32; max_id as usize + 1];
+            for (id, blocks) in matches {
+                dense[*id as usize] = u32::try_from(*blocks).unwrap_or(u32::MAX);
+            }
+            MatchLookup::Dense(dense)
+        } else {
+            let mut sorted = matches.to_vec();
+            sorted.sort_unstable();
+            MatchLookup::Sorted(sorted)
+        }
+    }
+
+    fn get(&self, engine_id: u32) -> u64 {
+        match self {
+            MatchLookup::Dense(dense) => dense.get(engine_id as usize).map_or(0, |b| u64::from(*b)),
+            MatchLookup::Sorted(sorted) => sorted
+                .binary_search_by_key(&engine_id, |(id, _)| *id)
+                .map_or(0, |i| sorted[i].1 as u64),
+        }
     }
 }
 
@@ -103,28 +138,22 @@ impl RouterCore {
         role: Option<Role>,
         now_s: f64,
     ) -> Result<ScoreResult> {
-        let mut matches = {
+        let matches = {
             let mut index = lock(&self.index);
             index.purge_expired(now_s);
             index.match_prefix(&hashes)
         };
-        // Sorted by engine id so each engine's match is a binary search (hundreds of engines).
-        matches.sort_unstable();
         let weights = self.weights();
+        let blocks_by_engine = MatchLookup::new(&matches);
         let candidates = {
             let table = lock(&self.table);
-            let matched = |id: u32| {
-                matches
-                    .binary_search_by_key(&id, |(e, _)| *e)
-                    .map_or(0, |i| matches[i].1 as u64)
-            };
             rank(
                 table.all(),
                 role,
                 prompt_tokens,
                 self.block_size as u64,
                 &weights,
-                matched,
+                |id| blocks_by_engine.get(id),
             )
         };
         Ok(ScoreResult {
