@@ -140,6 +140,9 @@ class RouterCore:
                  max_blocks: int = 16_777_216, approx_ttl_s: float = 120.0) -> RouterCore: ...
     def set_weights(self, prefill_weight: float, queue_weight: float, decode_weight: float,
                     kv_weight: float) -> None: ...
+    def record_routed(self, engine_id: int, result: ScoreResult) -> None:
+        """Approximate mode: remember that result's prompt blocks went to engine_id (TTL);
+        same as index.record_routed(engine_id, result.hashes) without the round trip."""
     def score(self, tokens: Sequence[int], role: str | None = None) -> ScoreResult:
         """Hash, match against every engine, score every healthy engine whose role is `role`
         (None or "any" = all; an engine with role "any" serves every role). GIL released."""

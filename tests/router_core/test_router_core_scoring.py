@@ -192,3 +192,29 @@ def test_concurrent_scoring_and_events_from_threads() -> None:
         t.join(timeout=60)
     assert not errors
     assert all(not t.is_alive() for t in threads)
+
+
+def test_record_routed_from_a_score_result() -> None:
+    core = router_core.RouterCore(BLOCK, 1, approx_ttl_s=60.0)
+    for e in range(2):
+        core.table.upsert(e, "any")
+        core.index.add_engine(e, approximate=True)
+    prompt = list(range(48))
+    first = core.score(prompt)
+    assert first.matches == {}
+    core.record_routed(1, first)
+    again = core.score(prompt + [7] * 16)
+    assert again.matched(1) == 48 and again.best == 1
+
+
+def test_hash_arguments_accept_tuples_and_arrays() -> None:
+    import array
+
+    index = router_core.PrefixIndex(BLOCK, 0)
+    index.add_engine(0)
+    assert index.apply_events(0, 1, 1, (2**64 - 1, 5), array.array("Q", [6]))
+    assert index.match(array.array("Q", [2**64 - 1, 5])) == {0: 2}
+    with pytest.raises(OverflowError):
+        index.apply_events(0, 2, 2, [2**64], [])
+    with pytest.raises(TypeError):
+        index.match(["x"])  # type: ignore[list-item]

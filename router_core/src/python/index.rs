@@ -1,6 +1,7 @@
 //! `PrefixIndex` for Python: a handle on a shared, locked [`crate::prefix_index::PrefixIndex`]
 //! (the same one `RouterCore.index` scores with).
 
+use super::convert::extract_u64s;
 use crate::hashing::validate_block_size;
 use crate::prefix_index::PrefixIndex;
 use crate::router::{lock, monotonic_s};
@@ -67,9 +68,10 @@ impl PyPrefixIndex {
         engine_id: u32,
         first_seq: u64,
         last_seq: u64,
-        stored: Vec<u64>,
-        evicted: Vec<u64>,
+        stored: &Bound<'_, PyAny>,
+        evicted: &Bound<'_, PyAny>,
     ) -> PyResult<bool> {
+        let (stored, evicted) = (extract_u64s(stored)?, extract_u64s(evicted)?);
         Ok(py.allow_threads(|| {
             lock(&self.inner).apply_events(engine_id, first_seq, last_seq, &stored, &evicted)
         })?)
@@ -80,8 +82,9 @@ impl PyPrefixIndex {
         py: Python<'_>,
         engine_id: u32,
         last_seq: u64,
-        stored: Vec<u64>,
+        stored: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
+        let stored = extract_u64s(stored)?;
         Ok(py.allow_threads(|| lock(&self.inner).apply_snapshot(engine_id, last_seq, &stored))?)
     }
 
@@ -94,19 +97,26 @@ impl PyPrefixIndex {
     }
 
     /// Approximate mode: remember that these blocks were sent to engine_id (expire after TTL).
-    fn record_routed(&self, py: Python<'_>, engine_id: u32, hashes: Vec<u64>) -> PyResult<()> {
+    fn record_routed(
+        &self,
+        py: Python<'_>,
+        engine_id: u32,
+        hashes: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let hashes = extract_u64s(hashes)?;
         Ok(py
             .allow_threads(|| lock(&self.inner).record_routed(engine_id, &hashes, monotonic_s()))?)
     }
 
     /// engine_id -> number of leading blocks of `hashes` that engine holds (0s omitted).
     #[pyo3(name = "match")]
-    fn match_(&self, py: Python<'_>, hashes: Vec<u64>) -> HashMap<u32, usize> {
-        py.allow_threads(|| {
+    fn match_(&self, py: Python<'_>, hashes: &Bound<'_, PyAny>) -> PyResult<HashMap<u32, usize>> {
+        let hashes = extract_u64s(hashes)?;
+        Ok(py.allow_threads(|| {
             let mut index = lock(&self.inner);
             index.purge_expired(monotonic_s());
             index.match_prefix(&hashes).into_iter().collect()
-        })
+        }))
     }
 
     fn num_blocks(&self, py: Python<'_>) -> usize {

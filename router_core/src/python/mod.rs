@@ -5,6 +5,7 @@ mod convert;
 mod detok;
 mod hashing;
 mod index;
+mod ints;
 mod router;
 mod table;
 

@@ -5,7 +5,7 @@ use super::convert::extract_u32s;
 use super::index::PyPrefixIndex;
 use super::table::PyEngineTable;
 use crate::engine_table::Role;
-use crate::router::{monotonic_s, RouterCore, ScoreResult};
+use crate::router::{lock, monotonic_s, RouterCore, ScoreResult};
 use crate::scoring::{Candidate, ScoreWeights};
 use pyo3::prelude::*;
 use std::collections::HashMap;
@@ -187,6 +187,20 @@ impl PyRouterCore {
         let weights = ScoreWeights::new(prefill_weight, queue_weight, decode_weight, kv_weight)?;
         self.core.set_weights(weights);
         Ok(())
+    }
+
+    /// Approximate mode: remember that `result`'s prompt blocks went to `engine_id` (no trip
+    /// of the hashes through Python objects); a no-op for event-driven engines.
+    fn record_routed(
+        &self,
+        py: Python<'_>,
+        engine_id: u32,
+        result: &PyScoreResult,
+    ) -> PyResult<()> {
+        let hashes = &result.inner.hashes;
+        Ok(py.allow_threads(|| {
+            lock(&self.core.index).record_routed(engine_id, hashes, monotonic_s())
+        })?)
     }
 
     /// Hash, match against every engine, score every healthy engine whose role is `role`

@@ -1,0 +1,105 @@
+//! Integer sequences from Python, converted while the GIL is held (the only part of a call that
+//! cannot release it). Lists and tuples take a direct C-API path, about 3x faster than generic
+//! sequence extraction; buffers (array.array, numpy) are copied in one go.
+
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::PyOverflowError;
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyTuple};
+
+/// Token ids (each must fit in u32) from a list, tuple, buffer of 4- or 8-byte ints or any
+/// sequence of ints.
+pub fn extract_u32s(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
+    extract_ints(obj)
+}
+
+/// Block hashes (each must fit in u64) from the same kinds of objects.
+pub fn extract_u64s(obj: &Bound<'_, PyAny>) -> PyResult<Vec<u64>> {
+    extract_ints(obj)
+}
+
+fn extract_ints<T>(obj: &Bound<'_, PyAny>) -> PyResult<Vec<T>>
+where
+    T: TryFrom<u64> + TryFrom<i64> + for<'a> FromPyObject<'a>,
+{
+    if let Ok(list) = obj.downcast::<PyList>() {
+        return items(list.as_any(), list.len(), ffi::PyList_GetItem);
+    }
+    if let Ok(tuple) = obj.downcast::<PyTuple>() {
+        return items(tuple.as_any(), tuple.len(), ffi::PyTuple_GetItem);
+    }
+    if let Some(out) = buffer_ints(obj)? {
+        return Ok(out);
+    }
+    obj.extract::<Vec<T>>()
+}
+
+/// The C-API getter of a list or tuple item (returns a borrowed reference).
+type GetItem = unsafe extern "C" fn(*mut ffi::PyObject, ffi::Py_ssize_t) -> *mut ffi::PyObject;
+
+fn items<T: TryFrom<u64>>(
+    seq: &Bound<'_, PyAny>,
+    len: usize,
+    get_item: GetItem,
+) -> PyResult<Vec<T>> {
+    let py = seq.py();
+    let mut out = Vec::with_capacity(len);
+    for i in 0..len {
+        // SAFETY: we hold the GIL, `i` < the sequence's length, and nothing below runs Python
+        // code (PyLong_AsUnsignedLongLong only reads ints and raises TypeError for anything
+        // else), so the borrowed item stays alive and the sequence cannot change meanwhile.
+        let value: u64 = unsafe {
+            let item = get_item(seq.as_ptr(), i as ffi::Py_ssize_t);
+            if item.is_null() {
+                return Err(PyErr::fetch(py));
+            }
+            ffi::PyLong_AsUnsignedLongLong(item)
+        };
+        if value == u64::MAX {
+            if let Some(err) = PyErr::take(py) {
+                return Err(err);
+            }
+        }
+        out.push(T::try_from(value).map_err(|_| overflow(value))?);
+    }
+    Ok(out)
+}
+
+/// Integers from an object exposing the buffer protocol, or None when it exposes none.
+fn buffer_ints<T: TryFrom<u64> + TryFrom<i64>>(obj: &Bound<'_, PyAny>) -> PyResult<Option<Vec<T>>> {
+    let py = obj.py();
+    let unsigned: Option<Vec<u64>> = if let Ok(buf) = PyBuffer::<u32>::get(obj) {
+        Some(buf.to_vec(py)?.into_iter().map(u64::from).collect())
+    } else if let Ok(buf) = PyBuffer::<u64>::get(obj) {
+        Some(buf.to_vec(py)?)
+    } else {
+        None
+    };
+    if let Some(values) = unsigned {
+        return values
+            .into_iter()
+            .map(|v| T::try_from(v).map_err(|_| overflow(v)))
+            .collect::<PyResult<Vec<T>>>()
+            .map(Some);
+    }
+    let signed: Option<Vec<i64>> = if let Ok(buf) = PyBuffer::<i32>::get(obj) {
+        Some(buf.to_vec(py)?.into_iter().map(i64::from).collect())
+    } else if let Ok(buf) = PyBuffer::<i64>::get(obj) {
+        Some(buf.to_vec(py)?)
+    } else {
+        None
+    };
+    match signed {
+        Some(values) => values
+            .into_iter()
+            .map(|v| T::try_from(v).map_err(|_| overflow(v)))
+            .collect::<PyResult<Vec<T>>>()
+            .map(Some),
+        None => Ok(None),
+    }
+}
+
+fn overflow(value: impl std::fmt::Display) -> PyErr {
+    PyOverflowError::new_err(format!("{value} is out of range"))
+}
