@@ -69,35 +69,30 @@ fn items<T: TryFrom<u64>>(
 /// Integers from an object exposing the buffer protocol, or None when it exposes none.
 fn buffer_ints<T: TryFrom<u64> + TryFrom<i64>>(obj: &Bound<'_, PyAny>) -> PyResult<Option<Vec<T>>> {
     let py = obj.py();
-    let unsigned: Option<Vec<u64>> = if let Ok(buf) = PyBuffer::<u32>::get(obj) {
-        Some(buf.to_vec(py)?.into_iter().map(u64::from).collect())
-    } else if let Ok(buf) = PyBuffer::<u64>::get(obj) {
-        Some(buf.to_vec(py)?)
-    } else {
-        None
-    };
-    if let Some(values) = unsigned {
-        return values
-            .into_iter()
-            .map(|v| T::try_from(v).map_err(|_| overflow(v)))
-            .collect::<PyResult<Vec<T>>>()
-            .map(Some);
+    if let Ok(buf) = PyBuffer::<u32>::get(obj) {
+        return narrow(buf.to_vec(py)?.into_iter().map(u64::from)).map(Some);
     }
-    let signed: Option<Vec<i64>> = if let Ok(buf) = PyBuffer::<i32>::get(obj) {
-        Some(buf.to_vec(py)?.into_iter().map(i64::from).collect())
-    } else if let Ok(buf) = PyBuffer::<i64>::get(obj) {
-        Some(buf.to_vec(py)?)
-    } else {
-        None
-    };
-    match signed {
-        Some(values) => values
-            .into_iter()
-            .map(|v| T::try_from(v).map_err(|_| overflow(v)))
-            .collect::<PyResult<Vec<T>>>()
-            .map(Some),
-        None => Ok(None),
+    if let Ok(buf) = PyBuffer::<u64>::get(obj) {
+        return narrow(buf.to_vec(py)?.into_iter()).map(Some);
     }
+    if let Ok(buf) = PyBuffer::<i32>::get(obj) {
+        return narrow(buf.to_vec(py)?.into_iter().map(i64::from)).map(Some);
+    }
+    if let Ok(buf) = PyBuffer::<i64>::get(obj) {
+        return narrow(buf.to_vec(py)?.into_iter()).map(Some);
+    }
+    Ok(None)
+}
+
+/// Converts every value to `T`, failing on the first that does not fit.
+fn narrow<T, V>(values: impl Iterator<Item = V>) -> PyResult<Vec<T>>
+where
+    T: TryFrom<V>,
+    V: Copy + std::fmt::Display,
+{
+    values
+        .map(|v| T::try_from(v).map_err(|_| overflow(v)))
+        .collect()
 }
 
 fn overflow(value: impl std::fmt::Display) -> PyErr {
