@@ -65,3 +65,19 @@ def test_bad_seed_raises() -> None:
         router_core.block_hashes([1, 2], 2, -1)
     with pytest.raises(OverflowError):
         router_core.block_hashes([1, 2], 2, 2**64)
+
+
+def test_accepts_arrays_and_numpy_buffers() -> None:
+    import array
+
+    import numpy as np
+
+    tokens = [(i * 31) % 49152 for i in range(64)]
+    expected = reference_block_hashes(tokens, 16, 9)
+    for buffer in (array.array("I", tokens), array.array("q", tokens),
+                   np.array(tokens, dtype=np.int64), np.array(tokens, dtype=np.uint32)):
+        assert router_core.block_hashes(buffer, 16, 9) == expected  # type: ignore[arg-type]
+    with pytest.raises(OverflowError):
+        router_core.block_hashes(np.array([-1] * 16), 16, 0)  # type: ignore[arg-type]
+    with pytest.raises(OverflowError):
+        router_core.block_hashes(np.array([2**33] * 16), 16, 0)  # type: ignore[arg-type]
