@@ -69,16 +69,19 @@ def _plan_prefill(seq: SeqLayout, page_size: int, device: torch.device) -> _Pref
     return _PrefillSeq(seq.q_start, seq.q_len, seq.ctx_len, page_index, mask)
 
 
-def _gather(cache: torch.Tensor, page_index: torch.Tensor, which: int) -> torch.Tensor:
-    """K (which=0) or V (1) of the given pages as `[..., kv_heads, pages * page_size, D]`."""
-    pages = cache[page_index, which]  # [..., pages, page_size, kv_heads, D]
-    merged = pages.flatten(-4, -3)  # [..., tokens, kv_heads, D]
-    return merged.transpose(-3, -2)
+def _gather(cache: torch.Tensor, page_index: torch.Tensor,
+            dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """K and V of the given pages `[..., pages]`, each `[..., kv_heads, pages * page_size, D]`
+    in `dtype`: one gather and one copy (layout change and dtype cast together)."""
+    pages = cache[page_index]  # [..., pages, 2, page_size, kv_heads, D]
+    kv_first = pages.transpose(-5, -4).to(dtype, memory_format=torch.contiguous_format)
+    merged = kv_first.flatten(-4, -3)  # [..., 2, tokens, kv_heads, D]
+    return merged.select(-4, 0).transpose(-3, -2), merged.select(-4, 1).transpose(-3, -2)
 
 
 def _decode_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                       key_mask: torch.Tensor) -> torch.Tensor:
-    """Single-token queries `[B, H, D]` over keys/values `[B, KvH, L, D]`, in float32.
+    """Single-token queries `[B, H, D]` over float32 keys/values `[B, KvH, L, D]`.
 
     Written out rather than via scaled_dot_product_attention: for one query row the CPU SDPA
     kernels are 2-4x slower in bf16 (and no faster in fp32). The H query heads are grouped by
@@ -87,9 +90,9 @@ def _decode_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.T
     batch, heads, dim = queries.shape
     kv_heads = keys.shape[1]
     grouped = queries.view(batch, kv_heads, heads // kv_heads, dim).float()
-    scores = grouped @ keys.float().transpose(-1, -2) * dim ** -0.5  # [B, KvH, G, L]
+    scores = grouped @ keys.transpose(-1, -2) * dim ** -0.5  # [B, KvH, G, L]
     scores = scores.masked_fill(~key_mask, float("-inf"))
-    attended = scores.softmax(-1) @ values.float()  # [B, KvH, G, D]
+    attended = scores.softmax(-1) @ values  # [B, KvH, G, D]
     return attended.view(batch, heads, dim).to(queries.dtype)
 
 
@@ -113,19 +116,18 @@ class TorchPagedBackend(AttentionBackend):
         plan = ctx.plan
         assert isinstance(plan, TorchPlan), "plan(ctx) must run before run()"
         cache = ctx.kv.layer(layer)
-        cache[plan.write_pages, 0, plan.write_offsets] = k.to(cache.dtype)
-        cache[plan.write_pages, 1, plan.write_offsets] = v.to(cache.dtype)
+        cache[plan.write_pages, :, plan.write_offsets] = torch.stack((k, v), dim=1).to(cache.dtype)
         out = torch.empty_like(q)
         if plan.decode is not None:
             group = plan.decode
-            keys = _gather(cache, group.page_index, 0)
-            values = _gather(cache, group.page_index, 1)
+            keys, values = _gather(cache, group.page_index, torch.float32)
             out[group.rows] = _decode_attention(q[group.rows], keys, values, group.key_mask)
         for seq in plan.prefills:
             rows = slice(seq.q_start, seq.q_start + seq.q_len)
             queries = q[rows].transpose(0, 1).unsqueeze(0)  # [1, H, q_len, D]
-            keys = _gather(cache, seq.page_index, 0)[:, : seq.ctx_len].unsqueeze(0).to(q.dtype)
-            values = _gather(cache, seq.page_index, 1)[:, : seq.ctx_len].unsqueeze(0).to(q.dtype)
+            keys, values = _gather(cache, seq.page_index, q.dtype)
+            keys = keys[:, : seq.ctx_len].unsqueeze(0)
+            values = values[:, : seq.ctx_len].unsqueeze(0)
             attended = F.scaled_dot_product_attention(
                 queries, keys, values, attn_mask=seq.causal_mask,
                 is_causal=seq.causal_mask is None, enable_gqa=True)

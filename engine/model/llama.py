@@ -22,10 +22,10 @@ class MissingWeight(KeyError):
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    # In float32 like the reference implementation, then back to the model dtype.
-    x32 = x.to(torch.float32)
-    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * x32.to(x.dtype)
+    # Normalised in float32 like the reference implementation, scaled in the model dtype; the
+    # fused kernel saves five dispatches per call over the spelled-out formula.
+    normed = F.rms_norm(x.to(torch.float32), (x.shape[-1],), eps=eps)
+    return weight * normed.to(x.dtype)
 
 
 class LlamaLayer(nn.Module):
@@ -71,10 +71,11 @@ class LlamaLayer(nn.Module):
         tokens = hidden.shape[0]
         x = rms_norm(hidden, self.input_norm, self.eps)
         qkv = self.qkv_proj(x)
-        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = rope.apply(q.view(tokens, self.num_heads, self.head_dim), cos, sin)
-        k = rope.apply(k.view(tokens, self.num_kv_heads, self.head_dim), cos, sin)
-        v = v.view(tokens, self.num_kv_heads, self.head_dim)
+        # q and k heads are adjacent in the fused output: rotate them in one go.
+        qk = qkv[:, : self.q_size + self.kv_size].view(tokens, -1, self.head_dim)
+        qk = rope.apply(qk, cos, sin)
+        q, k = qk[:, : self.num_heads], qk[:, self.num_heads:]
+        v = qkv[:, self.q_size + self.kv_size:].view(tokens, self.num_kv_heads, self.head_dim)
         attended = ctx.backend.run(layer_idx, q, k, v, ctx)
         if ctx.layer_hook is not None:
             ctx.layer_hook(layer_idx)
