@@ -13,6 +13,7 @@ from pyrouter.engines.membership import EngineSet
 from pyrouter.errors import NoCapacity
 from pyrouter.policy_registry import PolicySpec
 from pyrouter.request import RouterRequest
+from router_core import EngineLoad, RouterCore, ScoreResult
 
 
 @dataclass(slots=True)
@@ -47,7 +48,7 @@ class ClusterView:
         return self.policy.state
 
     @property
-    def core(self) -> Any:
+    def core(self) -> RouterCore:
         return self._engines.core
 
     def engines(self, role: str = "any") -> list[EngineHandle]:
@@ -55,7 +56,7 @@ class ClusterView:
         return sorted((e for e in self._engines.healthy() if _serves(e, role)),
                       key=lambda e: e.num)
 
-    def score(self, role: str, req: RouterRequest) -> Any:
+    def score(self, role: str, req: RouterRequest) -> ScoreResult:
         """router_core's ScoreResult for `role`; also records matched lengths on `req`."""
         result = self.core.score(req.tokens, None if role == "any" else role)
         by_num = {e.num: e.id for e in self._engines.engines.values()}
@@ -83,13 +84,13 @@ class ClusterView:
             self.score(engine.role, req)
         return (req.matched_by_engine or {}).get(engine.id, 0)
 
-    def load(self, engine: EngineHandle) -> Any:
+    def load(self, engine: EngineHandle) -> EngineLoad:
         """router_core's EngineLoad: unfinished tokens, running decodes, KV pages, inflight."""
         return self.core.table.get(engine.num)
 
     def unfinished_tokens(self, engine: EngineHandle) -> int:
         load = self.load(engine)
-        return int(load.unfinished_tokens) + int(getattr(load, "router_tokens", 0))
+        return load.unfinished_tokens + load.router_tokens
 
     def _by_num(self, num: int) -> EngineHandle | None:
         for engine in self._engines.engines.values():

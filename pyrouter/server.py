@@ -17,6 +17,7 @@ from pyrouter.http.app import make_app
 from pyrouter.policy_registry import get_policy, load_policy_source
 from pyrouter.state import RouterConfig, RouterState
 from pyrouter.tokenizer import load_router_tokenizer, model_display_id
+from router_core import DetokenizerVocab
 
 log = logging.getLogger("switchyard.router")
 
@@ -62,7 +63,8 @@ async def build_state(args: argparse.Namespace) -> RouterState:
     slot = PolicySlot(initial_policy(args.policy, args.policy_file))
     timeout_s = float(getattr(args, "policy_timeout_s", None) or 300.0)
     return RouterState(config, tokenizer, engines, slot,
-                       Dispatcher(engines, slot, policy_timeout_s=timeout_s))
+                       Dispatcher(engines, slot, policy_timeout_s=timeout_s),
+                       DetokenizerVocab.from_tokenizer_json(tokenizer.to_json()))
 
 
 async def serve_router(args: argparse.Namespace, stop: asyncio.Event,

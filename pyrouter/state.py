@@ -11,6 +11,7 @@ from pyrouter.engines.membership import EngineSet
 from pyrouter.metrics import RouterMetrics
 from pyrouter.otel import OtelExporter, otel_exporter_from_env
 from pyrouter.tracing import TraceWriter, trace_writer_from_env
+from router_core import DetokenizerVocab
 
 
 @dataclass(slots=True)
@@ -38,6 +39,7 @@ class RouterState:
     engines: EngineSet
     slot: PolicySlot
     dispatcher: Dispatcher
+    detok_vocab: DetokenizerVocab  # built once from the tokenizer; every response's detokenizer
     metrics: RouterMetrics = field(default_factory=RouterMetrics)
     inflight: int = 0
     tracer: TraceWriter | None = field(default_factory=trace_writer_from_env)

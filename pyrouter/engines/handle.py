@@ -15,6 +15,7 @@ import grpc
 
 from pyrouter.errors import TransferFailed, VerbOrderError
 from pyrouter.request import RouterRequest
+from router_core import RouterCore
 from switchyard_rpc import engine_pb2 as pb
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ class EngineHandle:
     address: str
     role: str
     client: EngineClient
-    core: Any            # RouterCore (table accounting on dispatch/complete)
+    core: RouterCore     # table accounting on dispatch/complete
     healthy: bool = False
     draining: bool = False
     model_id: str = ""

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 import grpc
 
@@ -15,6 +14,7 @@ from pyrouter.core import make_router_core
 from pyrouter.engines.client import EngineClient
 from pyrouter.engines.handle import EngineHandle
 from pyrouter.errors import BadRequest, NotFound
+from router_core import RouterCore
 
 log = logging.getLogger("switchyard.router")
 
@@ -31,7 +31,7 @@ class EngineSet:
     def __init__(self, poll_s: float = 0.5, block_size: int = 16, seed: int = 0) -> None:
         self.poll_s = poll_s
         self.engines: dict[str, EngineHandle] = {}
-        self.core: Any = make_router_core(block_size, seed)
+        self.core: RouterCore = make_router_core(block_size, seed)
         self._core_key: tuple[int, int] | None = None  # (block_size, seed) learned from engines
         self._next = 0
         self._tasks: dict[str, list[asyncio.Task[None]]] = {}

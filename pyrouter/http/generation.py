@@ -11,13 +11,12 @@ from typing import Any, Literal
 import grpc
 from aiohttp import web
 
-from pyrouter.detokenize import make_detokenizer
 from pyrouter.dispatch import Admitted
 from pyrouter.errors import BadRequest, Busy, EngineFailed, RouterError
 from pyrouter.http.parse import parse_request
-from pyrouter.http.sse import make_encoder, usage_dict
 from pyrouter.request import RouterRequest
 from pyrouter.state import STATE, RouterState
+from router_core import IncrementalDetokenizer, SseEncoder
 from switchyard_rpc import engine_pb2 as pb
 
 log = logging.getLogger("switchyard.router")
@@ -116,6 +115,13 @@ def _finish(reason: str) -> str:
     return _CLIENT_FINISH.get(reason, "stop")
 
 
+def _usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
+    """The non-streaming body's usage (streams get the same fields from SseEncoder.usage)."""
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached_tokens}}
+
+
 def _account(state: RouterState, req: RouterRequest, prompt_tokens: int,
              completion_tokens: int) -> None:
     req.completion_tokens = completion_tokens
@@ -124,7 +130,7 @@ def _account(state: RouterState, req: RouterRequest, prompt_tokens: int,
 
 
 async def _collect(state: RouterState, req: RouterRequest, adm: Admitted) -> web.Response:
-    detok = make_detokenizer(state.tokenizer, req.sampling.stop)
+    detok = IncrementalDetokenizer(state.detok_vocab, req.sampling.stop)
     texts: list[str] = []
     ids: list[int] = []
     finish = "stop"
@@ -154,7 +160,7 @@ async def _collect(state: RouterState, req: RouterRequest, adm: Admitted) -> web
     body = {"id": req.request_id,
             "object": "chat.completion" if req.kind == "chat" else "text_completion",
             "created": int(time.time()), "model": req.model, "choices": [choice],
-            "usage": usage_dict(prompt_tokens, len(ids), adm.first.cached_tokens)}
+            "usage": _usage(prompt_tokens, len(ids), adm.first.cached_tokens)}
     return web.json_response(body, headers={ROUTE_HEADER: req.route.header()})
 
 
@@ -164,11 +170,11 @@ async def _stream(request: web.Request, state: RouterState, req: RouterRequest,
         "Content-Type": "text/event-stream", "Cache-Control": "no-cache",
         ROUTE_HEADER: req.route.header(), "X-Request-Id": request["request_id"]})
     await resp.prepare(request)
-    enc = make_encoder(req.request_id, req.model, int(time.time()), req.kind)
+    enc = SseEncoder(req.request_id, req.model, int(time.time()), req.kind)
     if req.kind == "chat":
         await resp.write(enc.role_chunk())
     completion = 0
-    detok = make_detokenizer(state.tokenizer, req.sampling.stop)
+    detok = IncrementalDetokenizer(state.detok_vocab, req.sampling.stop)
     try:
         async for chunk in _chunks(adm):
             _check_chunk(chunk)
