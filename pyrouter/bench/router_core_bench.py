@@ -189,7 +189,7 @@ def _bench_ingestion(work: Workload) -> None:
     blocks from 64 batches earlier; an event is one stored or evicted block."""
     core = work.core(64)
     rng = np.random.default_rng(99)
-    batches = [rng.integers(1, 2**63, size=32, dtype=np.int64).tolist() for _ in range(5000)]
+    batches = [rng.integers(1, 2**63, size=32, dtype=np.int64).tolist() for _ in range(20_000)]
     start = time.perf_counter()
     events = 0
     for i, stored in enumerate(batches):

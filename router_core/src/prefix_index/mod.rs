@@ -16,6 +16,7 @@ mod ttl;
 use crate::engine_set::EngineSet;
 use crate::error::{Result, RouterCoreError};
 use crate::identity_hash::{block_map, BlockMap};
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 pub use ttl::{expiry_bucket, TtlBlocks};
 
@@ -30,7 +31,6 @@ enum Feed {
 struct EngineEntry {
     slot: usize,
     feed: Feed,
-    num_blocks: usize,
 }
 
 /// Which engines hold which blocks.
@@ -44,6 +44,8 @@ pub struct PrefixIndex {
     slots: Vec<Option<u32>>,
     /// Bitmap of occupied slots: the starting set of a match.
     occupied: Vec<u64>,
+    /// slot -> blocks it holds (by slot, so the per-block path needs no engine-map lookup).
+    slot_blocks: Vec<usize>,
     wide_heap_bytes: usize,
     dropped_blocks: u64,
 }
@@ -67,6 +69,7 @@ impl PrefixIndex {
             engines: HashMap::new(),
             slots: Vec::new(),
             occupied: Vec::new(),
+            slot_blocks: Vec::new(),
             wide_heap_bytes: 0,
             dropped_blocks: 0,
         })
@@ -92,6 +95,10 @@ impl PrefixIndex {
             self.occupied.resize(slot / 64 + 1, 0);
         }
         self.occupied[slot / 64] |= 1u64 << (slot % 64);
+        if self.slot_blocks.len() <= slot {
+            self.slot_blocks.resize(slot + 1, 0);
+        }
+        self.slot_blocks[slot] = 0;
         let feed = if approximate {
             Feed::Approximate(TtlBlocks::new())
         } else {
@@ -100,14 +107,7 @@ impl PrefixIndex {
                 stale: false,
             }
         };
-        self.engines.insert(
-            engine_id,
-            EngineEntry {
-                slot,
-                feed,
-                num_blocks: 0,
-            },
-        );
+        self.engines.insert(engine_id, EngineEntry { slot, feed });
     }
 
     /// Removes an engine and every block it held (no-op when unknown).
@@ -115,7 +115,7 @@ impl PrefixIndex {
         let Some(entry) = self.engines.remove(&engine_id) else {
             return;
         };
-        self.clear_slot(entry.slot, entry.num_blocks);
+        self.clear_slot(entry.slot);
         self.slots[entry.slot] = None;
         self.occupied[entry.slot / 64] &= !(1u64 << (entry.slot % 64));
     }
@@ -174,8 +174,8 @@ impl PrefixIndex {
             last_seq,
             stale: false,
         };
-        let (slot, held) = (entry.slot, entry.num_blocks);
-        self.clear_slot(slot, held);
+        let slot = entry.slot;
+        self.clear_slot(slot);
         for &hash in stored {
             let _indexed = self.set(slot, hash);
         }
@@ -293,7 +293,7 @@ impl PrefixIndex {
     pub fn engine_blocks(&self, engine_id: u32) -> Result<usize> {
         self.engines
             .get(&engine_id)
-            .map(|e| e.num_blocks)
+            .map(|e| self.slot_blocks.get(e.slot).copied().unwrap_or(0))
             .ok_or(RouterCoreError::UnknownEngine(engine_id))
     }
 
@@ -346,17 +346,21 @@ impl PrefixIndex {
 
     /// Marks `hash` held by `slot`; false when the index is full and the hash is new.
     fn set(&mut self, slot: usize, hash: u64) -> bool {
-        if !self.blocks.contains_key(&hash) && self.blocks.len() >= self.max_blocks {
-            self.dropped_blocks += 1;
-            return false;
-        }
-        let set = self.blocks.entry(hash).or_default();
+        let full = self.blocks.len() >= self.max_blocks;
+        let set = match self.blocks.entry(hash) {
+            Entry::Occupied(held) => held.into_mut(),
+            Entry::Vacant(_) if full => {
+                self.dropped_blocks += 1;
+                return false;
+            }
+            Entry::Vacant(new) => new.insert(EngineSet::default()),
+        };
         let before = set.heap_bytes();
         let added = set.insert(slot);
         self.wide_heap_bytes = self.wide_heap_bytes + set.heap_bytes() - before;
         if added {
-            if let Some(entry) = self.engine_at(slot) {
-                entry.num_blocks += 1;
+            if let Some(count) = self.slot_blocks.get_mut(slot) {
+                *count += 1;
             }
         }
         true
@@ -373,13 +377,14 @@ impl PrefixIndex {
             self.wide_heap_bytes -= set.heap_bytes();
             self.blocks.remove(&hash);
         }
-        if let Some(entry) = self.engine_at(slot) {
-            entry.num_blocks = entry.num_blocks.saturating_sub(1);
+        if let Some(count) = self.slot_blocks.get_mut(slot) {
+            *count = count.saturating_sub(1);
         }
     }
 
     /// Removes `slot` from every block (one pass over the table; snapshots and removals only).
-    fn clear_slot(&mut self, slot: usize, held: usize) {
+    fn clear_slot(&mut self, slot: usize) {
+        let held = self.slot_blocks.get(slot).copied().unwrap_or(0);
         if held > 0 {
             let mut freed = 0usize;
             self.blocks.retain(|_, set| {
@@ -392,8 +397,10 @@ impl PrefixIndex {
             });
             self.wide_heap_bytes -= freed;
         }
+        if let Some(count) = self.slot_blocks.get_mut(slot) {
+            *count = 0;
+        }
         if let Some(entry) = self.engine_at(slot) {
-            entry.num_blocks = 0;
             if let Feed::Approximate(ttl_blocks) = &mut entry.feed {
                 ttl_blocks.drain();
             }
