@@ -81,3 +81,14 @@ def test_accepts_arrays_and_numpy_buffers() -> None:
         router_core.block_hashes(np.array([-1] * 16), 16, 0)  # type: ignore[arg-type]
     with pytest.raises(OverflowError):
         router_core.block_hashes(np.array([2**33] * 16), 16, 0)  # type: ignore[arg-type]
+
+
+def test_accepts_int_like_scalars_in_lists() -> None:
+    import numpy as np
+
+    tokens = list(range(100, 132))
+    expected = reference_block_hashes(tokens, 16, 0)
+    assert router_core.block_hashes(list(np.array(tokens)), 16, 0) == expected
+    assert router_core.block_hashes(tuple(np.array(tokens, dtype=np.uint32)), 16, 0) == expected
+    with pytest.raises(TypeError):
+        router_core.block_hashes([np.float64(1.0)] * 16, 16, 0)

@@ -3,7 +3,7 @@
 //! sequence extraction; buffers (array.array, numpy) are copied in one go.
 
 use pyo3::buffer::PyBuffer;
-use pyo3::exceptions::PyOverflowError;
+use pyo3::exceptions::{PyOverflowError, PyTypeError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
@@ -46,21 +46,32 @@ fn items<T: TryFrom<u64>>(
     let py = seq.py();
     let mut out = Vec::with_capacity(len);
     for i in 0..len {
-        // SAFETY: we hold the GIL, `i` < the sequence's length, and nothing below runs Python
-        // code (PyLong_AsUnsignedLongLong only reads ints and raises TypeError for anything
-        // else), so the borrowed item stays alive and the sequence cannot change meanwhile.
-        let value: u64 = unsafe {
+        // SAFETY: we hold the GIL and `i` < the length the sequence had on entry; a null item
+        // (the list shrank meanwhile) is reported as the IndexError it set. The borrowed item is
+        // only read by PyLong_AsUnsignedLongLong, which runs no Python code (it raises TypeError
+        // for anything that is not an int), so it stays alive while we read it.
+        let (item, value) = unsafe {
             let item = get_item(seq.as_ptr(), i as ffi::Py_ssize_t);
             if item.is_null() {
                 return Err(PyErr::fetch(py));
             }
-            ffi::PyLong_AsUnsignedLongLong(item)
+            (item, ffi::PyLong_AsUnsignedLongLong(item))
         };
-        if value == u64::MAX {
-            if let Some(err) = PyErr::take(py) {
-                return Err(err);
+        let value = if value == u64::MAX {
+            match PyErr::take(py) {
+                None => value,
+                Some(err) if err.is_instance_of::<PyTypeError>(py) => {
+                    // Not an int: maybe an int-like with __index__ (a numpy or torch scalar).
+                    // SAFETY: `item` is still the live borrowed item; we take our own reference
+                    // before running its Python code.
+                    let owned = unsafe { Bound::from_borrowed_ptr(py, item) };
+                    owned.extract::<u64>()?
+                }
+                Some(err) => return Err(err),
             }
-        }
+        } else {
+            value
+        };
         out.push(T::try_from(value).map_err(|_| overflow(value))?);
     }
     Ok(out)
