@@ -91,4 +91,4 @@ def test_accepts_int_like_scalars_in_lists() -> None:
     assert router_core.block_hashes(list(np.array(tokens)), 16, 0) == expected
     assert router_core.block_hashes(tuple(np.array(tokens, dtype=np.uint32)), 16, 0) == expected
     with pytest.raises(TypeError):
-        router_core.block_hashes([np.float64(1.0)] * 16, 16, 0)
+        router_core.block_hashes([np.float64(1.0)] * 16, 16, 0)  # type: ignore[list-item]
