@@ -11,7 +11,7 @@ from engine.transfer.layout import KVLayout
 from engine.transfer.link import SocketLink
 
 # Large enough to keep many layer chunks in flight; a chunk may be at most this big.
-DEFAULT_STAGING_BYTES = int(os.environ.get("SWITCHYARD_SHM_STAGING_MB", "256")) << 20
+DEFAULT_STAGING_BYTES = int(os.environ.get("SWITCHYARD_SHM_STAGING_MB", "64")) << 20
 
 
 class ShmTransport(SocketLink):
