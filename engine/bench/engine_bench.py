@@ -93,9 +93,10 @@ def _engine_side(opts: dict[str, Any]) -> dict[str, Any]:
         params = SamplingParams(max_tokens=steps + 1, ignore_eos=True)
         for i in range(batch):
             core.add_request(f"d{batch}-{i}", _prompt(16, next(salt), vocab), params)
+        started: set[str] = set()
+        while len(started) < batch:  # prefills (and first tokens) are not decode throughput
+            started.update(o.request_id for o in core.step() if o.new_token_ids)
         produced = 0
-        while any(not core.request(f"d{batch}-{i}").output_ids for i in range(batch)):
-            core.step()  # prefills (and the first token) are not part of decode throughput
         start = time.perf_counter()
         while core.has_work():
             produced += sum(len(o.new_token_ids) for o in core.step())

@@ -16,7 +16,7 @@ from test_core_support import PROMPTS, drain, greedy, make_engine
 from engine.model.loader import LoadedModel
 
 NEAR_TIE = 5e-3  # absolute logit difference treated as a tie in fp32
-MAX_TOKENS = 16
+MAX_TOKENS = 12
 LONG_TEXT = ("Switchyard routes each request to engines that share a paged key-value cache. "
              "The scheduler batches prefill chunks with running decodes on every step. ")
 
@@ -42,10 +42,10 @@ def assert_same_greedy(ours: list[int], ref: list[int], ref_scores: list[torch.T
 def test_greedy_matches_transformers_in_a_mixed_batch(
         loaded_model_fp32: LoadedModel, hf_smollm2_fp32: Any) -> None:
     tok = loaded_model_fp32.tokenizer
-    prompts = [tok.encode(p) for p in PROMPTS]
-    prompts.append(tok.encode(LONG_TEXT * 3))  # > 2 prefill chunks
-    prompts.append(tok.encode(LONG_TEXT * 7 + "In summary,"))  # > 3 prefill chunks
-    assert max(len(p) for p in prompts) > 3 * 64 and min(len(p) for p in prompts) < 16
+    prompts = [tok.encode(p) for p in PROMPTS[:7]]
+    prompts.append(tok.encode(LONG_TEXT * 3))  # > 1 prefill chunk
+    prompts.append(tok.encode(LONG_TEXT * 5 + "In summary,"))  # > 2 prefill chunks
+    assert max(len(p) for p in prompts) > 2 * 64 and min(len(p) for p in prompts) < 16
 
     core = make_engine(loaded_model_fp32, chunk_size=64)
     for i, prompt in enumerate(prompts):
