@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from engine.model.runner import ModelRunner
 
 
+_BLOCKED_BACKOFF_S = 0.002
+
+
 class StepRunner:
     def __init__(self, engine: EngineCore, runner: ModelRunner) -> None:
         self.engine = engine
@@ -95,6 +98,10 @@ class StepRunner:
             if sched.work and failure is None:
                 engine.latency.record(step_ms, *shape)
             outputs += self._after_run(sched, logits, failure, step_ms)
+        if not outputs and not sched.work and not sched.no_compute:
+            # Work is queued but nothing can run (pages held by leases): don't let a step loop
+            # spin on the lock; a lease expiring or a request finishing unblocks it soon.
+            time.sleep(_BLOCKED_BACKOFF_S)
         return outputs
 
     def _hook(self, sends: list[ScheduledWork]) -> LayerHook:
