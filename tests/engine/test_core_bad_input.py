@@ -91,3 +91,24 @@ def test_generation_stops_at_the_context_limit(loaded_model_fp32: LoadedModel) -
 def test_bad_engine_config(settings: dict[str, object]) -> None:
     with pytest.raises(EngineConfigError):
         EngineConfig(**settings)  # type: ignore[arg-type]
+
+
+def test_stats_track_queue_running_and_latency(core: EngineCore,
+                                               loaded_model_fp32: LoadedModel) -> None:
+    prompt = loaded_model_fp32.tokenizer.encode("Stats, please")
+    core.add_request("s1", prompt, greedy(3))
+    core.add_request("s2", prompt + prompt, greedy(4))
+    stats = core.stats()
+    assert (stats.queued_requests, stats.running_requests) == (2, 0)
+    assert stats.queued_prefill_tokens == 3 * len(prompt)
+    assert stats.unfinished_tokens == (3 * len(prompt) - 2) + 3 + 4
+    core.step()
+    stats = core.stats()
+    assert (stats.queued_requests, stats.running_requests) == (0, 2)
+    assert stats.kv_pages_used > 0 and stats.kv_pages_total == core.pool.num_pages
+    drain(core)
+    stats = core.stats()
+    assert stats.unfinished_tokens == 0 and stats.running_requests == 0
+    assert len(stats.latency_coeffs) == 4 and stats.recent_step_ms and stats.decode_step_ms > 0
+    assert stats.cached_blocks == len(core.cache) and stats.page_size == 16
+    assert stats.engine_id == "e0" and stats.role == "any" and stats.leases == 0
