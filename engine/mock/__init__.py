@@ -2,7 +2,8 @@
 
 Only for router-overhead benchmarks and fault-injection tests — it computes nothing, so its
 output is meaningless text. Start it with `switchyard engine --mock --port P` or
-`python -m engine.mock --port P [--tokens-per-chunk N --chunk-delay-ms MS --fail-rate F ...]`.
+`python -m engine.mock --port P [--tokens-per-chunk N --chunk-delay-ms MS --no-coalesce
+--fail-rate F ...]`.
 """
 from __future__ import annotations
 

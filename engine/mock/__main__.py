@@ -19,6 +19,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--page-size", type=int, default=16)
     p.add_argument("--tokens-per-chunk", type=int, default=None)
     p.add_argument("--chunk-delay-ms", type=float, default=None)
+    p.add_argument("--no-coalesce", dest="coalesce", action="store_const", const="0",
+                   default=None, help="one decode step's tokens per message, never more")
     p.add_argument("--fail-rate", type=float, default=None)
     p.add_argument("--fail-after-tokens", type=int, default=None)
     p.add_argument("--fail-remote-send", action="store_const", const="1", default=None,

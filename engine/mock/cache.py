@@ -9,20 +9,7 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-
-def _block_hashes(tokens: Sequence[int], block_size: int, seed: int) -> list[int]:
-    try:
-        import router_core
-
-        return list(router_core.block_hashes(tokens, block_size, seed))
-    except (ImportError, AttributeError):
-        # router_core not built yet: a stand-in chain hash, consistent within this process only.
-        out: list[int] = []
-        prev = seed
-        for i in range(len(tokens) // block_size):
-            prev = hash((prev, tuple(tokens[i * block_size : (i + 1) * block_size]))) & (2**64 - 1)
-            out.append(prev)
-        return out
+from router_core import block_hashes
 
 
 @dataclass(slots=True)
@@ -37,14 +24,14 @@ class MockPrefixCache:
 
     def matched_len(self, tokens: Sequence[int], end: int) -> int:
         matched = 0
-        for h in _block_hashes(tokens[:end], self.block_size, self.seed):
+        for h in block_hashes(tokens[:end], self.block_size, self.seed):
             if h not in self.held:
                 break
             matched += self.block_size
         return matched
 
     def store(self, tokens: Sequence[int]) -> None:
-        new = [h for h in _block_hashes(tokens, self.block_size, self.seed) if h not in self.held]
+        new = [h for h in block_hashes(tokens, self.block_size, self.seed) if h not in self.held]
         if not new:
             return
         self.held.update(new)

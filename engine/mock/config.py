@@ -20,9 +20,13 @@ class MockConfig:
     host: str = "127.0.0.1"
     engine_id: str = "mock"
     role: str = "any"
+    # The mock's decode step: it produces `tokens_per_chunk` tokens per request and takes
+    # `chunk_delay_ms` (0 = costs nothing: every token of a request exists at once).
     tokens_per_chunk: int = 1
-    # Delay before each chunk; 0 = emit as fast as the event loop allows.
     chunk_delay_ms: float = 0.0
+    # Each StartGenerate message carries every token produced so far, as the real engine's
+    # servicer does (engine/server/servicer.py); False = one step's tokens per message.
+    coalesce: bool = True
     # Fraction of StartGenerate calls that fail with UNAVAILABLE before any token.
     fail_rate: float = 0.0
     # Fail every StartGenerate mid-stream after this many tokens (0 = never).
@@ -70,5 +74,6 @@ class MockConfig:
             fail_after_tokens=int(pick("fail_after_tokens", int, 0)),  # type: ignore[call-overload]
             unhealthy_file=str(pick("unhealthy_file", str, "")),
             fail_remote_send=str(pick("fail_remote_send", str, "")).lower() in ("1", "true"),
+            coalesce=str(pick("coalesce", str, "1")).lower() not in ("0", "false", "no"),
             page_size=int(getattr(args, "page_size", None) or 16),
         )

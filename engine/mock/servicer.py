@@ -30,6 +30,31 @@ def synthetic_token(tokens: list[int], position: int) -> int:
     return _TOKEN_BASE + (sum(tokens) * 31 + len(tokens) * 7 + position) % _TOKEN_SPAN
 
 
+class _StepClock:
+    """When the mock's decode steps have produced each token: a step takes `step_s` and yields
+    `per_step` tokens; with step_s = 0 every token exists at once (an engine that costs nothing)."""
+
+    def __init__(self, step_s: float, per_step: int, total: int) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._start = self._loop.time()
+        self._step_s, self._per_step, self._total = step_s, per_step, total
+
+    def _produced(self) -> int:
+        if not self._step_s:
+            return self._total
+        steps = int((self._loop.time() - self._start) / self._step_s)
+        return min(self._total, steps * self._per_step)
+
+    async def ready_after(self, sent: int) -> int:
+        """Wait until more than `sent` tokens exist; returns how many exist."""
+        produced = self._produced()
+        if produced <= sent:
+            next_step = sent // self._per_step + 1
+            await asyncio.sleep(self._start + next_step * self._step_s - self._loop.time())
+            produced = max(self._produced(), min(self._total, next_step * self._per_step))
+        return produced
+
+
 class MockEngineServicer(pb_grpc.EngineServicer):
     def __init__(self, config: MockConfig) -> None:
         self.config = config
@@ -78,18 +103,24 @@ class MockEngineServicer(pb_grpc.EngineServicer):
         rid = request.request_id
         cached = max(request.begin, self.cache.matched_len(tokens, len(tokens)))
         self.running[rid] = total
+        clock = _StepClock(cfg.chunk_delay_ms / 1000, cfg.tokens_per_chunk, total)
         try:
             sent = 0
             while sent < total:
-                if cfg.chunk_delay_ms:
-                    await asyncio.sleep(cfg.chunk_delay_ms / 1000)
+                ready = await clock.ready_after(sent)
                 if rid in self.aborted:
                     yield pb.GenerateChunk(finish_reason="abort")
                     return
-                n = min(cfg.tokens_per_chunk, total - sent)
+                # Like engine/server/servicer.py: one message carries every token already
+                # produced (coalesce), or exactly one step's tokens per message (no coalescing).
+                n = ready - sent if cfg.coalesce else min(cfg.tokens_per_chunk, ready - sent)
                 if cfg.fail_after_tokens and sent + n > cfg.fail_after_tokens:
-                    await context.abort(grpc.StatusCode.INTERNAL, "mock: injected mid-stream failure")
+                    n = cfg.fail_after_tokens - sent
+                    if n <= 0:
+                        await context.abort(grpc.StatusCode.INTERNAL,
+                                            "mock: injected mid-stream failure")
                 ids = [synthetic_token(tokens, sent + i) for i in range(n)]
+                first = sent == 0
                 sent += n
                 self.running[rid] = total - sent
                 finish = ""
@@ -97,8 +128,8 @@ class MockEngineServicer(pb_grpc.EngineServicer):
                     finish = "handoff" if total < request.sampling.max_tokens else "length"
                 yield pb.GenerateChunk(
                     token_ids=ids, text="".join(f" w{t}" for t in ids), finish_reason=finish,
-                    prompt_tokens=len(tokens) if sent == n else 0,
-                    cached_tokens=cached if sent == n else 0, step_ms=0.0)
+                    prompt_tokens=len(tokens) if first else 0,
+                    cached_tokens=cached if first else 0, step_ms=cfg.chunk_delay_ms)
             self.cache.store(tokens)
         finally:
             self.running.pop(rid, None)

@@ -47,6 +47,19 @@ async def _run(address: str, concurrency: int, duration_s: float, max_tokens: in
     return Measure(len(latencies) / elapsed, pick(0.50), pick(0.99), errors, "grpc.aio")
 
 
+async def _count(address: str, max_tokens: int) -> int:
+    async with grpc.aio.insecure_channel(address) as channel:
+        req = pb.StartGenerateRequest(request_id="direct-count", tokens=[19556, 28, 957, 1462, 314],
+                                      sampling=pb.SamplingParams(max_tokens=max_tokens,
+                                                                 ignore_eos=True))
+        return len([chunk async for chunk in pb_grpc.EngineStub(channel).StartGenerate(req)])
+
+
+def count_messages(address: str, max_tokens: int) -> int:
+    """GenerateChunk messages one StartGenerate of `max_tokens` tokens streams back."""
+    return asyncio.run(_count(address, max_tokens))
+
+
 def measure_grpc(address: str, concurrency: int, duration_s: float, max_tokens: int) -> Measure:
     try:
         import uvloop

@@ -4,8 +4,16 @@ Switchyard's router stands in front of two `switchyard engine --mock` processes;
 vllm-router and SGLang's router (`smg`), stand in front of two equally cheap OpenAI-style HTTP
 mock workers. Each is driven by the same HTTP load generator (wrk when installed) with streaming
 16-token completions at concurrency 1 and 32; "direct" is the same load sent to one HTTP mock
-worker with no router. Anchors are looked up in --anchor-bin (pip install vllm-router
-sglang-router into a separate venv); missing ones are reported as such, not faked.
+worker with no router, "direct-grpc" the same requests streamed from one mock engine over gRPC.
+Anchors are looked up in --anchor-bin (pip install vllm-router sglang-router into a separate
+venv); missing ones are reported as such, not faked.
+
+Switchyard runs twice. "switchyard": its mock engines send, in each StartGenerate message, every
+token already produced (as engine/server/servicer.py does); they cost nothing, so one message
+carries all 16 tokens. "switchyard-16msg": the mock engines send one message per token
+(`--no-coalesce`). In both, the router sends one SSE event per token, as the anchors' workers
+do; the table says how many events and gRPC messages each response carried (counted, not
+assumed).
 """
 from __future__ import annotations
 
@@ -22,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 
 import requests
 
-from pyrouter.bench.grpc_direct import measure_grpc
+from pyrouter.bench.grpc_direct import count_messages, measure_grpc
 from pyrouter.bench.wrk_runner import Measure, measure_http
 
 _PY = sys.executable
@@ -103,21 +111,38 @@ class Row:
     measure: Measure
 
 
-def run_bench(cfg: RouterBenchConfig) -> list[Row]:
+def count_sse_events(url: str, body: dict[str, object]) -> int:
+    """`data:` events in one streamed response, [DONE] excluded."""
+    with requests.post(url, data=json.dumps(body), stream=True, timeout=10,
+                       headers={"Content-Type": "application/json"}) as r:
+        return sum(1 for line in r.iter_lines() if line.startswith(b"data:")
+                   and line.strip() != b"data: [DONE]")
+
+
+# Switchyard variants: (row suffix, extra mock-engine flags).
+_VARIANTS: tuple[tuple[str, list[str]], ...] = (("", []), ("-16msg", ["--no-coalesce"]))
+
+
+def run_bench(cfg: RouterBenchConfig) -> tuple[list[Row], dict[str, str]]:
+    """The measured rows, and per target how many SSE events (or gRPC messages) a response has."""
     results: list[Row] = []
+    shape: dict[str, str] = {}
     with _procs() as started:
         workers = [_free_port(), _free_port()]
         for p in workers:
             _spawn(started, [_PY, "-m", "pyrouter.bench.mock_openai_worker", "--port", str(p)])
-        engines = [_free_port(), _free_port()]
-        for p in engines:
-            _spawn(started, [_PY, "-m", "engine.mock", "--port", str(p)])
-        router_port = _free_port()
-        _spawn(started, [_PY, "-m", "pyrouter.cli", "router", "--port", str(router_port),
-                         "--policy", "round_robin",
-                         *[a for p in engines for a in ("--engine", f"127.0.0.1:{p}")]])
-        targets = {"direct": f"http://127.0.0.1:{workers[0]}/v1/completions",
-                   "switchyard": f"http://127.0.0.1:{router_port}/v1/completions"}
+        targets = {"direct": f"http://127.0.0.1:{workers[0]}/v1/completions"}
+        grpc_targets: dict[str, str] = {}
+        for suffix, flags in _VARIANTS:
+            engines = [_free_port(), _free_port()]
+            for p in engines:
+                _spawn(started, [_PY, "-m", "engine.mock", "--port", str(p), *flags])
+            router_port = _free_port()
+            _spawn(started, [_PY, "-m", "pyrouter.cli", "router", "--port", str(router_port),
+                             "--policy", "round_robin",
+                             *[a for p in engines for a in ("--engine", f"127.0.0.1:{p}")]])
+            targets[f"switchyard{suffix}"] = f"http://127.0.0.1:{router_port}/v1/completions"
+            grpc_targets[f"direct-grpc{suffix}"] = f"127.0.0.1:{engines[0]}"
         worker_urls = [f"http://127.0.0.1:{p}" for p in workers]
         for name in ([] if cfg.skip_anchors else ["vllm-router", "smg"]):
             binary = os.path.join(cfg.anchor_bin, name)
@@ -133,45 +158,56 @@ def run_bench(cfg: RouterBenchConfig) -> list[Row]:
             if not _wait_serving(url, _body(cfg, False)):
                 print(f"{name}: never answered; skipped", flush=True)
                 del targets[name]
+                continue
+            shape[name] = f"{count_sse_events(url, _body(cfg, True))} SSE events"
+        for name, address in grpc_targets.items():
+            n = count_messages(address, cfg.max_tokens)
+            shape[name] = f"{n} gRPC msg{'' if n == 1 else 's'}"
+        for name in targets:
+            if name.startswith("switchyard"):
+                msgs = shape[name.replace("switchyard", "direct-grpc")]
+                shape[name] += f" ({msgs} from the engine)"
+        print("per response: " + ", ".join(f"{k}: {v}" for k, v in shape.items()), flush=True)
         modes = [True, False] if cfg.non_streaming else [True]
         for stream in modes:
             for c in cfg.concurrencies:
                 if not stream and c == 1:
                     continue  # the non-streaming comparison is a throughput one (c=32)
                 if stream:
-                    m = measure_grpc(f"127.0.0.1:{engines[0]}", c, cfg.duration_s,
-                                     cfg.max_tokens)
-                    results.append(Row("direct-grpc", stream, c, m))
-                    _print_row("direct-grpc", stream, c, m)
+                    for name, address in grpc_targets.items():
+                        m = measure_grpc(address, c, cfg.duration_s, cfg.max_tokens)
+                        results.append(Row(name, stream, c, m))
+                        _print_row(name, stream, c, m)
                 for name, url in targets.items():
                     m = measure_http(url, _body(cfg, stream), c, cfg.duration_s)
                     results.append(Row(name, stream, c, m))
                     _print_row(name, stream, c, m)
-    return results
+    return results, shape
 
 
 def _print_row(name: str, stream: bool, c: int, m: Measure) -> None:
-    print(f"  {name:<11} stream={stream!s:<5} c={c:<3} {m.rps:9.0f} req/s  p50 {m.p50_ms:7.2f} "
+    print(f"  {name:<16} stream={stream!s:<5} c={c:<3} {m.rps:9.0f} req/s  p50 {m.p50_ms:7.2f} "
           f"ms  p99 {m.p99_ms:7.2f} ms  errors {m.errors}  ({m.tool})", flush=True)
 
 
-def summarize(results: list[Row]) -> str:
-    lines = ["| stream | c | target | req/s | p50 ms | p99 ms | added p50 vs direct HTTP worker "
-             "(ms) | added p50 vs direct gRPC engine (ms) | req/s vs best anchor |",
-             "|---|---|---|---|---|---|---|---|---|"]
+def summarize(results: list[Row], shape: dict[str, str]) -> str:
+    lines = ["| stream | c | target | per streamed response | req/s | p50 ms | p99 ms | added p50 "
+             "vs direct HTTP worker (ms) | added p50 vs direct gRPC engine (ms) | req/s vs best "
+             "anchor |", "|---|---|---|---|---|---|---|---|---|---|"]
     groups = sorted({(r.stream, r.concurrency) for r in results}, key=lambda g: (not g[0], g[1]))
     for stream, c in groups:
         rows = {r.target: r.measure for r in results if (r.stream, r.concurrency) == (stream, c)}
         direct = rows.get("direct")
-        direct_grpc = rows.get("direct-grpc")
         best_anchor = max((rows[a].rps for a in ("vllm-router", "smg") if a in rows), default=0.0)
         for name, m in rows.items():
             is_direct = name.startswith("direct")
             added = f"{m.p50_ms - direct.p50_ms:+.2f}" if direct and not is_direct else "-"
+            direct_grpc = rows.get(name.replace("switchyard", "direct-grpc"))
             added_grpc = (f"{m.p50_ms - direct_grpc.p50_ms:+.2f}"
-                          if direct_grpc and name == "switchyard" else "-")
+                          if direct_grpc and name.startswith("switchyard") else "-")
             ratio = f"{m.rps / best_anchor:.2f}x" if best_anchor and not is_direct else "-"
-            lines.append(f"| {'yes' if stream else 'no'} | {c} | {name} | {m.rps:.0f} | "
+            per = shape.get(name, "-") if stream else "-"
+            lines.append(f"| {'yes' if stream else 'no'} | {c} | {name} | {per} | {m.rps:.0f} | "
                          f"{m.p50_ms:.2f} | {m.p99_ms:.2f} | {added} | {added_grpc} | {ratio} |")
     return "\n".join(lines)
 
@@ -188,9 +224,9 @@ def run(args: argparse.Namespace) -> int:
     a = p.parse_args(getattr(args, "rest", None) or [])
     cfg = RouterBenchConfig(a.duration, a.concurrency, a.max_tokens, a.anchor_bin,
                             a.skip_anchors, not a.streaming_only, a.json)
-    results = run_bench(cfg)
-    print(summarize(results), flush=True)
+    results, shape = run_bench(cfg)
+    print(summarize(results, shape), flush=True)
     if cfg.json_out:
         with open(cfg.json_out, "w", encoding="utf-8") as f:
-            json.dump([asdict(r) for r in results], f, indent=1)
+            json.dump({"rows": [asdict(r) for r in results], "per_response": shape}, f, indent=1)
     return 0

@@ -4,7 +4,6 @@ from __future__ import annotations
 import hmac
 import logging
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -13,6 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pyrouter.errors import RouterError, Unauthorized
 from pyrouter.http.admin import add_admin_routes
 from pyrouter.http.generation import ROUTE_HEADER, chat_completions, completions
+from pyrouter.request import new_id
 from pyrouter.state import STATE, RouterState
 
 log = logging.getLogger("switchyard.router")
@@ -34,7 +34,7 @@ def _check_key(state: RouterState, request: web.Request) -> None:
 @web.middleware
 async def envelope(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every response gets X-Request-Id and X-Switchyard-Route; errors get the OpenAI body."""
-    request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex
+    request_id = request.headers.get("X-Request-Id") or new_id()
     request["request_id"] = request_id
     try:
         _check_key(request.app[STATE], request)
@@ -71,6 +71,7 @@ async def models(request: web.Request) -> web.Response:
 
 async def metrics(request: web.Request) -> web.Response:
     state = request.app[STATE]
+    state.metrics.inflight.set(state.inflight)
     for e in state.engines.engines.values():
         state.metrics.engine_healthy.labels(e.id, e.address).set(
             1 if e.healthy and not e.draining else 0)

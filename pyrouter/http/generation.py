@@ -4,8 +4,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Literal
 
 import grpc
@@ -14,7 +13,7 @@ from aiohttp import web
 from pyrouter.dispatch import Admitted
 from pyrouter.errors import BadRequest, Busy, EngineFailed, RouterError
 from pyrouter.http.parse import parse_request
-from pyrouter.request import RouterRequest
+from pyrouter.request import RouterRequest, new_id
 from pyrouter.state import STATE, RouterState
 from router_core import IncrementalDetokenizer, SseEncoder
 from switchyard_rpc import engine_pb2 as pb
@@ -52,14 +51,13 @@ async def handle_generation(request: web.Request, kind: Literal["completion", "c
     prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
     cfg = state.config
     max_context = min(cfg.max_context, state.engines.max_context or cfg.max_context)
-    req = parse_request(body, kind, state.tokenizer, prefix + uuid.uuid4().hex,
+    req = parse_request(body, kind, state.tokenizer, prefix + new_id(),
                         cfg.served_model, max_context, cfg.default_temperature,
                         cfg.default_top_p)
     if state.inflight >= state.config.max_inflight:
         raise Busy(f"{state.inflight} requests in flight (limit {state.config.max_inflight})",
                    code="too_many_requests")
     state.inflight += 1
-    state.metrics.inflight.inc()
     started = time.perf_counter()
     status = "error"
     policy_name = state.slot.current.name
@@ -70,7 +68,7 @@ async def handle_generation(request: web.Request, kind: Literal["completion", "c
         policy_name = adm.policy_name
         first_token = time.perf_counter()
         state.metrics.ttft.observe(first_token - started)
-        state.metrics.routes.labels(req.route.pattern).inc()
+        state.metrics.count_route(req.route.pattern)
         request["route"] = req.route.header()
         if req.stream:
             resp = await _stream(request, state, req, adm)
@@ -89,8 +87,7 @@ async def handle_generation(request: web.Request, kind: Literal["completion", "c
             adm.stream.finish()
         state.dispatcher.release(req)
         state.inflight -= 1
-        state.metrics.inflight.dec()
-        state.metrics.requests.labels(policy_name, status).inc()
+        state.metrics.count_request(policy_name, status)
         ended = time.perf_counter()
         state.metrics.latency.observe(ended - started)
         if state.tracer is not None:
@@ -164,44 +161,74 @@ async def _collect(state: RouterState, req: RouterRequest, adm: Admitted) -> web
     return web.json_response(body, headers={ROUTE_HEADER: req.route.header()})
 
 
+class _SseResponse(web.StreamResponse):
+    # The first events are already in hand when the response starts, so the headers go out
+    # with them in one send instead of a send of their own (aiohttp's opt-in buffering).
+    _send_headers_immediately = False
+
+
+def _encode_chunk(enc: SseEncoder, detok: IncrementalDetokenizer, token_ids: Sequence[int],
+                  finish: str | None) -> tuple[bytes, bool]:
+    """One engine chunk -> one SSE event per token (as OpenAI streams), joined for one write.
+
+    Returns (bytes, stopped by a stop string). A token whose text is held back (a partial
+    UTF-8 sequence, a possible stop string) yields no event; the finish reason rides on the
+    last token's event, and a stop string that completes on the last token still wins.
+    """
+    events: list[bytes] = []
+    body = token_ids[:-1] if finish is not None else token_ids
+    for token in body:
+        data, stopped = enc.delta_tokens(detok, (token,))
+        if data:
+            events.append(data)
+        if stopped:
+            return b"".join(events), True
+    if finish is not None:
+        text, stopped = detok.push(token_ids[-1:])
+        events.append(enc.delta(text, "stop") if stopped else
+                      enc.delta(text + detok.flush(), finish))
+        return b"".join(events), stopped
+    return b"".join(events), False
+
+
 async def _stream(request: web.Request, state: RouterState, req: RouterRequest,
                   adm: Admitted) -> web.StreamResponse:
-    resp = web.StreamResponse(headers={
+    resp = _SseResponse(headers={
         "Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-        ROUTE_HEADER: req.route.header(), "X-Request-Id": request["request_id"]})
+        ROUTE_HEADER: request["route"], "X-Request-Id": request["request_id"]})
     await resp.prepare(request)
     enc = SseEncoder(req.request_id, req.model, int(time.time()), req.kind)
-    if req.kind == "chat":
-        await resp.write(enc.role_chunk())
-    completion = 0
     detok = IncrementalDetokenizer(state.detok_vocab, req.sampling.stop)
+    # Events not yet written: everything one engine chunk produced goes out in one write, and
+    # the last chunk's events go out with [DONE] and the end of the body.
+    pending = [enc.role_chunk()] if req.kind == "chat" else []
+    completion = 0
     try:
         async for chunk in _chunks(adm):
             _check_chunk(chunk)
             completion += len(chunk.token_ids)
-            text, stopped = detok.push(chunk.token_ids)
+            finish = _finish(chunk.finish_reason) if chunk.finish_reason else None
+            data, stopped = _encode_chunk(enc, detok, chunk.token_ids, finish)
+            pending.append(data)
             if stopped:
-                _stop_early(state, req, adm)
-                await resp.write(enc.delta(text, "stop"))
+                if finish is None:
+                    _stop_early(state, req, adm)
                 break
-            if chunk.finish_reason:
-                text += detok.flush()
-                await resp.write(enc.delta(text, _finish(chunk.finish_reason)))
-            elif text:
-                await resp.write(enc.delta(text))
+            if finish is None:
+                await resp.write(b"".join(pending))
+                pending.clear()
     except RouterError as exc:  # headers are gone: end the stream with an error event
         log.warning("request %s failed mid-stream: %s", req.request_id, exc.message)
-        await resp.write(b"data: " + json.dumps(exc.body()).encode() + b"\n\n")
-        await resp.write(enc.done())
-        await resp.write_eof()
+        pending += [b"data: " + json.dumps(exc.body()).encode() + b"\n\n", enc.done()]
+        await resp.write_eof(b"".join(pending))
         request["failed"] = True
         return resp
     prompt_tokens = adm.first.prompt_tokens or req.prompt_len
     _account(state, req, prompt_tokens, completion)
     if req.include_usage:
-        await resp.write(enc.usage(prompt_tokens, completion, adm.first.cached_tokens))
-    await resp.write(enc.done())
-    await resp.write_eof()
+        pending.append(enc.usage(prompt_tokens, completion, adm.first.cached_tokens))
+    pending.append(enc.done())
+    await resp.write_eof(b"".join(pending))
     return resp
 
 
