@@ -7,7 +7,9 @@ with transformers side by side; this isolates the model half.
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
+from typing import Any
 
 import torch
 
@@ -64,12 +66,63 @@ def prefill_tokens_per_s(loaded: LoadedModel, tokens: int) -> float:
     return tokens / (time.perf_counter() - start)
 
 
+def _load_transformers(path: str, dtype: torch.dtype) -> Any:
+    import os
+
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(
+        os.path.dirname(path), gguf_file=os.path.basename(path), dtype=dtype).eval()
+
+
+def interleaved_decode_ms(loaded: LoadedModel, reference: Any, rounds: int = 12,
+                          steps: int = 4) -> tuple[float, float]:
+    """Median batch-1 decode step time (ms) of ours and of transformers (forward with its
+    DynamicCache), alternating rounds so load changes on a shared machine hit both alike."""
+    from transformers import DynamicCache
+
+    context = 128
+    per_seq = -(-(context + rounds * steps + 1) // PAGE_SIZE)
+    runner = _runner(loaded, per_seq)
+    table = list(range(per_seq))
+    prompt = list(range(100, 100 + context))
+    runner.run([ScheduledChunk("a", prompt, 0, table, True)])
+    cache = DynamicCache()
+    ours: list[float] = []
+    theirs: list[float] = []
+    with torch.no_grad():
+        reference(torch.tensor([prompt]), past_key_values=cache, use_cache=True)
+        position = context
+        for _ in range(rounds):
+            start = time.perf_counter()
+            for _ in range(steps):
+                runner.run([ScheduledChunk("a", [7], position, table, True)])
+                position += 1
+            ours.append((time.perf_counter() - start) / steps * 1e3)
+            start = time.perf_counter()
+            for _ in range(steps):
+                reference(torch.tensor([[7]]), past_key_values=cache, use_cache=True)
+            theirs.append((time.perf_counter() - start) / steps * 1e3)
+    return statistics.median(ours), statistics.median(theirs)
+
+
+def reference_prefill_tokens_per_s(reference: Any, tokens: int) -> float:
+    ids = torch.tensor([[(i * 7) % 1000 for i in range(tokens)]])
+    with torch.no_grad():
+        reference(ids[:, :16])
+        start = time.perf_counter()
+        reference(ids)
+    return tokens / (time.perf_counter() - start)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=None)
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--int4", choices=["auto", "on", "off"], default="auto")
+    parser.add_argument("--baseline", action="store_true",
+                        help="also run transformers on the same file, precision and threads")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     int4 = {"auto": None, "on": True, "off": False}[args.int4]
@@ -80,10 +133,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"weights read per batch-1 decode step: {floor / 1e6:.0f} MB "
           f"(floor at 20 GB/s: {floor / 20e9 * 1e3:.1f} ms/step, "
           f"{20e9 / floor:.0f} tok/s)")
-    for batch in (1, 8, 32):
-        print(f"decode batch {batch:>2}: {decode_tokens_per_s(loaded, batch):8.1f} tok/s")
-    for tokens in (512, 2048):
-        print(f"prefill {tokens:>4}:   {prefill_tokens_per_s(loaded, tokens):8.1f} tok/s")
+    ours = {f"decode {b}": decode_tokens_per_s(loaded, b) for b in (1, 8, 32)}
+    ours.update({f"prefill {n}": prefill_tokens_per_s(loaded, n) for n in (512, 2048)})
+    for name, value in ours.items():
+        print(f"{name:<16}{value:10.1f} tok/s")
+    if args.baseline:
+        reference = _load_transformers(loaded.source, loaded.model.dtype)
+        ours_ms, theirs_ms = interleaved_decode_ms(loaded, reference)
+        print(f"batch-1 decode step, interleaved A/B (median): ours {ours_ms:.1f} ms, "
+              f"transformers {theirs_ms:.1f} ms, ratio {theirs_ms / ours_ms:.2f}x")
+        theirs_prefill = reference_prefill_tokens_per_s(reference, 512)
+        print(f"prefill 512: ours {ours['prefill 512']:.1f} tok/s, transformers "
+              f"{theirs_prefill:.1f} tok/s, ratio {ours['prefill 512'] / theirs_prefill:.2f}x")
     return 0
 
 
