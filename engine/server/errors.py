@@ -31,7 +31,3 @@ def status_code_name(exc: BaseException) -> str:
 def status_code(exc: BaseException) -> grpc.StatusCode:
     return getattr(grpc.StatusCode, status_code_name(exc), grpc.StatusCode.INTERNAL)
 
-
-def is_mapped(exc: BaseException) -> bool:
-    """Errors that are a verdict on the request, not a bug in the engine."""
-    return status_code_name(exc) != "INTERNAL" or isinstance(exc, TransferError)

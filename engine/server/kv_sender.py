@@ -85,12 +85,16 @@ class KVSender:
         if begin >= end:
             response.total_ms = (time.perf_counter() - t0) * 1e3
             return response
-        transport = await asyncio.to_thread(self.pool.get, addr, req.transport)
-        session = transport.open_session(addr.request_id)
         send_id = f"{req.request_id}#send"
+        outputs = self._steps.watch(send_id)  # raises if this id is already sending from here
+        try:
+            transport = await asyncio.to_thread(self.pool.get, addr, req.transport)
+            session = transport.open_session(addr.request_id)
+        except BaseException:
+            self._steps.unwatch(send_id)
+            raise
         pump = LayerPump(session, self._kv, self._layout, begin, end,
                          lambda: self._steps.submit(lambda core: core.abort(send_id)))
-        outputs = self._steps.watch(send_id)
         finished = False
         try:
             def start(core: Any) -> int:
