@@ -36,17 +36,18 @@ class EngineTokenizer:
         self.eos_token_ids = list(eos_token_ids)
         self._template_env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         self._template_env.globals["raise_exception"] = _raise_exception
+        self._compiled_template: Any = None
 
     # ---- construction ----
     @classmethod
     def from_gguf(cls, path: str) -> EngineTokenizer:
-        from engine.model.gguf_loader import open_gguf
+        from engine.model.gguf_metadata import open_gguf
 
         return cls.from_gguf_reader(open_gguf(path))
 
     @classmethod
     def from_gguf_reader(cls, reader: Any) -> EngineTokenizer:
-        from engine.model.gguf_loader import field_value
+        from engine.model.gguf_metadata import field_value
         from engine.model.gguf_tokenizer import tokenizer_json_from_gguf
 
         document = tokenizer_json_from_gguf(reader)
@@ -120,6 +121,13 @@ class EngineTokenizer:
     def token_text(self, token_id: int) -> str | None:
         return self._tokenizer.id_to_token(token_id)
 
+    def _chat_template(self) -> Any:
+        # Compiling the Jinja template costs milliseconds; do it once per tokenizer.
+        assert self.chat_template is not None
+        if self._compiled_template is None:
+            self._compiled_template = self._template_env.from_string(self.chat_template)
+        return self._compiled_template
+
     def apply_chat_template(self, messages: Sequence[dict[str, Any]],
                             add_generation_prompt: bool = True) -> str:
         if not self.chat_template:
@@ -127,8 +135,7 @@ class EngineTokenizer:
         bos = self.token_text(self.bos_token_id) if self.bos_token_id is not None else ""
         eos = self.token_text(self.eos_token_ids[0]) if self.eos_token_ids else ""
         try:
-            template = self._template_env.from_string(self.chat_template)
-            return template.render(messages=list(messages),
+            return self._chat_template().render(messages=list(messages),
                                    add_generation_prompt=add_generation_prompt,
                                    bos_token=bos or "", eos_token=eos or "")
         except (TemplateError, TypeError) as err:

@@ -1,25 +1,16 @@
 """The router's tokenizer: the engine's EngineTokenizer, loaded without importing torch.
 
-GGUF metadata parsing lives in engine/model (which imports torch), so for a GGUF file a short
-helper process extracts the tokenizer state once and caches it as JSON; the router process then
-builds EngineTokenizer from that state. HF directories load directly (tokenizer.json).
+Reading a GGUF's metadata (engine/model/gguf_metadata.py, torch-free) takes seconds, so the
+tokenizer state is cached as JSON beside the weight cache; HF directories load directly.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import subprocess
-import sys
 
 from engine.model.default_model import default_model_path
 from engine.tokenizer import EngineTokenizer, TokenizerError
-
-_EXTRACT = (
-    "import json, sys\n"
-    "from engine.tokenizer import EngineTokenizer\n"
-    "json.dump(EngineTokenizer.from_gguf(sys.argv[1]).to_state(), sys.stdout)\n"
-)
 
 
 def _cache_dir() -> str:
@@ -37,11 +28,7 @@ def _gguf_state(path: str) -> dict[str, object]:
         with open(cached, encoding="utf-8") as f:
             state: dict[str, object] = json.load(f)
             return state
-    proc = subprocess.run([sys.executable, "-c", _EXTRACT, path], capture_output=True, text=True,
-                          timeout=300, check=False)
-    if proc.returncode != 0:
-        raise TokenizerError(f"cannot read the tokenizer from {path}: {proc.stderr.strip()[-500:]}")
-    state = json.loads(proc.stdout)
+    state = EngineTokenizer.from_gguf(path).to_state()
     tmp = f"{cached}.{os.getpid()}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(state, f)

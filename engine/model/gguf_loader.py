@@ -8,10 +8,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType
+from gguf import GGMLQuantizationType, GGUFReader
 from gguf.quants import dequantize
 
 from engine.model.config import ModelConfig, ModelConfigError
+from engine.model.gguf_metadata import GGUFFormatError, field_value
 from engine.model.q4_weights import q4_1_parts
 
 # GGUF tensor name (per block) -> Hugging Face name.
@@ -33,31 +34,6 @@ _TOP_NAMES = {
 }
 _BLOCK_RE = re.compile(r"^blk\.(\d+)\.([a-z_]+)\.(weight|bias)$")
 _SUPPORTED_ARCHS = ("llama",)
-
-
-class GGUFFormatError(ValueError):
-    """The GGUF file is not a Llama-family model this engine can load."""
-
-
-def field_value(reader: GGUFReader, key: str, default: Any = None) -> Any:
-    """A metadata value as a Python scalar, str or list (None/default when absent)."""
-    field = reader.fields.get(key)
-    if field is None:
-        return default
-    if field.types and field.types[0] == GGUFValueType.ARRAY:
-        if len(field.types) > 1 and field.types[1] == GGUFValueType.STRING:
-            return [bytes(field.parts[i]).decode("utf-8", errors="replace") for i in field.data]
-        return [field.parts[i].tolist()[0] for i in field.data]
-    if field.types and field.types[0] == GGUFValueType.STRING:
-        return bytes(field.parts[field.data[0]]).decode("utf-8")
-    return field.parts[field.data[0]].tolist()[0]
-
-
-def open_gguf(path: str) -> GGUFReader:
-    try:
-        return GGUFReader(path, "r")
-    except (ValueError, OSError) as err:
-        raise GGUFFormatError(f"cannot read GGUF file {path}: {err}") from err
 
 
 def read_gguf_config(reader: GGUFReader, path: str) -> ModelConfig:

@@ -55,7 +55,8 @@ def _read_source(source: str, keep_q4: bool) -> tuple[ModelConfig, dict[str, tor
         config = read_hf_config(source)
         return config, read_hf_weights(source), EngineTokenizer.from_hf_dir(
             source, config.eos_token_ids)
-    from engine.model.gguf_loader import open_gguf, read_gguf_config, read_gguf_weights
+    from engine.model.gguf_loader import read_gguf_config, read_gguf_weights
+    from engine.model.gguf_metadata import open_gguf
 
     reader = open_gguf(source)
     config = read_gguf_config(reader, source)
