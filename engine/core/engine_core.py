@@ -166,8 +166,7 @@ class EngineCore:
             lease = self.config.lease_s if not lease_s else lease_s
             if not lease > 0:
                 raise InvalidRequest(f"lease_s must be positive, got {lease_s}")
-            return self.reservations.create(request_id, prompt, resolved,
-                                            time.monotonic() + lease)
+            return self.reservations.create(request_id, prompt, resolved, lease)
 
     def add_send(self, request_id: str, tokens: Sequence[int], begin: int, end: int,
                  on_layer: OnLayer) -> None:

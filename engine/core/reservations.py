@@ -6,6 +6,7 @@ generation), and a generation only trusts the fully written prefix (anything els
 """
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -24,6 +25,7 @@ class HeldReservation:
     reservation: Reservation
     tokens: list[int]  # tokens[:end]
     written: torch.Tensor  # bool [num_layers, end - matched_len]
+    lease_s: float
     committed: bool = False
 
     def written_upto(self) -> int:
@@ -51,16 +53,16 @@ class ReservationTable:
         return sum(len(h.reservation.page_table) for h in self._held.values())
 
     def create(self, request_id: str, tokens: list[int], end: int,
-               expires_at: float) -> Reservation:
+               lease_s: float) -> Reservation:
         pages, matched = self.cache.match(tokens[:end])
         try:
             pages += self.cache.alloc(-(-end // self.cache.page_size) - len(pages))
         except OutOfPages as exc:
             self.cache.release(pages)
             raise NoCapacity(f"no KV pages for a reservation of {end} tokens: {exc}") from exc
-        reservation = Reservation(request_id, matched, end, pages, expires_at)
+        reservation = Reservation(request_id, matched, end, pages, time.monotonic() + lease_s)
         written = torch.zeros(self.num_layers, end - matched, dtype=torch.bool)
-        self._held[request_id] = HeldReservation(reservation, list(tokens[:end]), written)
+        self._held[request_id] = HeldReservation(reservation, list(tokens[:end]), written, lease_s)
         self._expired.pop(request_id, None)
         return reservation
 
@@ -95,6 +97,10 @@ class ReservationTable:
     def mark_written(self, held: HeldReservation, layer: int, start: int, stop: int) -> None:
         matched = held.reservation.matched_len
         held.written[layer, start - matched:stop - matched] = True
+        # A transfer still writing is alive: the lease only reclaims reservations nobody fills, so
+        # a long sender-side prefill (minutes on a CPU) never loses its receiver mid-way.
+        held.reservation.expires_at = max(held.reservation.expires_at,
+                                          time.monotonic() + held.lease_s)
         if not held.committed and bool(held.written.all()):
             # Complete: the received prefix is now as good as locally computed KV.
             held.committed = True

@@ -166,6 +166,21 @@ def test_expired_lease_frees_pages_and_late_write_fails(
     assert_pool_idle(receiver)
 
 
+def test_writes_renew_the_lease(pair: tuple[EngineCore, EngineCore],
+                                prompts: list[list[int]]) -> None:
+    _, receiver = pair
+    prompt = prompts[0]
+    start = time.monotonic()
+    res = receiver.prep_recv("renewed", prompt, len(prompt) - 1, lease_s=0.5)
+    time.sleep(0.3)
+    k = torch.zeros(1, receiver.model_config.num_kv_heads, receiver.model_config.head_dim)
+    receiver.write_kv("renewed", 0, res.matched_len, k, k)
+    # Past the original deadline, but the write moved it: the reservation is still held.
+    assert receiver.expire_leases(start + 0.6) == []
+    assert receiver.expire_leases(time.monotonic() + 1.0) == ["renewed"]
+    assert_pool_idle(receiver)
+
+
 def test_generation_never_writes_into_pages_the_cache_shares(
         pair: tuple[EngineCore, EngineCore], prompts: list[list[int]]) -> None:
     sender, receiver = pair
