@@ -7,7 +7,8 @@ import torch
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
-from engine.model.gguf_loader import open_gguf, unpermute_rows
+from engine.model.gguf_loader import unpermute_rows
+from engine.model.gguf_metadata import open_gguf
 from engine.model.loader import LoadedModel
 from engine.model.q4_weights import Int4Weight, int4_supported, q4_1_parts
 
