@@ -191,7 +191,8 @@ class SseEncoder:
                      finish_reason: str | None = None) -> tuple[bytes, bool]:
         """One call per engine chunk: push ids through `detok`, encode the new text. Returns (bytes
         to send, stopped); bytes are b"" when there is no text and no finish. A stop string sets
-        finish_reason "stop"; a given finish_reason flushes the detokenizer (end of stream)."""
+        finish_reason "stop" (even when a finish_reason is given for the same token); a given
+        finish_reason flushes the detokenizer (end of stream)."""
     def usage(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> bytes:
         """Final chunk with "choices": [] and usage (incl. prompt_tokens_details.cached_tokens)."""
     @staticmethod

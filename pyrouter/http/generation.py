@@ -173,21 +173,18 @@ def _encode_chunk(enc: SseEncoder, detok: IncrementalDetokenizer, token_ids: Seq
 
     Returns (bytes, stopped by a stop string). A token whose text is held back (a partial
     UTF-8 sequence, a possible stop string) yields no event; the finish reason rides on the
-    last token's event, and a stop string that completes on the last token still wins.
+    last token's event (router_core lets a stop string completing on that token win).
     """
+    if not token_ids:  # a finish-only chunk: flush what was held back
+        return (enc.delta_tokens(detok, (), finish)[0] if finish is not None else b""), False
     events: list[bytes] = []
-    body = token_ids[:-1] if finish is not None else token_ids
-    for token in body:
-        data, stopped = enc.delta_tokens(detok, (token,))
+    last = len(token_ids) - 1
+    for i, token in enumerate(token_ids):
+        data, stopped = enc.delta_tokens(detok, (token,), finish if i == last else None)
         if data:
             events.append(data)
         if stopped:
             return b"".join(events), True
-    if finish is not None:
-        text, stopped = detok.push(token_ids[-1:])
-        events.append(enc.delta(text, "stop") if stopped else
-                      enc.delta(text + detok.flush(), finish))
-        return b"".join(events), stopped
     return b"".join(events), False
 
 

@@ -78,3 +78,16 @@ def test_delta_tokens_without_text_sends_nothing_and_finish_flushes() -> None:
     assert not stopped
     assert event["choices"][0] == {"index": 0, "text": "\ufffd", "logprobs": None,
                                    "finish_reason": "length"}
+
+
+def test_stop_string_on_the_last_token_wins_over_the_engines_reason() -> None:
+    # The engine ends on max_tokens ("length") with the very token that completes a stop string:
+    # the client must see "stop" and no stop text.
+    vocab = router_core.DetokenizerVocab.from_tokenizer_json(VOCAB_JSON)
+    detok = router_core.IncrementalDetokenizer(vocab, stop=["e!"])
+    enc = router_core.SseEncoder("cmpl-4", "m", 0, "completion")
+    enc.delta_tokens(detok, [1])
+    chunk, stopped = enc.delta_tokens(detok, [2], "length")
+    assert stopped
+    assert _event(chunk)["choices"][0]["finish_reason"] == "stop"
+    assert detok.text == " ther"

@@ -141,11 +141,9 @@ impl PySseEncoder {
     ) -> PyResult<(Bound<'py, PyBytes>, bool)> {
         let ids = extract_u32s(token_ids)?;
         let (mut text, stopped) = detok.push_ids(py, &ids)?;
-        let reason = match (finish_reason, stopped) {
-            (Some(reason), _) => Some(reason),
-            (None, true) => Some("stop"),
-            (None, false) => None,
-        };
+        // A stop string that completes in this call ends the stream as "stop", whatever reason
+        // the engine gave for the same token (it only saw ids, not text).
+        let reason = if stopped { Some("stop") } else { finish_reason };
         if reason.is_some() && !stopped {
             text.push_str(&detok.inner.flush());
         }
