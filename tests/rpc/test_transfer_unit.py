@@ -197,3 +197,132 @@ def test_gather_matches_kv_storage_read() -> None:
     gather_into(kv.layer(1), page_table, 3, 14, out)
     k, v = kv.read(1, page_table, 3, 14)
     assert torch.equal(out[0], k) and torch.equal(out[1], v)
+
+
+def _page_tables(rng, num_pages: int, n_pages: int) -> list[list[int]]:
+    """Consecutive, a few runs, scattered (forces the indexed path), and mixed page tables."""
+    import random as _random
+
+    assert isinstance(rng, _random.Random)
+    base = rng.randrange(0, num_pages - n_pages)
+    consecutive = list(range(base, base + n_pages))
+    ids = rng.sample(range(num_pages), num_pages)
+    scattered = [p for p in ids if p % 2 == 0][:n_pages]  # no two consecutive ids
+    runs: list[int] = []
+    while len(runs) < n_pages:
+        start = rng.randrange(0, num_pages - 8)
+        runs.extend(p for p in range(start, start + rng.randint(1, 8)) if p not in runs)
+    mixed = rng.sample(range(num_pages), n_pages)
+    return [consecutive, scattered, runs[:n_pages], mixed]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kv_storage_write_read_match_naive_reference(dtype: torch.dtype) -> None:
+    import random
+
+    from engine.kvcache.kv_storage import KVStorage
+
+    rng = random.Random(1234)
+    page_size, heads, dim, num_pages = 4, 2, 8, 80
+    for _ in range(6):
+        n_pages = rng.randint(1, 36)
+        for table in _page_tables(rng, num_pages, n_pages):
+            total = n_pages * page_size
+            for start, end in [(0, total), (rng.randrange(total), total),
+                               (0, rng.randint(1, total))] + [
+                    tuple(sorted(rng.sample(range(total + 1), 2))) for _ in range(3)]:
+                kv = KVStorage(num_layers=2, num_pages=num_pages, page_size=page_size,
+                               num_kv_heads=heads, head_dim=dim, dtype=dtype)
+                kv.layer(1).copy_(torch.randn_like(kv.layer(1)))
+                before = kv.layer(1).clone()
+                n = end - start
+                k = torch.randn(n, heads, dim).to(dtype)
+                v = torch.randn(n, heads, dim).to(dtype)
+                kv.write(1, table, start, k, v)
+                expected = before.clone()
+                for i in range(n):  # naive reference: one token at a time
+                    pos = start + i
+                    page, off = table[pos // page_size], pos % page_size
+                    expected[page, 0, off] = k[i]
+                    expected[page, 1, off] = v[i]
+                assert torch.equal(kv.layer(1), expected), (table, start, end)
+                assert torch.equal(kv.layer(0), torch.zeros_like(kv.layer(0)))
+                rk, rv = kv.read(1, table, start, end)
+                assert torch.equal(rk, k) and torch.equal(rv, v)
+                # And reading an arbitrary sub-range matches the per-token reference.
+                a, b = sorted(rng.sample(range(total + 1), 2))
+                rk, rv = kv.read(1, table, a, b)
+                for i in range(b - a):
+                    page, off = table[(a + i) // page_size], (a + i) % page_size
+                    assert torch.equal(rk[i], expected[page, 0, off])
+                    assert torch.equal(rv[i], expected[page, 1, off])
+
+
+def test_kv_storage_write_converts_dtype_and_validates() -> None:
+    from engine.kvcache.kv_storage import KVStorage, KVStorageError
+
+    kv = KVStorage(num_layers=1, num_pages=6, page_size=4, num_kv_heads=1, head_dim=4,
+                   dtype=torch.bfloat16)
+    k, v = torch.randn(9, 1, 4), torch.randn(9, 1, 4)
+    kv.write(0, [3, 4, 5], 2, k, v)
+    rk, rv = kv.read(0, [3, 4, 5], 2, 11)
+    assert rk.dtype == torch.bfloat16
+    assert torch.equal(rk, k.to(torch.bfloat16)) and torch.equal(rv, v.to(torch.bfloat16))
+    # Non-contiguous input is fine.
+    kt = torch.randn(1, 9, 4).transpose(0, 1)
+    kv.write(0, [3, 4, 5], 2, kt, kt)
+    assert torch.equal(kv.read(0, [3, 4, 5], 2, 11)[0], kt.to(torch.bfloat16))
+    with pytest.raises(KVStorageError):
+        kv.write(0, [3, 4], 2, k, v)  # positions past the page table
+    with pytest.raises(KVStorageError):
+        kv.write(0, [3, 6, 5], 2, k, v)  # page id out of range
+    with pytest.raises(KVStorageError):
+        kv.read(0, [3, -1, 5], 0, 12)
+    assert kv.read(0, [3], 2, 2)[0].shape == (0, 1, 4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gather_matches_naive_reference_on_random_tables(dtype: torch.dtype) -> None:
+    import random
+
+    from engine.kvcache.kv_storage import KVStorage
+    from engine.transfer.gather import gather_into
+
+    rng = random.Random(99)
+    kv = KVStorage(num_layers=1, num_pages=70, page_size=8, num_kv_heads=3, head_dim=4,
+                   dtype=dtype)
+    kv.layer(0).copy_(torch.randn_like(kv.layer(0)))
+    layer = kv.layer(0)
+    for n_pages in (1, 3, 17, 30):
+        for table in _page_tables(rng, 70, n_pages):
+            total = n_pages * 8
+            for start, end in [(0, total), tuple(sorted(rng.sample(range(total + 1), 2)))]:
+                out = torch.empty(2, end - start, 3, 4, dtype=dtype)
+                gather_into(layer, table, start, end, out)
+                for i in range(end - start):
+                    page, off = table[(start + i) // 8], (start + i) % 8
+                    assert torch.equal(out[0, i], layer[page, 0, off])
+                    assert torch.equal(out[1, i], layer[page, 1, off])
+                # A buffer of another dtype gets a converted copy.
+                out32 = torch.empty(2, end - start, 3, 4, dtype=torch.float64)
+                gather_into(layer, table, start, end, out32)
+                assert torch.equal(out32, out.to(torch.float64))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kv_storage_odd_sizes_and_scattered_pages(dtype: torch.dtype) -> None:
+    """Page rows whose byte size is not a multiple of 8 take the plain (non-int64) indexed copy."""
+    from engine.kvcache.kv_storage import KVStorage
+
+    kv = KVStorage(num_layers=1, num_pages=40, page_size=3, num_kv_heads=1, head_dim=3,
+                   dtype=dtype)
+    table = list(range(38, 0, -2))  # 19 pages, no two consecutive: the indexed path
+    k = torch.randn(55, 1, 3).to(dtype)
+    v = torch.randn(55, 1, 3).to(dtype)
+    kv.write(0, table, 1, k, v)
+    for i in range(55):
+        page, off = table[(1 + i) // 3], (1 + i) % 3
+        assert torch.equal(kv.layer(0)[page, 0, off], k[i])
+        assert torch.equal(kv.layer(0)[page, 1, off], v[i])
+    rk, rv = kv.read(0, table, 1, 56)
+    assert torch.equal(rk, k) and torch.equal(rv, v)
