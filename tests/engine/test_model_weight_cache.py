@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 
-import engine.model.gguf_loader as gguf_loader
+import engine.model.gguf_metadata as gguf_metadata
 from engine.model import weight_cache
 from engine.model.loader import ModelLoadError, load_model
 
@@ -15,7 +15,7 @@ def _forbid_gguf(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(path: str) -> None:
         raise AssertionError("the GGUF file was parsed although a cache entry exists")
 
-    monkeypatch.setattr(gguf_loader, "open_gguf", refuse)
+    monkeypatch.setattr(gguf_metadata, "open_gguf", refuse)
 
 
 @pytest.mark.timeout(180)
@@ -67,5 +67,5 @@ def test_bad_paths_and_dtypes_are_clear_errors(smollm2_path: str,
     bogus = os.path.join(tmp_path, "bogus.gguf")
     with open(bogus, "wb") as f:
         f.write(b"not a gguf file at all" * 10)
-    with pytest.raises(gguf_loader.GGUFFormatError):
+    with pytest.raises(gguf_metadata.GGUFFormatError):
         load_model(bogus, use_cache=False)
