@@ -18,7 +18,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from pyrouter.engines.client import EngineClient
+from engine.server.client import EngineClient
 from pyrouter.server import initial_policy, serve_router
 
 _STOP_GRACE_S = 10.0
@@ -86,7 +86,7 @@ async def wait_engines(engines: list[EngineProcess], stop: asyncio.Event) -> boo
                     print(f"engine {i} exited with code {engines[i].popen.returncode}:\n"
                           f"{engines[i].tail()}", file=sys.stderr, flush=True)
                     return False
-                if await clients[i].is_serving(timeout_s=0.5):
+                if await clients[i].healthy(timeout_s=0.5):
                     print(f"engine {i} ({engines[i].role}) ready on 127.0.0.1:{engines[i].port}",
                           flush=True)
                     pending.discard(i)

@@ -1,4 +1,4 @@
-"""A small typed async client for one engine's gRPC service (tests, benchmarks, the router).
+"""The typed async client for one engine's gRPC service (the router, tests, benchmarks).
 
     async with EngineClient("127.0.0.1:50051") as e:
         kv = await e.prep_recv("r1", tokens, end=-1)
@@ -21,8 +21,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from switchyard_rpc import engine_pb2 as pb
 from switchyard_rpc import engine_pb2_grpc as pb_grpc
 
-_CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 64 << 20),
-                    ("grpc.max_send_message_length", 64 << 20)]
+# Long prompts travel as repeated int32, so lift the 4 MiB default; keepalive notices a dead
+# engine on an idle channel (the router keeps one channel per engine for its lifetime).
+_CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 256 << 20),
+                    ("grpc.max_send_message_length", 256 << 20),
+                    ("grpc.keepalive_time_ms", 20_000)]
 
 
 @dataclass(slots=True)
@@ -82,7 +85,13 @@ class EngineClient:
         req = pb.StartGenerateRequest(request_id=request_id, tokens=tokens, begin=begin,
                                       sampling=params or sampling(),
                                       max_new_tokens_here=max_new_tokens_here)
-        call: grpc.aio.UnaryStreamCall = self._stub.StartGenerate(req, timeout=self.timeout_s)
+        return self.start_generate_request(req, self.timeout_s)
+
+    def start_generate_request(self, request: pb.StartGenerateRequest,
+                               timeout_s: float | None = None) -> grpc.aio.UnaryStreamCall:
+        """start_generate for a request the caller built (the router's hot path); no deadline by
+        default, since a generation may stream for as long as max_tokens needs."""
+        call: grpc.aio.UnaryStreamCall = self._stub.StartGenerate(request, timeout=timeout_s)
         return call
 
     async def generate(self, request_id: str, tokens: list[int], begin: int = 0,
@@ -109,13 +118,14 @@ class EngineClient:
                                             timeout=self.timeout_s)
         return int(resp.matched_len)
 
-    async def stats(self) -> pb.StatsResponse:
-        resp: pb.StatsResponse = await self._stub.Stats(pb.StatsRequest(), timeout=self.timeout_s)
+    async def stats(self, timeout_s: float | None = None) -> pb.StatsResponse:
+        resp: pb.StatsResponse = await self._stub.Stats(pb.StatsRequest(),
+                                                        timeout=timeout_s or self.timeout_s)
         return resp
 
-    async def model_info(self) -> pb.ModelInfoResponse:
-        resp: pb.ModelInfoResponse = await self._stub.ModelInfo(pb.ModelInfoRequest(),
-                                                                timeout=self.timeout_s)
+    async def model_info(self, timeout_s: float | None = None) -> pb.ModelInfoResponse:
+        resp: pb.ModelInfoResponse = await self._stub.ModelInfo(
+            pb.ModelInfoRequest(), timeout=timeout_s or self.timeout_s)
         return resp
 
     def kv_events(self, snapshot: bool = False) -> AsyncIterator[pb.KVEventBatch]:

@@ -19,7 +19,7 @@ from router_core import RouterCore
 from switchyard_rpc import engine_pb2 as pb
 
 if TYPE_CHECKING:
-    from pyrouter.engines.client import EngineClient
+    from engine.server.client import EngineClient
 
 
 # Status codes meaning "you asked for something invalid" rather than "the engine is unwell".
@@ -115,7 +115,11 @@ class EngineHandle:
         return GenerationStream(self, req, begin, max_new_tokens_here, timing)
 
     async def abort(self, request_id: str) -> bool:
-        return await self.client.abort(request_id)
+        """Best effort (a dead engine has nothing left to abort): False when it can't be reached."""
+        try:
+            return await self.client.abort(request_id)
+        except grpc.aio.AioRpcError:
+            return False
 
 
 class GenerationStream:
@@ -128,7 +132,7 @@ class GenerationStream:
         self.begin = begin
         self._prefill = req.prompt_len - begin
         self._decode = req.sampling.max_tokens
-        self._call = engine.client.start_generate(pb.StartGenerateRequest(
+        self._call = engine.client.start_generate_request(pb.StartGenerateRequest(
             request_id=req.request_id, tokens=req.tokens, begin=begin,
             sampling=req.sampling.to_proto(), max_new_tokens_here=max_new_tokens_here))
         self._done = False

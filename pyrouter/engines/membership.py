@@ -10,8 +10,8 @@ import logging
 
 import grpc
 
+from engine.server.client import EngineClient
 from pyrouter.core import make_router_core
-from pyrouter.engines.client import EngineClient
 from pyrouter.engines.handle import EngineHandle
 from pyrouter.errors import BadRequest, NotFound
 from router_core import RouterCore
@@ -19,6 +19,8 @@ from router_core import RouterCore
 log = logging.getLogger("switchyard.router")
 
 _VALID_ROLES = ("any", "prefill", "decode")
+
+_VERB_TIMEOUT_S = 600.0
 
 
 def _check_address(address: str) -> None:
@@ -48,8 +50,9 @@ class EngineSet:
             raise BadRequest(f"engine {address} is already a member", param="address")
         num = self._next
         self._next += 1
-        handle = EngineHandle(f"e{num}", num, address, role or "any", EngineClient(address),
-                              self.core)
+        # The verbs' deadline: a RemoteSend of a long prompt prefills for minutes on a CPU.
+        client = EngineClient(address, timeout_s=_VERB_TIMEOUT_S)
+        handle = EngineHandle(f"e{num}", num, address, role or "any", client, self.core)
         self.engines[handle.id] = handle
         self.core.table.upsert(num, handle.role)
         self.core.table.set_health(num, False)
@@ -145,7 +148,7 @@ class EngineSet:
         while True:
             try:
                 if not info_known:
-                    info = await handle.client.model_info()
+                    info = await handle.client.model_info(timeout_s=5.0)
                     self._adopt_layout(info.page_size or 16, int(info.block_hash_seed))
                     handle.model_id = info.model_id
                     if info.max_context > 0:
@@ -156,9 +159,9 @@ class EngineSet:
                         handle.role = info.role
                         self.core.table.upsert(handle.num, handle.role)
                     info_known = True
-                serving = await handle.client.is_serving()
+                serving = await handle.client.healthy()
                 if serving:
-                    s = await handle.client.stats()
+                    s = await handle.client.stats(timeout_s=2.0)
                     handle.cached_blocks = int(s.cached_blocks)
                     self.core.table.update_stats(
                         handle.num, int(s.queued_prefill_tokens), int(s.running_requests),
