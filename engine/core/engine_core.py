@@ -22,7 +22,7 @@ from engine.core.latency_model import LatencyModel
 from engine.core.outputs import Reservation, StepOutput, StepTimings
 from engine.core.request import OnLayer, Request
 from engine.core.reservations import ReservationTable
-from engine.core.sampler import make_generator
+from engine.core.sampler import make_generator, request_seed
 from engine.core.sampling_params import SamplingParams
 from engine.core.scheduler import Scheduler
 from engine.core.stats import EngineStats
@@ -101,13 +101,16 @@ class EngineCore:
         return router_core.IncrementalDetokenizer(self.detokenizer_vocab, stop=sampling.stop)
 
     def add_request(self, request_id: str, tokens: Sequence[int], sampling: SamplingParams,
-                    begin: int = 0, max_new_tokens_here: int = 0) -> None:
+                    begin: int = 0, max_new_tokens_here: int = 0, output_offset: int = 0) -> None:
         """Generate after tokens; KV of tokens[:begin] comes from a prep_recv reservation under
-        the same id and/or the prefix cache (whatever is missing is recomputed)."""
+        the same id and/or the prefix cache (whatever is missing is recomputed). The last
+        `output_offset` tokens were generated earlier (elsewhere): sampling continues from there."""
         if not isinstance(sampling, SamplingParams):
             raise InvalidRequest("sampling must be SamplingParams")
         if max_new_tokens_here < 0:
             raise InvalidRequest(f"max_new_tokens_here must be >= 0, got {max_new_tokens_here}")
+        if not 0 <= output_offset < len(tokens):
+            raise InvalidRequest(f"output_offset must be in [0, len(tokens)), got {output_offset}")
         with self._lock:
             self._check_new_id(request_id, allow_reservation=True)
             prompt = check_tokens(tokens, self.model_config.vocab_size, self.max_context)
@@ -116,6 +119,8 @@ class EngineCore:
             request = Request(request_id, "generate", prompt, len(prompt), sampling, begin=begin,
                               max_new_tokens_here=max_new_tokens_here,
                               generator=make_generator(sampling.seed),
+                              sample_seed=request_seed(sampling.seed),
+                              output_offset=output_offset,
                               detokenizer=self._new_detokenizer(sampling))
             held = self.reservations.get(request_id) if request_id in self.reservations else None
             if held is not None:

@@ -33,6 +33,10 @@ class Request:
     on_layer: OnLayer | None = None
     max_new_tokens_here: int = 0
     generator: torch.Generator | None = None
+    # Base seed of the request's draws (its own or a random one) and how many of its tokens were
+    # generated before this call (by another engine): draw n uses draw_seed(seed, offset + n).
+    sample_seed: int = 0
+    output_offset: int = 0
     # router_core.IncrementalDetokenizer when the engine detokenises (stop strings, text deltas).
     detokenizer: Any = None
 

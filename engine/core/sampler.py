@@ -1,7 +1,10 @@
 """Sampler: one token per logits row — greedy, temperature, top-k, top-p, per-request seed.
 
 Each random row draws from its own request's torch.Generator, and every row is processed on its
-own, so a seeded request yields the same tokens whatever else shares its batch.
+own, so a seeded request yields the same tokens whatever else shares its batch. The engine reseeds
+that generator before each draw from (request seed, output index) — `draw_seed` — so the n-th
+token of a request does not depend on which engine drew the ones before it: a request continued
+elsewhere (tandem hand-off, migration) samples exactly the sequence it would have on one engine.
 """
 from __future__ import annotations
 
@@ -11,6 +14,24 @@ from dataclasses import dataclass
 import torch
 
 from engine.core.sampling_params import SamplingParams
+
+
+_GOLDEN_GAMMA = 0x9E3779B97F4A7C15
+_MASK64 = (1 << 64) - 1
+
+
+def draw_seed(base_seed: int, output_index: int) -> int:
+    """Seed of a request's output_index-th draw: splitmix64 of (seed, index), well spread even
+    for neighbouring seeds and indices."""
+    z = (base_seed + (output_index + 1) * _GOLDEN_GAMMA) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+def request_seed(seed: int | None) -> int:
+    """A request's base seed: its own, or a fresh random one when it has none."""
+    return random.getrandbits(63) if seed is None else seed % 2**64
 
 
 def make_generator(seed: int | None) -> torch.Generator:
@@ -26,6 +47,8 @@ class SampleRow:
     generator: torch.Generator
     # Token ids that must not be chosen now (stop/EOS ids while min_tokens is not reached).
     banned_ids: list[int]
+    # Reseed the generator with this before drawing (draw_seed); None = draw on from its state.
+    seed_now: int | None = None
 
 
 def _filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -52,6 +75,8 @@ def _sample_row(logits: torch.Tensor, row: SampleRow) -> int:
         return int(torch.argmax(logits))
     scaled = _filter_top_k_top_p(logits / params.temperature, params.top_k, params.top_p)
     probs = torch.softmax(scaled, dim=-1)
+    if row.seed_now is not None:
+        row.generator.manual_seed(row.seed_now)
     return int(torch.multinomial(probs, 1, generator=row.generator))
 
 

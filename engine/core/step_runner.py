@@ -13,7 +13,7 @@ import torch
 from engine.core.batch import LayerHook
 from engine.core.outputs import SendChunk, StepOutput
 from engine.core.request import Request
-from engine.core.sampler import SampleRow, sample
+from engine.core.sampler import SampleRow, draw_seed, sample
 from engine.core.scheduler import ScheduledWork, SchedulerOutput
 from engine.core.stopping import banned_ids, finish_reason_after
 
@@ -162,7 +162,10 @@ class StepRunner:
                 step_ms: float) -> list[StepOutput]:
         engine = self.engine
         rows = [SampleRow(r.sampling, r.generator or torch.Generator(),
-                          banned_ids(r, self.eos_token_ids)) for r, _ in to_sample]
+                          banned_ids(r, self.eos_token_ids),
+                          None if r.sampling.greedy
+                          else draw_seed(r.sample_seed, r.output_offset + len(r.output_ids)))
+                for r, _ in to_sample]
         index = torch.tensor([i for _, i in to_sample], dtype=torch.long)
         tokens, logprobs = sample(logits.index_select(0, index), rows)
         now = time.monotonic()

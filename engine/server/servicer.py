@@ -82,7 +82,8 @@ class EngineServicer(pb_grpc.EngineServicer):  # type: ignore[misc]
             outputs = self._steps.watch(rid)
             try:
                 await self._steps.call(lambda core: core.add_request(
-                    rid, tokens, sampling, request.begin, request.max_new_tokens_here))
+                    rid, tokens, sampling, request.begin, request.max_new_tokens_here,
+                    request.output_offset))
             except BaseException:
                 self._steps.unwatch(rid)
                 raise

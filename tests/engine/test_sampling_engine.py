@@ -27,6 +27,26 @@ def test_seeded_sampling_is_reproducible_whatever_the_batch(
     assert generate(core, prompt, other_seed, "x") != alone
 
 
+def test_seeded_sampling_continues_across_a_handoff(loaded_model_fp32: LoadedModel) -> None:
+    """A request run as two calls (3 tokens here, the rest with output_offset=3, as a later
+    segment on another engine would) samples exactly the sequence of one uninterrupted call."""
+    tok = loaded_model_fp32.tokenizer
+    prompt = tok.encode(PROMPTS[3])
+    params = SamplingParams(temperature=1.0, seed=77, max_tokens=9, ignore_eos=True)
+    whole = generate(make_engine(loaded_model_fp32), prompt, params)
+    first = make_engine(loaded_model_fp32)
+    first.add_request("lead", prompt, params, max_new_tokens_here=3)
+    run = drain(first)
+    assert run.finish["lead"] == "handoff" and run.tokens["lead"] == whole[:3]
+    rest = SamplingParams(temperature=1.0, seed=77, max_tokens=6, ignore_eos=True)
+    follow = make_engine(loaded_model_fp32)
+    follow.add_request("follow", prompt + whole[:3], rest, output_offset=3)
+    assert drain(follow).tokens["follow"] == whole[3:]
+    # Without the offset the follow engine would restart the draw sequence: a different text.
+    follow.add_request("restart", prompt + whole[:3], rest)
+    assert drain(follow).tokens["restart"] != whole[3:]
+
+
 def test_stop_token_ids_and_min_tokens(loaded_model_fp32: LoadedModel) -> None:
     core = make_engine(loaded_model_fp32)
     prompt = loaded_model_fp32.tokenizer.encode(PROMPTS[4])
