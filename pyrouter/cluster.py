@@ -5,28 +5,24 @@ One view per admitted request, bound to the policy instance that admitted it, so
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from pyrouter.engines.handle import EngineHandle
-from pyrouter.engines.membership import EngineSet
 from pyrouter.errors import NoCapacity
-from pyrouter.policy_registry import PolicySpec
-from pyrouter.request import RouterRequest
+from pyrouter.policy_registry import ActivePolicy
+from pyrouter.request import RouterRequest, SloSpec
 from router_core import EngineLoad, RouterCore, ScoreResult
 
 
-@dataclass(slots=True)
-class ActivePolicy:
-    """A policy with its parameters and private state; replaced wholesale on every switch."""
+class EngineDirectory(Protocol):
+    """The engines a router knows (pyrouter/engines/membership.py's EngineSet; FakeCluster)."""
 
-    spec: PolicySpec
-    params: dict[str, Any]
-    state: dict[str, Any] = field(default_factory=dict)
+    engines: dict[str, EngineHandle]
+    core: RouterCore
 
-    @property
-    def name(self) -> str:
-        return self.spec.name
+    def healthy(self) -> list[EngineHandle]: ...
+
+    def mark_unhealthy(self, engine_id: str) -> None: ...
 
 
 def _serves(engine: EngineHandle, role: str) -> bool:
@@ -34,7 +30,7 @@ def _serves(engine: EngineHandle, role: str) -> bool:
 
 
 class ClusterView:
-    def __init__(self, engines: EngineSet, active: ActivePolicy) -> None:
+    def __init__(self, engines: EngineDirectory, active: ActivePolicy) -> None:
         self._engines = engines
         self.policy = active
 
@@ -46,6 +42,14 @@ class ClusterView:
     def state(self) -> dict[str, Any]:
         """Private mutable state of the admitting policy instance (e.g. a round-robin cursor)."""
         return self.policy.state
+
+    def slo(self, req: RouterRequest) -> SloSpec:
+        """The request's latency objective: its own `slo` field, else the policy's `ttft_ms` /
+        `tpot_ms` parameters (when it has them), else none."""
+        params = self.policy.params
+        ttft = req.slo.ttft_ms if req.slo.ttft_ms is not None else params.get("ttft_ms")
+        tpot = req.slo.tpot_ms if req.slo.tpot_ms is not None else params.get("tpot_ms")
+        return SloSpec(None if ttft is None else float(ttft), None if tpot is None else float(tpot))
 
     @property
     def core(self) -> RouterCore:

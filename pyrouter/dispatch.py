@@ -1,41 +1,36 @@
-"""Admission: run the active policy for one request and hand back its first output chunk.
+"""Admission and segments: run the active policy for one request, across as many segments as
+it takes, and map every failure to one typed error.
 
 The policy instance is captured at admission, so a switch never touches in-flight requests.
-Every failure is typed: a policy bug -> PolicyFailed (500, logged with the policy's name), an
-engine fault -> EngineFailed (502), no engine -> NoCapacity (503). Whatever fails, every engine
-the request touched is told to abort, so no KV reservation or generation is left behind.
+A policy bug -> PolicyFailed (500, logged with the policy's name), an engine fault ->
+EngineFailed (502), no engine -> NoCapacity (503). Nothing here releases resources by hand:
+the request's scope (pyrouter/scope.py) owns them, and `RequestRun.close` ends it.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 
 import grpc
 
-from pyrouter.cluster import ActivePolicy, ClusterView
+from pyrouter.cluster import ClusterView, EngineDirectory
 from pyrouter.engines.handle import CALLER_MISTAKES, GenerationStream
-from pyrouter.engines.membership import EngineSet
 from pyrouter.errors import (
     BadRequest,
     EngineFailed,
+    EngineUnavailable,
     PolicyFailed,
     RouterError,
     TransferFailed,
     VerbOrderError,
 )
-from pyrouter.request import RouterRequest
+from pyrouter.policy_registry import ActivePolicy
+from pyrouter.request import RouteNote, RouterRequest
+from pyrouter.session import PolicySession, SegmentEnd
 from switchyard_rpc import engine_pb2 as pb
 
 log = logging.getLogger("switchyard.router")
-
-
-
-@dataclass(slots=True)
-class Admitted:
-    policy_name: str
-    first: pb.GenerateChunk
-    stream: GenerationStream
 
 
 class PolicySlot:
@@ -46,110 +41,196 @@ class PolicySlot:
 
 
 def _engine_error(req: RouterRequest, policy_name: str, exc: grpc.aio.AioRpcError,
-                  verb_stage: str) -> RouterError:
+                  stage: str, attempt_verbs: list[tuple[str, str]]) -> RouterError:
     detail = f"{exc.code().name}: {exc.details()}"
     if exc.code() in CALLER_MISTAKES:
-        only_plain_generate = [v for v, _ in req.verbs] == ["start_generate"]
-        if only_plain_generate and verb_stage == "generate":
+        only_plain_generate = [v for v, _ in attempt_verbs] == ["start_generate"]
+        if only_plain_generate and stage == "generate":
             return BadRequest(f"engine rejected the request: {exc.details()}")
         log.error("policy %r: engine rejected a verb for %s: %s", policy_name,
                   req.request_id, detail)
         return PolicyFailed(policy_name, f"engine rejected a verb ({detail})")
     if exc.code() == grpc.StatusCode.UNAVAILABLE:
-        return EngineUnavailable(f"engine unavailable during {verb_stage}: {detail}",
+        return EngineUnavailable(f"engine unavailable during {stage}: {detail}",
                                  code="engine_unavailable")
-    return EngineFailed(f"engine error during {verb_stage}: {detail}", code="engine_error")
+    return EngineFailed(f"engine error during {stage}: {detail}", code="engine_error")
 
 
-class EngineUnavailable(EngineFailed):
-    """The engine could not be reached or went away before streaming anything: retryable."""
+def _policy_error(req: RouterRequest, name: str, exc: BaseException,
+                  attempt_verbs: list[tuple[str, str]]) -> RouterError:
+    """Any exception out of a policy decision, as the error the client gets."""
+    if isinstance(exc, RouterError):
+        return exc
+    if isinstance(exc, TransferFailed):
+        return EngineFailed(f"KV transfer failed: {exc}", code="transfer_failed")
+    if isinstance(exc, VerbOrderError):
+        log.error("policy %r used the verbs wrongly for %s: %s", name, req.request_id, exc)
+        return PolicyFailed(name, f"wrong verb order: {exc}")
+    if isinstance(exc, grpc.aio.AioRpcError):
+        return _engine_error(req, name, exc, "policy verbs", attempt_verbs)
+    log.error("policy %r raised for request %s", name, req.request_id, exc_info=exc)
+    return PolicyFailed(name, f"{type(exc).__name__}: {exc}")
 
-    status = 503
-    error_type = "service_unavailable"
+
+async def _first_chunk(stream: GenerationStream, timeout_s: float) -> pb.GenerateChunk | None:
+    """A segment's first chunk, bounded: an engine that accepted the work and then never
+    answers must not hold the request (and its client) forever."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await stream.next_chunk()
+    except TimeoutError:
+        raise EngineFailed(f"engine {stream.engine.id} produced no output within "
+                           f"{timeout_s:g} s", code="engine_timeout") from None
+
+
+class RequestRun:
+    """One admitted request: its policy session, the running segment and the first chunk."""
+
+    def __init__(self, req: RouterRequest, session: PolicySession, stream: GenerationStream,
+                 first: pb.GenerateChunk, attempt_verbs: int, first_chunk_timeout_s: float
+                 ) -> None:
+        self.req = req
+        self.session = session
+        self.stream = stream
+        self.first = first
+        self.segments = 1
+        self._attempt_verbs = attempt_verbs  # index into scope.verbs where this attempt began
+        self.first_chunk_timeout_s = first_chunk_timeout_s
+
+    @property
+    def policy_name(self) -> str:
+        return self.session.name
+
+    async def next_segment(self, new_tokens: list[int], reason: str = "handoff",
+                           **detail: object) -> GenerationStream | None:
+        """The once-per-segment call: append the ended segment's tokens to the request and ask
+        the policy where to go next (None: it has nothing more)."""
+        self.req.tokens.extend(new_tokens)
+        end = SegmentEnd(self.stream.engine, reason, list(new_tokens), dict(detail))
+        try:
+            stream = await self.session.next(end)
+        except BaseException as exc:
+            if not isinstance(exc, Exception):
+                raise  # cancellation: the client went away
+            error = _policy_error(self.req, self.policy_name, exc,
+                                  self.req.scope.verbs[self._attempt_verbs:])
+            if error is exc:
+                raise
+            raise error from exc
+        if stream is not None:
+            self.stream = stream
+            self.segments += 1
+        return stream
+
+    async def read(self, stream: GenerationStream, first: bool = False) -> pb.GenerateChunk:
+        """The stream's next chunk; an engine that fails or closes early is an EngineFailed, and
+        so is a segment that produces nothing within the first-chunk deadline."""
+        try:
+            if first:
+                chunk = await _first_chunk(stream, self.first_chunk_timeout_s)
+            else:
+                chunk = await stream.next_chunk()
+        except grpc.aio.AioRpcError as exc:
+            raise EngineFailed(f"engine failed mid-stream: {exc.code().name}: "
+                               f"{exc.details()}", code="engine_error") from exc
+        except RouterError:
+            raise
+        except Exception as exc:  # never let an odd failure escape as a broken response
+            log.exception("request %s: reading from engine %s failed", self.req.request_id,
+                          stream.engine.id)
+            raise EngineFailed(f"reading from engine {stream.engine.id} failed: "
+                               f"{type(exc).__name__}", code="engine_error") from exc
+        if chunk is None:
+            raise EngineFailed("engine closed the stream without finishing",
+                               code="engine_error")
+        if chunk.finish_reason == "error":
+            raise EngineFailed(f"engine error: {chunk.error or 'unknown'}", code="engine_error")
+        return chunk
+
+    async def chunks(self) -> AsyncIterator[pb.GenerateChunk]:
+        """What the client streams: every segment's chunks in order, ending with the one that
+        carries the request's finish reason; hand-offs never show."""
+        chunk, segment_tokens = self.first, list[int]()
+        while True:
+            segment_tokens.extend(chunk.token_ids)
+            if chunk.finish_reason != "handoff":
+                yield chunk
+                if chunk.finish_reason:
+                    return
+                chunk = await self.read(self.stream)
+                continue
+            chunk.finish_reason = ""
+            if chunk.token_ids:
+                yield chunk  # the client sees these before the policy decides what is next
+            stream = await self.next_segment(segment_tokens)
+            if stream is None:
+                raise PolicyFailed(self.policy_name, "the policy ended after a hand-off without "
+                                   "a next segment")
+            segment_tokens = []
+            chunk = await self.read(stream, first=True)
+
+    def stop_early(self) -> None:
+        """A stop string matched in the router: end the engines' work now."""
+        self.req.scope.abandon()
+
+    async def close(self) -> None:
+        await self.session.aclose()
+        self.req.scope.close()
 
 
 class Dispatcher:
-    def __init__(self, engines: EngineSet, slot: PolicySlot, retries: int = 1,
+    def __init__(self, engines: EngineDirectory, slot: PolicySlot, retries: int = 1,
                  policy_timeout_s: float = 300.0) -> None:
         self.engines = engines
         self.slot = slot
         self.retries = retries
-        # A policy that never returns must not hold its client forever (PD on a long prompt
+        # A policy that never decides must not hold its client forever (PD on a long prompt
         # on CPU can legitimately take a while, hence minutes, not seconds).
         self.policy_timeout_s = policy_timeout_s
-        self._background: set[asyncio.Task[bool]] = set()
 
-    async def admit_with_retry(self, req: RouterRequest) -> Admitted:
-        """Admit; if an engine was unreachable before any output, take it out of rotation and
-        run the policy again (nothing has reached the client yet, so this is invisible)."""
-        base_id = req.request_id
+    async def admit(self, req: RouterRequest) -> RequestRun:
+        """Run the policy to the first chunk of its first segment. If an engine was unreachable
+        before any output, take it out of rotation and run the policy again (nothing has
+        reached the client yet, so this is invisible)."""
+        active = self.slot.current
         for attempt in range(self.retries + 1):
             try:
-                return await self.admit(req)
+                return await self._attempt(req, active)
             except EngineUnavailable as exc:
                 if attempt == self.retries:
                     raise
-                for engine in list(req.touched.values()):
+                for engine in req.scope.touched:
                     self.engines.mark_unhealthy(engine.id)
-                log.warning("request %s: %s; retrying on another engine", base_id, exc.message)
-                req.request_id = f"{base_id}-retry{attempt + 1}"
-                req.verbs.clear()
-                req.touched.clear()
-                req.route.pattern, req.route.params = "", {}
-                req.matched_by_engine = None
+                log.warning("request %s: %s; retrying on another engine", req.request_id,
+                            exc.message)
+                req.engine_request_id = f"{req.request_id}-r{attempt + 1}"
+                req.route, req.matched_by_engine = RouteNote(), None
         raise AssertionError("unreachable")
 
-    async def admit(self, req: RouterRequest) -> Admitted:
-        active = self.slot.current
-        name = active.name
+    async def _attempt(self, req: RouterRequest, active: ActivePolicy) -> RequestRun:
+        started_at = len(req.scope.verbs)
+        session = PolicySession(active, req, ClusterView(self.engines, active),
+                                self.policy_timeout_s)
         try:
-            try:
-                # asyncio.timeout, not wait_for: no extra task (and loop turn) per request.
-                async with asyncio.timeout(self.policy_timeout_s):
-                    result = await active.spec.route(req, ClusterView(self.engines, active))
-            except TimeoutError:
-                raise PolicyFailed(name, f"did not return a stream within "
-                                   f"{self.policy_timeout_s:g} s") from None
-            if not isinstance(result, GenerationStream):
-                raise PolicyFailed(name, "a policy must return the stream from start_generate, "
-                                   f"got {type(result).__name__}")
+            stream = await session.first()
             if not req.route.pattern:
-                req.note_route(name, engine=result.engine.id)
+                req.note_route(active.name, engine=stream.engine.id)
             try:
-                first = await result.next_chunk()
+                first = await _first_chunk(stream, self.policy_timeout_s)
             except grpc.aio.AioRpcError as exc:
-                raise _engine_error(req, name, exc, "generate") from exc
+                raise _engine_error(req, active.name, exc, "generate",
+                                    req.scope.verbs[started_at:]) from exc
             if first is None:
                 raise EngineFailed("engine closed the stream without output")
             if first.finish_reason == "error":
                 raise EngineFailed(f"engine error: {first.error or 'unknown'}")
-            return Admitted(name, first, result)
-        except RouterError:
-            self.abandon(req)
-            raise
-        except TransferFailed as exc:
-            self.abandon(req)
-            raise EngineFailed(f"KV transfer failed: {exc}", code="transfer_failed") from exc
-        except VerbOrderError as exc:
-            self.abandon(req)
-            log.error("policy %r used the verbs wrongly for %s: %s", name, req.request_id, exc)
-            raise PolicyFailed(name, f"wrong verb order: {exc}") from exc
-        except grpc.aio.AioRpcError as exc:
-            self.abandon(req)
-            raise _engine_error(req, name, exc, "policy verbs") from exc
-        except Exception as exc:  # a bug in a (user) policy: fail this request only
-            self.abandon(req)
-            log.exception("policy %r raised for request %s", name, req.request_id)
-            raise PolicyFailed(name, f"{type(exc).__name__}: {exc}") from exc
-
-    def abandon(self, req: RouterRequest) -> None:
-        """Abort the request on every engine it touched (client gone, error) and release them."""
-        for engine in req.touched.values():
-            task = asyncio.create_task(engine.abort(req.request_id))
-            self._background.add(task)  # keep a reference until done (no GC mid-flight)
-            task.add_done_callback(self._background.discard)
-        self.release(req)
-
-    def release(self, req: RouterRequest) -> None:
-        for engine in req.touched.values():
-            engine.active.discard(req.request_id)
+            return RequestRun(req, session, stream, first, started_at, self.policy_timeout_s)
+        except BaseException as exc:
+            await session.aclose()
+            req.scope.abandon()
+            if not isinstance(exc, Exception):
+                raise  # cancellation: the client went away
+            error = _policy_error(req, active.name, exc, req.scope.verbs[started_at:])
+            if error is exc:
+                raise
+            raise error from exc

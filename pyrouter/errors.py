@@ -63,6 +63,13 @@ class EngineFailed(RouterError):
     error_type = "engine_error"
 
 
+class EngineUnavailable(EngineFailed):
+    """The engine could not be reached or went away before streaming anything: retryable."""
+
+    status = 503
+    error_type = "service_unavailable"
+
+
 class VerbOrderError(RuntimeError):
     """A policy called the verbs in an order the contract forbids (reported as PolicyFailed)."""
 

@@ -43,7 +43,7 @@ class OtelExporter:
         if first_token_s is not None:
             span.set_attribute("switchyard.ttft_ms", (first_token_s - started_s) * 1000)
         ctx = trace.set_span_in_context(span)
-        for verb, engine_id, t0, t1 in req.verb_times:
+        for verb, engine_id, t0, t1 in req.scope.verb_times:
             child = self.tracer.start_span(f"verb.{verb}", context=ctx, start_time=_ns(t0))
             child.set_attribute("switchyard.engine", engine_id)
             child.end(end_time=_ns(t1 or ended_s))

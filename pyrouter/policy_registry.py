@@ -1,17 +1,20 @@
 """The policy-hook API: `@policy(name)` registers an async `route(req, cluster)` function.
 
 A policy composes the verbs (`prep_recv`, `remote_send`, `start_generate`) on engines chosen via
-the cluster view and returns the stream from `start_generate`. Built-ins live one per file in
+the cluster view and returns the stream from `start_generate` — or, written as an async
+generator, yields one stream per segment (pyrouter/session.py). Built-ins live one per file in
 `pyrouter/policies/` and are imported on first use; user policies load from a file or module.
+docs/policies.md is the user's guide.
 """
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import itertools
 import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +25,9 @@ if TYPE_CHECKING:
     from pyrouter.engines.handle import GenerationStream
     from pyrouter.request import RouterRequest
 
-RouteFn = Callable[["RouterRequest", "ClusterView"], Awaitable["GenerationStream"]]
+# A coroutine returning one stream, or an async generator yielding one per segment.
+RouteFn = Callable[["RouterRequest", "ClusterView"],
+                   Awaitable["GenerationStream"] | AsyncIterator["GenerationStream"]]
 
 # Names from INTERFACES.md; each is the module pyrouter.policies.<name> (some arrive later).
 BUILTIN_NAMES = ("round_robin", "least_load", "cache_aware", "pd", "balanced_pd", "tandem",
@@ -38,8 +43,10 @@ class PolicySpec:
     # Accepted parameters with defaults; PUT /admin/policy may override any of them.
     defaults: dict[str, Any] = field(default_factory=dict)
     doc: str = ""
+    segmented: bool = False  # an async generator: one yielded stream per segment
 
     def __post_init__(self) -> None:
+        self.segmented = inspect.isasyncgenfunction(self.route)
         if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
             raise ValueError(f"policy name must be a simple identifier, got {self.name!r}")
         bad = [r for r in self.roles if r not in ("any", "prefill", "decode")]
@@ -63,6 +70,19 @@ class PolicySpec:
                                  f"{type(default).__name__}", param=f"params.{key}")
             merged[key] = value
         return merged
+
+
+@dataclass(slots=True)
+class ActivePolicy:
+    """A policy with its parameters and private state; replaced wholesale on every switch."""
+
+    spec: PolicySpec
+    params: dict[str, Any]
+    state: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
 
 
 _REGISTRY: dict[str, PolicySpec] = {}

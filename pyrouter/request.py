@@ -1,45 +1,23 @@
-"""What a policy sees about one request: token ids, sampling, SLO, and where it was routed."""
+"""What a policy sees about one request: token ids, sampling, SLO, and where it was routed.
+
+`tokens` is the prompt plus every token generated so far: it grows when a segment ends, so the
+next segment's verbs (prep_recv / remote_send / start_generate on another engine) act on the
+whole context. `prompt_len` stays the prompt's length.
+"""
 from __future__ import annotations
 
-import itertools
-import os
+import secrets
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
-from switchyard_rpc import engine_pb2 as pb
-
-_ID_PREFIX = os.urandom(6).hex()  # per process, so ids from different routers never collide
-_ID_SEQ = itertools.count()
+from engine.core.sampling_params import SamplingParams
+from pyrouter.scope import RequestScope
 
 
-def new_id() -> str:
-    """A unique 32-hex-digit id (like uuid4().hex) without a getrandom call per request."""
-    return f"{_ID_PREFIX}{next(_ID_SEQ):020x}"
-
-
-@dataclass(slots=True)
-class SamplingSpec:
-    max_tokens: int = 16
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    min_tokens: int = 0
-    seed: int | None = None
-    stop: list[str] = field(default_factory=list)
-    stop_token_ids: list[int] = field(default_factory=list)
-    ignore_eos: bool = False
-    logprobs: bool = False
-
-    def to_proto(self) -> pb.SamplingParams:
-        # Stop strings stay in the router: its detokenizer sees the text and ends the stream.
-        msg = pb.SamplingParams(
-            temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
-            max_tokens=self.max_tokens, min_tokens=self.min_tokens,
-            stop_token_ids=self.stop_token_ids, ignore_eos=self.ignore_eos,
-            return_logprobs=self.logprobs)
-        if self.seed is not None:
-            msg.seed = self.seed
-        return msg
+def new_request_id(prefix: str) -> str:
+    """`prefix` + 128 random bits: the id the client sees (X-Request-Id, the body's `id`, the
+    trace) and the engines get; unguessable, so nobody can abort another client's request."""
+    return prefix + secrets.token_hex(16)
 
 
 @dataclass(slots=True)
@@ -63,11 +41,11 @@ class RouteNote:
         return " ".join(parts)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class RouterRequest:
     request_id: str
     tokens: list[int]
-    sampling: SamplingSpec
+    sampling: SamplingParams
     kind: Literal["completion", "chat"] = "completion"
     model: str = "default"
     stream: bool = False
@@ -77,17 +55,25 @@ class RouterRequest:
     route: RouteNote = field(default_factory=RouteNote)
     # The router's prefix-match results, filled lazily by the cluster view (engine id -> tokens).
     matched_by_engine: dict[str, int] | None = None
-    # Verbs issued so far as (verb, engine id): the default route header and clean-up use it.
-    verbs: list[tuple[str, str]] = field(default_factory=list)
-    # Engines this request touched (id -> handle), so a failure or disconnect aborts on each.
-    touched: dict[str, Any] = field(default_factory=dict)
-    # (verb, engine id, start, end) in perf_counter seconds; end 0.0 while running (tracing).
-    verb_times: list[list[Any]] = field(default_factory=list)
-    completion_tokens: int = 0  # filled when the response is complete
+    # Every reservation, send and generation on any engine, and the router's counts.
+    scope: RequestScope = field(default_factory=RequestScope)
+    prompt_len: int = 0  # set from tokens at construction
+    # The id the engines know this request by: request_id, or request_id-rN after N retries.
+    engine_request_id: str = ""
+    completion_tokens: int = 0  # what the client received, filled when the response is complete
+
+    def __post_init__(self) -> None:
+        self.prompt_len = len(self.tokens)
+        self.engine_request_id = self.engine_request_id or self.request_id
 
     @property
-    def prompt_len(self) -> int:
-        return len(self.tokens)
+    def generated(self) -> int:
+        """Tokens generated so far (by the segments that have ended)."""
+        return len(self.tokens) - self.prompt_len
+
+    @property
+    def output_ids(self) -> list[int]:
+        return self.tokens[self.prompt_len:]
 
     def note_route(self, pattern: str, **params: object) -> None:
         """Record the pattern that ran and its parameters (shown in X-Switchyard-Route)."""

@@ -9,12 +9,11 @@ import signal
 
 from aiohttp import web
 
-from pyrouter.cluster import ActivePolicy
 from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.membership import EngineSet
 from pyrouter.errors import BadRequest
 from pyrouter.http.app import make_app
-from pyrouter.policy_registry import get_policy, load_policy_source
+from pyrouter.policy_registry import ActivePolicy, get_policy, load_policy_source
 from pyrouter.state import RouterConfig, RouterState
 from pyrouter.tokenizer import load_router_tokenizer, model_display_id
 from router_core import DetokenizerVocab

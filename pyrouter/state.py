@@ -10,6 +10,7 @@ from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.membership import EngineSet
 from pyrouter.metrics import RouterMetrics
 from pyrouter.otel import OtelExporter, otel_exporter_from_env
+from pyrouter.scope import RouterCounters
 from pyrouter.tracing import TraceWriter, trace_writer_from_env
 from router_core import DetokenizerVocab
 
@@ -41,7 +42,7 @@ class RouterState:
     dispatcher: Dispatcher
     detok_vocab: DetokenizerVocab  # built once from the tokenizer; every response's detokenizer
     metrics: RouterMetrics = field(default_factory=RouterMetrics)
-    inflight: int = 0
+    counters: RouterCounters = field(default_factory=RouterCounters)
     tracer: TraceWriter | None = field(default_factory=trace_writer_from_env)
     otel: OtelExporter | None = field(default_factory=otel_exporter_from_env)
 

@@ -37,7 +37,7 @@ class TraceWriter:
                       "ttft_ms": None if first_token_s is None
                       else round((first_token_s - started_s) * 1000, 3),
                       "matched": req.matched_by_engine or {}, "status": status}}]
-        for verb, engine_id, t0, t1 in req.verb_times:
+        for verb, engine_id, t0, t1 in req.scope.verb_times:
             spans.append({"trace_id": req.request_id, "name": f"verb.{verb}",
                           "service": "router", "start_ms": wall_ms(t0),
                           "end_ms": wall_ms(t1 if t1 else ended_s),

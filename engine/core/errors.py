@@ -11,7 +11,13 @@ class EngineError(Exception):
 
 
 class InvalidRequest(EngineError, ValueError):
-    """Bad input: empty prompt, out-of-vocabulary ids, NaN temperature, bad range, duplicate id…"""
+    """Bad input: empty prompt, out-of-vocabulary ids, NaN temperature, bad range, duplicate id…
+
+    `param` names the offending request field where there is one (the router's 400 body)."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 class UnknownRequest(EngineError, KeyError):

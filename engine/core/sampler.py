@@ -15,7 +15,6 @@ import torch
 
 from engine.core.sampling_params import SamplingParams
 
-
 _GOLDEN_GAMMA = 0x9E3779B97F4A7C15
 _MASK64 = (1 << 64) - 1
 

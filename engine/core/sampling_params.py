@@ -1,4 +1,8 @@
-"""SamplingParams: how one request picks its tokens and when it stops (OpenAI semantics)."""
+"""SamplingParams: how one request picks its tokens and when it stops (OpenAI semantics).
+
+The one set of sampling rules: the router validates a request's fields by building this (an
+HTTP 400 names the field), and the engine validates what arrives over gRPC the same way.
+"""
 from __future__ import annotations
 
 import math
@@ -6,12 +10,14 @@ from dataclasses import dataclass, field
 
 from engine.core.errors import InvalidRequest
 
+MAX_TEMPERATURE = 2.0  # OpenAI's upper bound
+
 
 @dataclass(slots=True)
 class SamplingParams:
     temperature: float = 0.0  # 0 = greedy
     top_p: float = 1.0  # 1 (or 0, as proto3 defaults it) = off
-    top_k: int = 0  # 0 = off
+    top_k: int = 0  # 0 (or vLLM's -1) = off
     max_tokens: int = 16
     min_tokens: int = 0
     seed: int | None = None
@@ -21,25 +27,30 @@ class SamplingParams:
     return_logprobs: bool = False
 
     def __post_init__(self) -> None:
-        if not math.isfinite(self.temperature) or self.temperature < 0:
-            raise InvalidRequest(f"temperature must be a finite number >= 0, got {self.temperature}")
+        if not math.isfinite(self.temperature) or not 0 <= self.temperature <= MAX_TEMPERATURE:
+            raise InvalidRequest(f"temperature must be in [0, {MAX_TEMPERATURE:g}], got "
+                                 f"{self.temperature}", param="temperature")
         if not math.isfinite(self.top_p) or not 0 <= self.top_p <= 1:
-            raise InvalidRequest(f"top_p must be in [0, 1], got {self.top_p}")
+            raise InvalidRequest(f"top_p must be in [0, 1], got {self.top_p}", param="top_p")
         if self.top_p == 0:
             self.top_p = 1.0
-        if self.top_k < 0:
-            raise InvalidRequest(f"top_k must be >= 0, got {self.top_k}")
+        if self.top_k < -1:
+            raise InvalidRequest(f"top_k must be -1, 0 (off) or > 0, got {self.top_k}",
+                                 param="top_k")
+        if self.top_k == -1:
+            self.top_k = 0
         if self.max_tokens <= 0:
-            raise InvalidRequest(f"max_tokens must be > 0, got {self.max_tokens}")
+            raise InvalidRequest(f"max_tokens must be > 0, got {self.max_tokens}",
+                                 param="max_tokens")
         if not 0 <= self.min_tokens <= self.max_tokens:
-            raise InvalidRequest(
-                f"min_tokens must be in [0, max_tokens={self.max_tokens}], got {self.min_tokens}")
+            raise InvalidRequest(f"min_tokens must be in [0, max_tokens={self.max_tokens}], got "
+                                 f"{self.min_tokens}", param="min_tokens")
         if self.seed is not None and not -(2**63) <= self.seed < 2**64:
-            raise InvalidRequest(f"seed must fit in 64 bits, got {self.seed}")
+            raise InvalidRequest(f"seed must fit in 64 bits, got {self.seed}", param="seed")
         if any(t < 0 for t in self.stop_token_ids):
-            raise InvalidRequest("stop_token_ids must be non-negative")
-        if any(not isinstance(s, str) or not s for s in self.stop):
-            raise InvalidRequest("stop strings must be non-empty strings")
+            raise InvalidRequest("stop_token_ids must be non-negative", param="stop_token_ids")
+        if len(self.stop) > 4 or any(not isinstance(s, str) or not s for s in self.stop):
+            raise InvalidRequest("stop must be up to 4 non-empty strings", param="stop")
 
     @property
     def greedy(self) -> bool:

@@ -26,6 +26,21 @@ def sampling_from_proto(msg: pb.SamplingParams) -> SamplingParams:
     )
 
 
+def sampling_to_proto(params: SamplingParams, max_tokens: int | None = None,
+                      min_tokens: int | None = None) -> pb.SamplingParams:
+    """The proto for `params`; a later segment passes what is left of max/min tokens. Stop
+    strings stay with the caller (the router matches them on the text it streams)."""
+    msg = pb.SamplingParams(
+        temperature=params.temperature, top_p=params.top_p, top_k=params.top_k,
+        max_tokens=params.max_tokens if max_tokens is None else max_tokens,
+        min_tokens=params.min_tokens if min_tokens is None else min_tokens,
+        stop_token_ids=params.stop_token_ids, ignore_eos=params.ignore_eos,
+        return_logprobs=params.return_logprobs)
+    if params.seed is not None:
+        msg.seed = params.seed
+    return msg
+
+
 def chunk_from_outputs(outputs: Sequence[StepOutput]) -> pb.GenerateChunk:
     """Coalesce consecutive outputs of one request (a slow reader gets fewer, larger chunks)."""
     chunk = pb.GenerateChunk()

@@ -1,8 +1,8 @@
 """An engine as a policy sees it: identity, role, and the three verbs as awaitables.
 
-The verbs record themselves on the request (`req.verbs`, `req.touched`) so the dispatcher can
-abort every engine involved when the client goes away or the policy fails, and so the route
-header can say what actually ran.
+The verbs act on the request's current tokens (prompt + tokens generated so far) and record
+everything they take in the request's scope (pyrouter/scope.py) before they take it, so
+whatever way the request ends, the scope knows what to give back.
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from engine.server.convert import sampling_to_proto
 from pyrouter.errors import TransferFailed, VerbOrderError
 from pyrouter.request import RouterRequest
 from router_core import RouterCore
@@ -20,6 +21,7 @@ from switchyard_rpc import engine_pb2 as pb
 
 if TYPE_CHECKING:
     from engine.server.client import EngineClient
+    from pyrouter.scope import _EngineHold
 
 
 # Status codes meaning "you asked for something invalid" rather than "the engine is unwell".
@@ -60,29 +62,25 @@ class EngineHandle:
     draining: bool = False
     model_id: str = ""
     cached_blocks: int = 0  # from the engine's last Stats
-    active: set[str] = field(default_factory=set)  # request ids with work on this engine
-
-    def _enter(self, req: RouterRequest, verb: str) -> list[Any]:
-        req.verbs.append((verb, self.id))
-        req.touched[self.id] = self
-        self.active.add(req.request_id)
-        timing: list[Any] = [verb, self.id, time.perf_counter(), 0.0]
-        req.verb_times.append(timing)
-        return timing
+    active: set[str] = field(default_factory=set)  # engine request ids with work on this engine
 
     async def prep_recv(self, req: RouterRequest, end: int | None = None) -> KvReservation:
-        """Reserve KV pages here for tokens[matched:end] (default end: the whole prompt)."""
-        timing = self._enter(req, "prep_recv")
-        resolved = req.prompt_len if end is None else end
-        resp = await self.client.prep_recv(req.request_id, req.tokens, resolved)
+        """Reserve KV pages here for tokens[matched:end] of the request's current tokens.
+
+        Default `end`: all but the last token (start_generate computes that one to sample)."""
+        resolved = len(req.tokens) - 1 if end is None else end
+        timing = req.scope.enter(self, "prep_recv", req.engine_request_id)
+        hold = req.scope.hold(self, req.engine_request_id)
+        hold.reservations += 1  # before the call: a cancelled call may still have reserved
+        resp = await self.client.prep_recv(req.engine_request_id, req.tokens, resolved)
         timing[3] = time.perf_counter()
-        return KvReservation(self.id, req.request_id, resp.kv_addr, resp.matched_len, resp.end,
-                             resp.page_size, self.address)
+        return KvReservation(self.id, req.engine_request_id, resp.kv_addr, resp.matched_len,
+                             resp.end, resp.page_size, self.address)
 
     async def remote_send(self, req: RouterRequest, kv: KvReservation, begin: int | None = None,
                           end: int | None = None) -> SendResult:
         """Compute KV for tokens[begin:end] here and push it into `kv`'s reservation."""
-        if kv.request_id != req.request_id:
+        if kv.request_id != req.engine_request_id:
             raise VerbOrderError("remote_send got a reservation made for another request")
         if kv.engine_id == self.id:
             raise VerbOrderError(f"remote_send from {self.id} into its own reservation")
@@ -91,28 +89,41 @@ class EngineHandle:
         if not 0 <= begin <= end <= kv.end:
             raise VerbOrderError(f"remote_send range [{begin}, {end}) outside the reservation "
                                  f"[0, {kv.end})")
-        timing = self._enter(req, "remote_send")
+        timing = req.scope.enter(self, "remote_send", req.engine_request_id)
+        hold = req.scope.hold(self, req.engine_request_id)
+        hold.sends += 1
         try:
-            resp = await self.client.remote_send(req.request_id, req.tokens, kv.kv_addr,
+            resp = await self.client.remote_send(req.engine_request_id, req.tokens, kv.kv_addr,
                                                  kv.dst_address, begin, end)
-            timing[3] = time.perf_counter()
         except grpc.aio.AioRpcError as exc:
             if exc.code() in CALLER_MISTAKES:
                 raise  # the policy asked for something invalid: its bug, reported as such
             raise TransferFailed(f"{self.id} -> {kv.engine_id}: {exc.code().name}: "
                                  f"{exc.details()}") from exc
+        hold.sends -= 1  # answered: the sender has finished with it
+        timing[3] = time.perf_counter()
         return SendResult(resp.bytes_sent, resp.transport, resp.total_ms, resp.cached_on_sender)
 
     def start_generate(self, req: RouterRequest, begin: int = 0,
-                       max_new_tokens_here: int = 0) -> GenerationStream:
-        """Prefill tokens[begin:] on top of KV already here, then decode; returns the stream."""
-        if not 0 <= begin < max(1, req.prompt_len):
-            raise VerbOrderError(f"start_generate begin={begin} outside the prompt "
-                                 f"(length {req.prompt_len})")
-        if any(verb == "start_generate" for verb, _ in req.verbs):
-            raise VerbOrderError("start_generate called twice for one request")
-        timing = self._enter(req, "start_generate")
-        return GenerationStream(self, req, begin, max_new_tokens_here, timing)
+                       max_new_tokens_here: int | None = None) -> GenerationStream:
+        """Prefill tokens[begin:] on top of KV already here, then decode; returns the stream —
+        one segment of the request. With `max_new_tokens_here=k` the segment ends after k
+        tokens with a hand-off, and a segmented policy decides where the request goes next."""
+        if not 0 <= begin < len(req.tokens):
+            raise VerbOrderError(f"start_generate begin={begin} outside the request's "
+                                 f"{len(req.tokens)} tokens")
+        if max_new_tokens_here is not None and max_new_tokens_here < 1:
+            raise VerbOrderError(f"max_new_tokens_here must be >= 1, got {max_new_tokens_here}")
+        if req.scope.generating():
+            raise VerbOrderError("start_generate while the request's previous segment is still "
+                                 "running")
+        if req.generated >= req.sampling.max_tokens:
+            raise VerbOrderError("start_generate after the request has all its tokens")
+        timing = req.scope.enter(self, "start_generate", req.engine_request_id)
+        hold = req.scope.hold(self, req.engine_request_id)
+        stream = GenerationStream(self, req, begin, max_new_tokens_here or 0, hold, timing)
+        req.scope.add_stream(stream)
+        return stream
 
     async def abort(self, request_id: str) -> bool:
         """Best effort (a dead engine has nothing left to abort): False when it can't be reached."""
@@ -123,19 +134,27 @@ class EngineHandle:
 
 
 class GenerationStream:
-    """The token chunks of one StartGenerate call; the RPC starts at once (no extra hop later)."""
+    """The token chunks of one StartGenerate call (one segment); the RPC starts at once."""
 
     def __init__(self, engine: EngineHandle, req: RouterRequest, begin: int,
-                 max_new_tokens_here: int, timing: list[Any] | None = None) -> None:
+                 max_new_tokens_here: int, hold: _EngineHold, timing: list[Any]) -> None:
         self.engine = engine
-        self._timing = timing
+        self.engine_request_id = req.engine_request_id
         self.begin = begin
-        self._prefill = req.prompt_len - begin
-        self._decode = req.sampling.max_tokens
+        self.max_new_tokens_here = max_new_tokens_here
+        self._hold = hold
+        self._timing = timing
+        self._prefill = len(req.tokens) - begin
+        left = req.sampling.max_tokens - req.generated
+        self._decode = min(left, max_new_tokens_here) if max_new_tokens_here else left
+        hold.generations += 1
         self._call = engine.client.start_generate_request(pb.StartGenerateRequest(
-            request_id=req.request_id, tokens=req.tokens, begin=begin,
-            sampling=req.sampling.to_proto(), max_new_tokens_here=max_new_tokens_here))
-        self._done = False
+            request_id=req.engine_request_id, tokens=req.tokens, begin=begin,
+            sampling=sampling_to_proto(req.sampling, max_tokens=left,
+                                       min_tokens=max(0, req.sampling.min_tokens - req.generated)),
+            max_new_tokens_here=max_new_tokens_here, output_offset=req.generated))
+        self.finished = False   # accounting released (the stream ended or was cancelled)
+        self.delivered = False  # the engine sent its finish chunk: it holds nothing for us
         engine.core.table.on_dispatch(engine.num, self._prefill, self._decode)
 
     async def next_chunk(self) -> pb.GenerateChunk | None:
@@ -144,26 +163,35 @@ class GenerationStream:
         if chunk is grpc.aio.EOF:
             self.finish()
             return None
+        if chunk.finish_reason:
+            self._delivered()
         return chunk  # type: ignore[no-any-return]
+
+    def _delivered(self) -> None:
+        if not self.delivered:
+            self.delivered = True
+            # A finished generation consumed any reservation it had here and freed the rest.
+            self._hold.generations = max(0, self._hold.generations - 1)
+            if not self._hold.generations:
+                self._hold.reservations = 0
+            self.finish()
 
     def finish(self) -> None:
         """Account the request as complete on its engine (idempotent)."""
-        if not self._done:
-            self._done = True
-            if self._timing is not None:
-                self._timing[3] = time.perf_counter()
+        if not self.finished:
+            self.finished = True
+            self._timing[3] = time.perf_counter()
             try:
                 self.engine.core.table.on_complete(self.engine.num, self._prefill, self._decode)
             except (KeyError, ValueError, LookupError):
                 pass  # engine removed meanwhile
 
     async def __aiter__(self) -> AsyncIterator[pb.GenerateChunk]:
-        try:
-            async for chunk in self._call:
-                yield chunk
-        finally:
-            self.finish()
+        while (chunk := await self.next_chunk()) is not None:
+            yield chunk
 
     def cancel(self) -> None:
-        self._call.cancel()
+        """Stop reading; an unfinished engine-side generation is aborted by the cancel."""
+        if not self.delivered:
+            self._call.cancel()
         self.finish()

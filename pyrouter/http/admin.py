@@ -7,9 +7,8 @@ from typing import Any
 
 from aiohttp import web
 
-from pyrouter.cluster import ActivePolicy
 from pyrouter.errors import BadRequest
-from pyrouter.policy_registry import available, get_policy, load_policy_source
+from pyrouter.policy_registry import ActivePolicy, available, get_policy, load_policy_source
 from pyrouter.state import STATE, RouterState
 
 log = logging.getLogger("switchyard.router")

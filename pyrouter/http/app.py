@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable
 
@@ -12,12 +13,17 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pyrouter.errors import RouterError, Unauthorized
 from pyrouter.http.admin import add_admin_routes
 from pyrouter.http.generation import ROUTE_HEADER, chat_completions, completions
-from pyrouter.request import new_id
+from pyrouter.request import new_request_id
 from pyrouter.state import STATE, RouterState
 
 log = logging.getLogger("switchyard.router")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _OPEN_PATHS = ("/health", "/ready", "/metrics")
+# The id prefix per route, as OpenAI's bodies have it. One id per request: X-Request-Id, the
+# body's `id` and the trace's request id are the same string — the client's own X-Request-Id
+# when it sent a sane one. Engines get a random id of their own (unguessable, never shared).
+_ID_PREFIX = {"/v1/chat/completions": "chatcmpl-", "/v1/completions": "cmpl-"}
+_CLIENT_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
 _STARTED = int(time.time())
 
 
@@ -34,8 +40,10 @@ def _check_key(state: RouterState, request: web.Request) -> None:
 @web.middleware
 async def envelope(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every response gets X-Request-Id and X-Switchyard-Route; errors get the OpenAI body."""
-    request_id = request.headers.get("X-Request-Id") or new_id()
-    request["request_id"] = request_id
+    engine_request_id = new_request_id(_ID_PREFIX.get(request.path, "req-"))
+    client_id = request.headers.get("X-Request-Id", "")
+    request_id = client_id if _CLIENT_ID.fullmatch(client_id) else engine_request_id
+    request["request_id"], request["engine_request_id"] = request_id, engine_request_id
     try:
         _check_key(request.app[STATE], request)
         resp = await handler(request)
@@ -71,7 +79,7 @@ async def models(request: web.Request) -> web.Response:
 
 async def metrics(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    state.metrics.inflight.set(state.inflight)
+    state.metrics.inflight.set(state.counters.inflight)
     for e in state.engines.engines.values():
         state.metrics.engine_healthy.labels(e.id, e.address).set(
             1 if e.healthy and not e.draining else 0)

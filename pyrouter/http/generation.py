@@ -4,37 +4,21 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
-import grpc
 from aiohttp import web
 
-from pyrouter.dispatch import Admitted
-from pyrouter.errors import BadRequest, Busy, EngineFailed, RouterError
+from pyrouter.dispatch import RequestRun
+from pyrouter.errors import BadRequest, Busy, RouterError
 from pyrouter.http.parse import parse_request
-from pyrouter.request import RouterRequest, new_id
+from pyrouter.request import RouterRequest
 from pyrouter.state import STATE, RouterState
 from router_core import IncrementalDetokenizer, SseEncoder
-from switchyard_rpc import engine_pb2 as pb
 
 log = logging.getLogger("switchyard.router")
 _CLIENT_FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
 ROUTE_HEADER = "X-Switchyard-Route"
-
-
-async def _chunks(adm: Admitted) -> AsyncIterator[pb.GenerateChunk]:
-    """The first chunk, then the rest until the one that carries a finish reason."""
-    chunk: pb.GenerateChunk | None = adm.first
-    while chunk is not None:
-        yield chunk
-        if chunk.finish_reason:
-            return  # the engine's last chunk; no need to wait for the stream's end
-        try:
-            chunk = await adm.stream.next_chunk()
-        except grpc.aio.AioRpcError as exc:
-            raise EngineFailed(f"engine failed mid-stream: {exc.code().name}: "
-                               f"{exc.details()}", code="engine_error") from exc
 
 
 async def _read_body(request: web.Request) -> Any:
@@ -48,45 +32,40 @@ async def handle_generation(request: web.Request, kind: Literal["completion", "c
                             ) -> web.StreamResponse:
     state = request.app[STATE]
     body = await _read_body(request)
-    prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
     cfg = state.config
     max_context = min(cfg.max_context, state.engines.max_context or cfg.max_context)
-    req = parse_request(body, kind, state.tokenizer, prefix + new_id(),
+    req = parse_request(body, kind, state.tokenizer, request["request_id"],
                         cfg.served_model, max_context, cfg.default_temperature,
                         cfg.default_top_p)
-    if state.inflight >= state.config.max_inflight:
-        raise Busy(f"{state.inflight} requests in flight (limit {state.config.max_inflight})",
-                   code="too_many_requests")
-    state.inflight += 1
+    req.engine_request_id = request["engine_request_id"]
+    if state.counters.inflight >= state.config.max_inflight:
+        raise Busy(f"{state.counters.inflight} requests in flight (limit "
+                   f"{state.config.max_inflight})", code="too_many_requests")
+    req.scope.open(state.counters)
     started = time.perf_counter()
     status = "error"
     policy_name = state.slot.current.name
     first_token: float | None = None
-    adm: Admitted | None = None
+    run: RequestRun | None = None
     try:
-        adm = await state.dispatcher.admit_with_retry(req)
-        policy_name = adm.policy_name
+        run = await state.dispatcher.admit(req)
+        policy_name = run.policy_name
         first_token = time.perf_counter()
         state.metrics.ttft.observe(first_token - started)
         state.metrics.count_route(req.route.pattern)
         request["route"] = req.route.header()
         if req.stream:
-            resp = await _stream(request, state, req, adm)
+            resp = await _stream(request, state, req, run)
         else:
-            resp = await _collect(state, req, adm)
-        if request.get("failed"):
-            state.dispatcher.abandon(req)
-        else:
+            resp = await _collect(state, req, run)
+        if not request.get("failed"):
             status = "ok"
         return resp
-    except BaseException:
-        state.dispatcher.abandon(req)  # client gone or failure: free every engine's work
-        raise
     finally:
-        if adm is not None:
-            adm.stream.finish()
-        state.dispatcher.release(req)
-        state.inflight -= 1
+        # One owner releases everything the request held, on every path (client gone too).
+        if run is not None:
+            await run.close()
+        req.scope.close()
         state.metrics.count_request(policy_name, status)
         ended = time.perf_counter()
         state.metrics.latency.observe(ended - started)
@@ -95,17 +74,6 @@ async def handle_generation(request: web.Request, kind: Literal["completion", "c
         if state.otel is not None:
             state.otel.export_request(req, policy_name, request.headers, started, first_token,
                                       ended, status)
-
-
-def _check_chunk(chunk: pb.GenerateChunk) -> None:
-    if chunk.finish_reason == "error":
-        raise EngineFailed(f"engine error: {chunk.error or 'unknown'}", code="engine_error")
-
-
-def _stop_early(state: RouterState, req: RouterRequest, adm: Admitted) -> None:
-    """A stop string matched in the router: end the engine's generation now."""
-    adm.stream.cancel()
-    state.dispatcher.abandon(req)
 
 
 def _finish(reason: str) -> str:
@@ -126,25 +94,25 @@ def _account(state: RouterState, req: RouterRequest, prompt_tokens: int,
     state.metrics.completion_tokens.inc(completion_tokens)
 
 
-async def _collect(state: RouterState, req: RouterRequest, adm: Admitted) -> web.Response:
+async def _collect(state: RouterState, req: RouterRequest, run: RequestRun) -> web.Response:
     detok = IncrementalDetokenizer(state.detok_vocab, req.sampling.stop)
     texts: list[str] = []
     ids: list[int] = []
     finish = "stop"
-    async for chunk in _chunks(adm):
-        _check_chunk(chunk)
+    async for chunk in run.chunks():
         ids.extend(chunk.token_ids)
         text, stopped = detok.push(chunk.token_ids)
         texts.append(text)
         if stopped:
             finish = "stop"
-            _stop_early(state, req, adm)
+            if not chunk.finish_reason:
+                run.stop_early()
             break
         if chunk.finish_reason:
             finish = _finish(chunk.finish_reason)
     else:
         texts.append(detok.flush())
-    prompt_tokens = adm.first.prompt_tokens or req.prompt_len
+    prompt_tokens = req.prompt_len
     _account(state, req, prompt_tokens, len(ids))
     text = "".join(texts)
     choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": finish}
@@ -157,7 +125,7 @@ async def _collect(state: RouterState, req: RouterRequest, adm: Admitted) -> web
     body = {"id": req.request_id,
             "object": "chat.completion" if req.kind == "chat" else "text_completion",
             "created": int(time.time()), "model": req.model, "choices": [choice],
-            "usage": _usage(prompt_tokens, len(ids), adm.first.cached_tokens)}
+            "usage": _usage(prompt_tokens, len(ids), run.first.cached_tokens)}
     return web.json_response(body, headers={ROUTE_HEADER: req.route.header()})
 
 
@@ -189,7 +157,7 @@ def _encode_chunk(enc: SseEncoder, detok: IncrementalDetokenizer, token_ids: Seq
 
 
 async def _stream(request: web.Request, state: RouterState, req: RouterRequest,
-                  adm: Admitted) -> web.StreamResponse:
+                  run: RequestRun) -> web.StreamResponse:
     resp = _SseResponse(headers={
         "Content-Type": "text/event-stream", "Cache-Control": "no-cache",
         ROUTE_HEADER: request["route"], "X-Request-Id": request["request_id"]})
@@ -201,15 +169,14 @@ async def _stream(request: web.Request, state: RouterState, req: RouterRequest,
     pending = [enc.role_chunk()] if req.kind == "chat" else []
     completion = 0
     try:
-        async for chunk in _chunks(adm):
-            _check_chunk(chunk)
+        async for chunk in run.chunks():
             completion += len(chunk.token_ids)
             finish = _finish(chunk.finish_reason) if chunk.finish_reason else None
             data, stopped = _encode_chunk(enc, detok, chunk.token_ids, finish)
             pending.append(data)
             if stopped:
                 if finish is None:
-                    _stop_early(state, req, adm)
+                    run.stop_early()
                 break
             if finish is None:
                 await resp.write(b"".join(pending))
@@ -220,10 +187,10 @@ async def _stream(request: web.Request, state: RouterState, req: RouterRequest,
         await resp.write_eof(b"".join(pending))
         request["failed"] = True
         return resp
-    prompt_tokens = adm.first.prompt_tokens or req.prompt_len
+    prompt_tokens = req.prompt_len
     _account(state, req, prompt_tokens, completion)
     if req.include_usage:
-        pending.append(enc.usage(prompt_tokens, completion, adm.first.cached_tokens))
+        pending.append(enc.usage(prompt_tokens, completion, run.first.cached_tokens))
     pending.append(enc.done())
     await resp.write_eof(b"".join(pending))
     return resp

@@ -1,17 +1,24 @@
-"""OpenAI request bodies -> RouterRequest, with every field checked (bad input -> 400)."""
+"""OpenAI request bodies -> RouterRequest, with every field checked (bad input -> 400).
+
+This file checks the body's shape (types, which fields exist); the sampling rules themselves
+are the engine's (engine/core/sampling_params.py), the one set both sides apply.
+"""
 from __future__ import annotations
 
 import math
 from typing import Any, Literal
 
+from engine.core.errors import InvalidRequest
+from engine.core.sampling_params import SamplingParams
 from engine.tokenizer import EngineTokenizer, TokenizerError
 from pyrouter.errors import BadRequest
-from pyrouter.request import RouterRequest, SamplingSpec, SloSpec
+from pyrouter.request import RouterRequest, SloSpec
 
 _MAX_TOKENS_DEFAULT = {"completion": 16, "chat": 256}
 
 
-def _number(body: dict[str, Any], key: str, default: float, lo: float, hi: float) -> float:
+def _number(body: dict[str, Any], key: str, default: float, lo: float = -math.inf,
+            hi: float = math.inf) -> float:
     value = body.get(key)
     if value is None:
         return default
@@ -22,7 +29,8 @@ def _number(body: dict[str, Any], key: str, default: float, lo: float, hi: float
     return float(value)
 
 
-def _integer(body: dict[str, Any], key: str, default: int | None, lo: int, hi: int) -> int | None:
+def _integer(body: dict[str, Any], key: str, default: int | None, lo: int = -(2**63),
+             hi: int = 2**63 - 1) -> int | None:
     value = body.get(key)
     if value is None:
         return default
@@ -125,8 +133,6 @@ def parse_request(body: Any, kind: Literal["completion", "chat"], tok: EngineTok
         raise BadRequest(f"prompt ({len(tokens)} tokens) + max_tokens ({max_tokens}) exceeds the "
                          f"context length {max_context}", param="max_tokens",
                          code="context_length_exceeded")
-    min_tokens = _integer(body, "min_tokens", 0, 0, max_tokens) or 0
-    seed = _integer(body, "seed", None, -(2**63), 2**63 - 1)
     stream = _flag(body, "stream")
     options = body.get("stream_options")
     if options is not None and (not isinstance(options, dict) or not stream):
@@ -136,15 +142,17 @@ def parse_request(body: Any, kind: Literal["completion", "chat"], tok: EngineTok
     slo = body.get("slo") or {}
     if not isinstance(slo, dict):
         raise BadRequest("'slo' must be an object with ttft_ms / tpot_ms", param="slo")
-    sampling = SamplingSpec(
-        max_tokens=max_tokens,
-        temperature=_number(body, "temperature", default_temperature, 0.0, 2.0),
-        top_p=_number(body, "top_p", default_top_p, 0.0, 1.0),
-        top_k=_integer(body, "top_k", 0, -1, 1 << 20) or 0,
-        min_tokens=min_tokens, seed=seed, stop=_stop(body),
-        stop_token_ids=[], ignore_eos=_flag(body, "ignore_eos"))
-    if sampling.top_k < 0:
-        sampling.top_k = 0  # vLLM's -1 = off
+    try:
+        sampling = SamplingParams(
+            max_tokens=max_tokens,
+            temperature=_number(body, "temperature", default_temperature),
+            top_p=_number(body, "top_p", default_top_p),
+            top_k=_integer(body, "top_k", 0) or 0,
+            min_tokens=_integer(body, "min_tokens", 0) or 0,
+            seed=_integer(body, "seed", None), stop=_stop(body),
+            ignore_eos=_flag(body, "ignore_eos"))
+    except InvalidRequest as exc:
+        raise BadRequest(str(exc), param=exc.param) from exc
     return RouterRequest(
         request_id=request_id, tokens=tokens, sampling=sampling, kind=kind,
         model=served_model, stream=stream, include_usage=include_usage,

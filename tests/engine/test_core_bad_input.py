@@ -26,13 +26,22 @@ def core(loaded_model_fp32: LoadedModel) -> EngineCore:
     ({"max_tokens": 0}, "max_tokens"),
     ({"max_tokens": -3}, "max_tokens"),
     ({"top_p": 1.5}, "top_p"),
-    ({"top_k": -1}, "top_k"),
+    ({"top_k": -2}, "top_k"),
+    ({"temperature": 2.5}, "temperature"),
     ({"min_tokens": 5, "max_tokens": 2}, "min_tokens"),
     ({"stop": [""]}, "stop"),
 ])
 def test_bad_sampling_params(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(InvalidRequest, match=message):
         SamplingParams(**kwargs)  # type: ignore[arg-type]
+
+
+def test_sampling_rules_name_the_field_and_normalise_off_values() -> None:
+    with pytest.raises(InvalidRequest) as info:
+        SamplingParams(top_p=3.0)
+    assert info.value.param == "top_p"
+    params = SamplingParams(top_k=-1, top_p=0.0)  # vLLM's and proto3's spellings of "off"
+    assert params.top_k == 0 and params.top_p == 1.0
 
 
 def test_bad_requests_are_rejected_and_engine_keeps_serving(

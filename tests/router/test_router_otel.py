@@ -8,7 +8,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from pyrouter.otel import OtelExporter
-from pyrouter.request import RouterRequest, SamplingSpec
+from engine.core.sampling_params import SamplingParams
+from pyrouter.request import RouterRequest
 
 
 def test_request_and_verb_spans_with_client_parent():
@@ -16,11 +17,11 @@ def test_request_and_verb_spans_with_client_parent():
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(memory))
     exporter = OtelExporter(provider.get_tracer("test"))
-    req = RouterRequest("cmpl-1", [1, 2, 3], SamplingSpec(max_tokens=4))
+    req = RouterRequest("cmpl-1", [1, 2, 3], SamplingParams(max_tokens=4))
     req.note_route("pd", prefill="e0", decode="e1")
     req.completion_tokens = 4
     t0 = time.perf_counter()
-    req.verb_times = [["prep_recv", "e1", t0, t0 + 0.001], ["remote_send", "e0", t0, t0 + 0.002],
+    req.scope.verb_times = [["prep_recv", "e1", t0, t0 + 0.001], ["remote_send", "e0", t0, t0 + 0.002],
                       ["start_generate", "e1", t0 + 0.002, t0 + 0.01]]
     parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
     exporter.export_request(req, "pd", {"traceparent": parent}, t0, t0 + 0.003, t0 + 0.01, "ok")

@@ -1,0 +1,187 @@
+"""FakeCluster: run any policy in-process against constructed engine states, with no processes.
+
+    cluster = FakeCluster([FakeEngine(role="prefill"), FakeEngine(role="decode", cached=[p])])
+    run = await cluster.run("pd", prompt, max_tokens=8)
+    assert run.route.startswith("pd") and run.tokens == cluster.reference(prompt, 8)
+    cluster.assert_clean()
+
+The policy runs unchanged through the router's own dispatcher, cluster view and router_core
+(prefix index, engine table, scoring); only the engines are fakes (pyrouter/testing/
+fake_engine.py) whose loads the test sets and whose verbs are recorded. So each decision a
+policy makes — which engine, which pattern, which split — gets a fast unit test.
+"""
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import router_core
+from engine.core.sampling_params import SamplingParams
+from pyrouter.cluster import ClusterView
+from pyrouter.dispatch import Dispatcher, PolicySlot
+from pyrouter.engines.handle import EngineHandle
+from pyrouter.errors import NoCapacity, NotFound, RouterError
+from pyrouter.policy_registry import ActivePolicy, PolicySpec, get_policy
+from pyrouter.request import RouterRequest, SloSpec
+from pyrouter.scope import RouterCounters
+from pyrouter.testing.fake_engine import FakeEngineClient, Fault, next_token
+from router_core import RouterCore
+
+
+@dataclass(slots=True)
+class FakeEngine:
+    """An engine's state as a test declares it (what Stats and KV events would have said)."""
+
+    role: str = "any"
+    healthy: bool = True
+    cached: Sequence[Sequence[int]] = ()  # token sequences whose full blocks it holds
+    queued_prefill_tokens: int = 0
+    running_decodes: int = 0
+    unfinished_tokens: int = 0
+    kv_pages_used: int = 0
+    kv_pages_total: int = 4096
+    decode_step_ms: float = 0.0
+    latency_coeffs: Sequence[float] = ()
+    faults: Sequence[Fault] = ()
+
+
+@dataclass(slots=True)
+class FakeRun:
+    """One request's outcome: what the client got and what the engines were asked to do."""
+
+    request: RouterRequest
+    tokens: list[int] = field(default_factory=list)
+    finish_reason: str = ""
+    route: str = ""
+    segments: int = 0
+    error: RouterError | None = None
+
+    @property
+    def verbs(self) -> list[tuple[str, str]]:
+        return list(self.request.scope.verbs)
+
+
+class ClientGone(Exception):
+    """Raised in place of the client disconnecting (see FakeCluster.run(disconnect_after=))."""
+
+
+class FakeCluster:
+    def __init__(self, engines: Sequence[FakeEngine], block_size: int = 16,
+                 policy_timeout_s: float = 5.0) -> None:
+        self.core: RouterCore = RouterCore(block_size, router_core.model_seed("fake-model"))
+        self.engines: dict[str, EngineHandle] = {}
+        self.counters = RouterCounters()
+        self.policy_timeout_s = policy_timeout_s
+        self._clients: dict[str, FakeEngineClient] = {}
+        self._slot: PolicySlot | None = None  # kept across runs, as a router keeps its policy
+        for num, spec in enumerate(engines):
+            name = f"e{num}"
+            client = FakeEngineClient(self, name, f"fake-{num}:1", num, block_size,
+                                      faults=list(spec.faults))
+            handle = EngineHandle(name, num, client.address, spec.role, client,  # type: ignore[arg-type]
+                                  self.core, healthy=spec.healthy)
+            self.engines[name], self._clients[name] = handle, client
+            self.core.table.upsert(num, spec.role)
+            self.core.index.add_engine(num)
+            self.set_load(name, spec)
+            for tokens in spec.cached:
+                client.cache(list(tokens))
+
+    # ---- the directory a ClusterView and the Dispatcher need (as EngineSet provides) ----
+    def healthy(self) -> list[EngineHandle]:
+        return [e for e in self.engines.values() if e.healthy and not e.draining]
+
+    def mark_unhealthy(self, engine_id: str) -> None:
+        handle = self.engines[engine_id]
+        handle.healthy = False
+        self.core.table.set_health(handle.num, False)
+
+    # ---- test set-up and inspection ----
+    def client(self, engine_id: str) -> FakeEngineClient:
+        return self._clients[engine_id]
+
+    def set_load(self, engine_id: str, spec: FakeEngine) -> None:
+        """Set an engine's health and load as its Stats would."""
+        handle = self.engines[engine_id]
+        handle.healthy = spec.healthy
+        self.core.table.set_health(handle.num, spec.healthy)
+        self.core.table.update_stats(
+            handle.num, spec.queued_prefill_tokens, spec.running_decodes, spec.unfinished_tokens,
+            spec.kv_pages_used, spec.kv_pages_total, spec.decode_step_ms,
+            list(spec.latency_coeffs))
+
+    def request(self, tokens: Sequence[int], max_tokens: int = 8, slo: SloSpec | None = None,
+                **sampling: Any) -> RouterRequest:
+        params = SamplingParams(max_tokens=max_tokens, **sampling)
+        return RouterRequest("fake-req", list(tokens), params, slo=slo or SloSpec())
+
+    def view(self, policy: str | PolicySpec, params: dict[str, Any] | None = None
+             ) -> ClusterView:
+        return ClusterView(self, self._active(policy, params))
+
+    @staticmethod
+    def reference(tokens: Sequence[int], max_tokens: int) -> list[int]:
+        """What one engine alone generates for `tokens` (the fake model is deterministic)."""
+        context, out = list(tokens), []
+        for _ in range(max_tokens):
+            out.append(next_token(context))
+            context.append(out[-1])
+        return out
+
+    def assert_clean(self) -> None:
+        """Router accounting at zero and no engine holding anything for any request."""
+        assert self.counters.inflight == 0, f"{self.counters.inflight} requests still counted"
+        for handle in self.engines.values():
+            load = self.core.table.get(handle.num)
+            assert load.inflight == 0 and load.router_tokens == 0, (handle.id, load.inflight,
+                                                                    load.router_tokens)
+            assert not handle.active, (handle.id, handle.active)
+            client = self._clients[handle.id]
+            assert client.holds_nothing, (handle.id, client.reservations, client.generations)
+
+    # ---- running a policy ----
+    def _active(self, policy: str | PolicySpec, params: dict[str, Any] | None) -> ActivePolicy:
+        spec = get_policy(policy) if isinstance(policy, str) else policy
+        return ActivePolicy(spec, spec.check_params(params or {}))
+
+    async def run(self, policy: str | PolicySpec, request: RouterRequest | Sequence[int],
+                  params: dict[str, Any] | None = None, max_tokens: int = 8,
+                  disconnect_after: int | None = None, stop_after: int | None = None) -> FakeRun:
+        """Admit and stream one request through the router's dispatcher, as the HTTP front
+        does; `disconnect_after=k` makes the client go away after k tokens, `stop_after=k` ends
+        it there as a stop string matched by the router would."""
+        req = request if isinstance(request, RouterRequest) else self.request(request,
+                                                                              max_tokens)
+        out = FakeRun(req)
+        active = self._active(policy, params)
+        if self._slot is None or (self._slot.current.spec, self._slot.current.params) != (
+                active.spec, active.params):
+            self._slot = PolicySlot(active)  # a switch: fresh policy state, like PUT /admin/policy
+        dispatcher = Dispatcher(self, self._slot, policy_timeout_s=self.policy_timeout_s)
+        req.scope.open(self.counters)
+        run = None
+        try:
+            run = await dispatcher.admit(req)
+            out.route = req.route.header()
+            async for chunk in run.chunks():
+                out.tokens.extend(chunk.token_ids)
+                out.finish_reason = chunk.finish_reason or out.finish_reason
+                if disconnect_after is not None and len(out.tokens) >= disconnect_after:
+                    raise ClientGone
+                if stop_after is not None and len(out.tokens) >= stop_after:
+                    if not chunk.finish_reason:
+                        run.stop_early()
+                    out.finish_reason = "stop"
+                    break
+            out.segments = run.segments
+        except (RouterError, ClientGone, NoCapacity, NotFound, asyncio.CancelledError) as exc:
+            out.error = exc if isinstance(exc, RouterError) else None
+        finally:
+            if run is not None:
+                await run.close()
+            req.scope.close()
+            for _ in range(3):  # let background aborts reach the fake engines
+                await asyncio.sleep(0)
+        return out
