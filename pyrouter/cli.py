@@ -11,6 +11,8 @@ import importlib
 import sys
 from collections.abc import Callable
 
+from engine.server.args import add_engine_arguments, add_runtime_arguments
+
 # subcommand -> "module:function"; the function takes the parsed argparse.Namespace and returns
 # an exit code.
 _DISPATCH: dict[str, str] = {
@@ -43,32 +45,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--engines", type=int, default=2)
     serve.add_argument("--policy", default="round_robin")
     serve.add_argument("--policy-file", default=None)
-    serve.add_argument("--model", default=None, help="GGUF file or HF directory (default SmolLM2)")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--device", default="cpu")
-    serve.add_argument("--dtype", default=None)
+    add_runtime_arguments(serve)  # passed to every engine
     serve.add_argument("--mock-engines", action="store_true",
                        help="start mock engines (synthetic tokens, no model): router tests and "
                        "overhead benchmarks only")
 
-    eng = sub.add_parser("engine", help="one engine process serving the verbs over gRPC")
-    eng.add_argument("--port", type=int, required=True)
-    eng.add_argument("--host", default="127.0.0.1")
-    eng.add_argument("--model", default=None, help="GGUF file or HF directory (default SmolLM2)")
-    eng.add_argument("--device", default="cpu", help="cpu | cuda:K")
-    eng.add_argument("--role", default="any", choices=["any", "prefill", "decode"])
-    eng.add_argument("--engine-id", default=None)
-    eng.add_argument("--dtype", default=None, help="float32 | bfloat16 (default: engine's choice)")
-    eng.add_argument("--num-pages", type=int, default=None)
-    eng.add_argument("--page-size", type=int, default=16)
-    eng.add_argument("--chunk-size", type=int, default=None, help="prefill tokens per step")
-    eng.add_argument(
-        "--mock",
-        action="store_true",
-        help="serve the verbs with synthetic tokens and NO model: only for router-overhead "
-        "benchmarks and fault-injection tests",
-    )
+    add_engine_arguments(sub.add_parser("engine", help="one engine process serving the verbs "
+                                        "over gRPC"))
 
     rtr = sub.add_parser("router", help="the router alone, in front of running engines")
     rtr.add_argument("--engine", action="append", default=[], metavar="HOST:PORT")

@@ -1,33 +1,17 @@
-"""`python -m engine.mock`: the mock engine with all of its fault-injection knobs as flags."""
+"""`python -m engine.mock`: the mock engine (`switchyard engine --mock`, the same flags)."""
 from __future__ import annotations
 
-import argparse
 import sys
 
 from engine.mock import serve
+from engine.server.args import engine_parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m engine.mock",
-        description="Mock engine: synthetic tokens, NO model. Only for router-overhead benchmarks "
-        "and fault-injection tests.")
-    p.add_argument("--port", type=int, required=True)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--engine-id", default=None)
-    p.add_argument("--role", default="any", choices=["any", "prefill", "decode"])
-    p.add_argument("--page-size", type=int, default=16)
-    p.add_argument("--tokens-per-chunk", type=int, default=None)
-    p.add_argument("--chunk-delay-ms", type=float, default=None)
-    p.add_argument("--no-coalesce", dest="coalesce", action="store_const", const="0",
-                   default=None, help="one decode step's tokens per message, never more")
-    p.add_argument("--fail-rate", type=float, default=None)
-    p.add_argument("--fail-after-tokens", type=int, default=None)
-    p.add_argument("--fail-remote-send", action="store_const", const="1", default=None,
-                   help="every RemoteSend fails (a broken KV transfer)")
-    p.add_argument("--unhealthy-file", default=None,
-                   help="report NOT_SERVING while this file exists")
-    return serve(p.parse_args(argv))
+    parser = engine_parser(prog="python -m engine.mock")
+    parser.description = ("Mock engine: synthetic tokens, NO model. Only for router-overhead "
+                          "benchmarks and fault-injection tests.")
+    return serve(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -1,36 +1,71 @@
-"""Engine child processes for tests and benchmarks: start on free ports, wait for health, reap.
+"""The one way engine processes are started: `switchyard serve`, tests and benchmarks.
 
-Each engine is `python -m engine.server.main` (the same code path as `switchyard engine`), by
-default with one torch thread and a small page pool so several fit on a small machine. Callers
-must call `stop_engines` in a finally/teardown: no orphans.
+An EngineSpec says what to run (real or mock, role, model, numerics, pool, threads); `launch`
+starts `python -m engine.server.main` with exactly the flags of engine/server/args.py on a free
+port, logging to a file; `wait_healthy` waits for the gRPC health service; `stop_engines` ends
+them (SIGTERM, then SIGKILL). Callers must stop what they start (finally/teardown): no orphans.
 """
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.server.client import EngineClient
 
 REPO = Path(__file__).resolve().parents[2]  # run from the checkout the package lives in
-START_TIMEOUT_S = 180.0
+START_TIMEOUT_S = 300.0
+_STOP_GRACE_S = 15.0
 
 
-def free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+@dataclass(slots=True)
+class EngineSpec:
+    name: str                       # engine id, and the log file's name
+    role: str = "any"
+    mock: bool = False              # synthetic tokens, no model: benchmarks and fault tests only
+    model: str | None = None
+    device: str = "cpu"
+    dtype: str | None = None        # None: the engine's default
+    num_pages: int | None = None
+    page_size: int = 16
+    chunk_size: int | None = None
+    threads: int | None = None      # torch threads (SWITCHYARD_TORCH_THREADS); None: inherit
+    port: int = 0                   # 0: a free port
+    host: str = "127.0.0.1"
+    extra_args: Sequence[str] = ()  # more engine flags (e.g. the mock's fault knobs)
+    env: dict[str, str] = field(default_factory=dict)
+
+    def argv(self, port: int) -> list[str]:
+        argv = [sys.executable, "-m", "engine.server.main", "--port", str(port),
+                "--host", self.host, "--role", self.role, "--engine-id", self.name,
+                "--device", self.device, "--page-size", str(self.page_size)]
+        for flag, value in (("--model", self.model), ("--dtype", self.dtype),
+                            ("--num-pages", self.num_pages), ("--chunk-size", self.chunk_size)):
+            if value is not None:
+                argv += [flag, str(value)]
+        if self.mock:
+            argv.append("--mock")
+        return argv + list(self.extra_args)
 
 
 @dataclass
 class EngineProcess:
     name: str
+    role: str
     port: int
     proc: subprocess.Popen[bytes]
     log_path: Path
@@ -55,7 +90,7 @@ class EngineProcess:
         if self.alive():
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(15)
+                self.proc.wait(_STOP_GRACE_S)
             except subprocess.TimeoutExpired:
                 self.kill9()
 
@@ -66,50 +101,81 @@ class EngineProcess:
             return ""
 
 
-def start_engine(name: str, log_dir: Path, num_pages: int = 512, threads: int = 1,
-                 env: dict[str, str] | None = None) -> EngineProcess:
-    port = free_port()
-    log_path = log_dir / f"{name}.log"
-    cmd = [sys.executable, "-m", "engine.server.main", "--port", str(port), "--engine-id", name,
-           "--num-pages", str(num_pages), "--dtype", "float32"]
-    full_env = {**os.environ, "SWITCHYARD_TORCH_THREADS": str(threads), "SWITCHYARD_LOG_LEVEL": "WARNING",
-                **(env or {})}
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM when the parent dies (even by SIGKILL)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def launch(spec: EngineSpec, log_dir: Path, die_with_parent: bool = False) -> EngineProcess:
+    """Start one engine process (does not wait for it to serve)."""
+    port = spec.port or free_port()
+    log_path = Path(log_dir) / f"{spec.name}.log"
+    env = {**os.environ, **spec.env}
+    if spec.threads is not None:
+        env["SWITCHYARD_TORCH_THREADS"] = str(spec.threads)
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=log, stderr=subprocess.STDOUT)
-    return EngineProcess(name, port, proc, log_path)
+        proc = subprocess.Popen(spec.argv(port), cwd=REPO, env=env, stdout=log,
+                                stderr=subprocess.STDOUT,
+                                preexec_fn=_die_with_parent if die_with_parent else None)
+    return EngineProcess(spec.name, spec.role, port, proc, log_path)
 
 
-async def _wait_healthy(engine: EngineProcess, deadline: float) -> None:
-    async with engine.client() as client:
-        while time.monotonic() < deadline:
-            if not engine.alive():
-                raise RuntimeError(f"engine {engine.name} exited:\n{engine.log_tail()}")
-            if await client.healthy(timeout_s=1.0):
-                return
-            await asyncio.sleep(0.3)
-    raise RuntimeError(f"engine {engine.name} not healthy in time:\n{engine.log_tail()}")
+async def wait_healthy(engines: Sequence[EngineProcess], timeout_s: float = START_TIMEOUT_S,
+                       stop: asyncio.Event | None = None,
+                       on_ready: Callable[[EngineProcess], None] | None = None) -> bool:
+    """True once every engine serves; False if `stop` is set first. RuntimeError (with the
+    log's tail) when one exits or the timeout passes."""
+    deadline = time.monotonic() + timeout_s
+    clients = {e.name: e.client() for e in engines}
+    pending = list(engines)
+    try:
+        while pending:
+            if stop is not None and stop.is_set():
+                return False
+            for engine in list(pending):
+                if not engine.alive():
+                    raise RuntimeError(f"engine {engine.name} exited with code "
+                                       f"{engine.proc.returncode}:\n{engine.log_tail()}")
+                if await clients[engine.name].healthy(timeout_s=1.0):
+                    pending.remove(engine)
+                    if on_ready is not None:
+                        on_ready(engine)
+            if pending and time.monotonic() > deadline:
+                raise RuntimeError(f"engine {pending[0].name} not healthy after {timeout_s:.0f} s:"
+                                   f"\n{pending[0].log_tail()}")
+            if pending:
+                await asyncio.sleep(0.2)
+        return True
+    finally:
+        for client in clients.values():
+            await client.close()
 
 
-def start_engines(names: list[str], log_dir: Path, num_pages: int = 512,
+def start_engines(names: Sequence[str | EngineSpec], log_dir: Path, num_pages: int = 512,
                   threads: int = 1) -> list[EngineProcess]:
-    """Start all at once (their model loads overlap), wait until every one serves."""
+    """Tests and benches: start all at once (their model loads overlap), wait until every one
+    serves. Plain names get real fp32 engines with a small pool and one torch thread each."""
+    specs = [n if isinstance(n, EngineSpec) else EngineSpec(
+        n, dtype="float32", num_pages=num_pages, threads=threads,
+        env={"SWITCHYARD_LOG_LEVEL": "WARNING"}) for n in names]
     engines: list[EngineProcess] = []
     try:
-        for name in names:
-            engines.append(start_engine(name, log_dir, num_pages, threads))
-        deadline = time.monotonic() + START_TIMEOUT_S
-
-        async def wait_all() -> None:
-            await asyncio.gather(*(_wait_healthy(e, deadline) for e in engines))
-
-        asyncio.run(wait_all())
+        for spec in specs:
+            engines.append(launch(spec, log_dir))
+        asyncio.run(wait_healthy(engines))
     except BaseException:
         stop_engines(engines)
         raise
     return engines
 
 
-def stop_engines(engines: list[EngineProcess]) -> None:
+def stop_engines(engines: Sequence[EngineProcess]) -> None:
+    for engine in engines:
+        if engine.alive():
+            engine.proc.send_signal(signal.SIGTERM)
     for engine in engines:
         try:
             engine.stop()

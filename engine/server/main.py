@@ -126,9 +126,9 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m engine.server.main ...`: the same flags as `switchyard engine`."""
-    from pyrouter.cli import build_parser
+    from engine.server.args import engine_parser
 
-    return run(build_parser().parse_args(["engine", *(argv or [])]))
+    return run(engine_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -12,9 +12,8 @@ policy makes — which engine, which pattern, which split — gets a fast unit t
 """
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import router_core
@@ -22,10 +21,10 @@ from engine.core.sampling_params import SamplingParams
 from pyrouter.cluster import ClusterView
 from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.handle import EngineHandle
-from pyrouter.errors import NoCapacity, NotFound, RouterError
 from pyrouter.policy_registry import ActivePolicy, PolicySpec, get_policy
 from pyrouter.request import RouterRequest, SloSpec
 from pyrouter.scope import RouterCounters
+from pyrouter.testing.drive import FakeRun, drive
 from pyrouter.testing.fake_engine import FakeEngineClient, Fault, next_token
 from router_core import RouterCore
 
@@ -45,26 +44,6 @@ class FakeEngine:
     decode_step_ms: float = 0.0
     latency_coeffs: Sequence[float] = ()
     faults: Sequence[Fault] = ()
-
-
-@dataclass(slots=True)
-class FakeRun:
-    """One request's outcome: what the client got and what the engines were asked to do."""
-
-    request: RouterRequest
-    tokens: list[int] = field(default_factory=list)
-    finish_reason: str = ""
-    route: str = ""
-    segments: int = 0
-    error: RouterError | None = None
-
-    @property
-    def verbs(self) -> list[tuple[str, str]]:
-        return list(self.request.scope.verbs)
-
-
-class ClientGone(Exception):
-    """Raised in place of the client disconnecting (see FakeCluster.run(disconnect_after=))."""
 
 
 class FakeCluster:
@@ -154,34 +133,9 @@ class FakeCluster:
         it there as a stop string matched by the router would."""
         req = request if isinstance(request, RouterRequest) else self.request(request,
                                                                               max_tokens)
-        out = FakeRun(req)
         active = self._active(policy, params)
         if self._slot is None or (self._slot.current.spec, self._slot.current.params) != (
                 active.spec, active.params):
             self._slot = PolicySlot(active)  # a switch: fresh policy state, like PUT /admin/policy
         dispatcher = Dispatcher(self, self._slot, policy_timeout_s=self.policy_timeout_s)
-        req.scope.open(self.counters)
-        run = None
-        try:
-            run = await dispatcher.admit(req)
-            out.route = req.route.header()
-            async for chunk in run.chunks():
-                out.tokens.extend(chunk.token_ids)
-                out.finish_reason = chunk.finish_reason or out.finish_reason
-                if disconnect_after is not None and len(out.tokens) >= disconnect_after:
-                    raise ClientGone
-                if stop_after is not None and len(out.tokens) >= stop_after:
-                    if not chunk.finish_reason:
-                        run.stop_early()
-                    out.finish_reason = "stop"
-                    break
-            out.segments = run.segments
-        except (RouterError, ClientGone, NoCapacity, NotFound, asyncio.CancelledError) as exc:
-            out.error = exc if isinstance(exc, RouterError) else None
-        finally:
-            if run is not None:
-                await run.close()
-            req.scope.close()
-            for _ in range(3):  # let background aborts reach the fake engines
-                await asyncio.sleep(0)
-        return out
+        return await drive(dispatcher, req, self.counters, disconnect_after, stop_after)

@@ -1,4 +1,7 @@
-"""Start real mock-engine / router processes for router tests, and always stop them."""
+"""Start real mock-engine / router processes for router tests, and always stop them.
+
+Engines start through engine/server/launcher.py (the one launcher); routers through Proc.
+"""
 from __future__ import annotations
 
 import os
@@ -6,10 +9,14 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import requests
+
+from engine.server.launcher import EngineProcess, EngineSpec, launch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SWITCHYARD = [sys.executable, "-m", "pyrouter.cli"]
@@ -19,6 +26,9 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+LOG_DIR = Path(tempfile.mkdtemp(prefix="switchyard-test-engines-"))
 
 
 class Proc:
@@ -45,9 +55,13 @@ class Proc:
         self.log.close()
 
 
-def start_mock(port: int, *extra: str) -> Proc:
-    return Proc([sys.executable, "-m", "engine.mock", "--port", str(port), *extra],
-                log_name=f"mock{port}")
+def start_mock(port: int, *extra: str) -> EngineProcess:
+    """A mock engine (synthetic tokens; router logic and fault tests only) on `port`."""
+    role = extra[extra.index("--role") + 1] if "--role" in extra else "any"
+    rest = [a for i, a in enumerate(extra)
+            if a != "--role" and (i == 0 or extra[i - 1] != "--role")]
+    return launch(EngineSpec(f"mock{port}", role=role, mock=True, port=port, extra_args=rest),
+                  LOG_DIR)
 
 
 def start_router(port: int, engines: Sequence[int], *extra: str,
@@ -71,3 +85,11 @@ def wait_ready(base: str, proc: Proc, want_engines: int = 1, timeout_s: float = 
             pass
         time.sleep(0.1)
     raise TimeoutError(f"router not ready in {timeout_s}s:\n{proc.output()}")
+
+
+def start_serve(*args: str) -> tuple[Proc, str]:
+    """`switchyard serve` as a user runs it (one torch thread per engine on this small box)."""
+    port = free_port()
+    proc = Proc([*SWITCHYARD, "serve", "--port", str(port), *args],
+                env={"SWITCHYARD_TORCH_THREADS": "1"}, log_name=f"serve{port}")
+    return proc, f"http://127.0.0.1:{port}"

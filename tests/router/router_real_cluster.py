@@ -1,51 +1,25 @@
 """Real `switchyard engine` processes (real SmolLM2 model) behind routers, for identity tests."""
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from router_procs import SWITCHYARD, Proc, free_port, start_router, wait_ready
+from router_procs import LOG_DIR, free_port, start_router, wait_ready
 
-# fp32 so different batch shapes cannot flip a greedy token; one torch thread per engine keeps
-# several engines fair on a 2-core machine.
-ENGINE_ENV = {"SWITCHYARD_TORCH_THREADS": "1"}
-
-
-def start_engine(port: int, role: str = "any") -> Proc:
-    return Proc([*SWITCHYARD, "engine", "--port", str(port), "--role", role,
-                 "--dtype", "float32"], env=ENGINE_ENV, log_name=f"engine{port}")
-
-
-def wait_engine(port: int, proc: Proc, timeout_s: float = 300) -> None:
-    deadline = time.monotonic() + timeout_s
-    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        while time.monotonic() < deadline:
-            if proc.popen.poll() is not None:
-                raise RuntimeError(f"engine exited early:\n{proc.output()}")
-            try:
-                if stub.Check(health_pb2.HealthCheckRequest(), timeout=1).status == 1:
-                    return
-            except grpc.RpcError:
-                pass
-            time.sleep(0.2)
-    raise TimeoutError(f"engine on {port} not ready:\n{proc.output()}")
+from engine.server.launcher import EngineSpec, start_engines, stop_engines
 
 
 @contextmanager
 def real_engines(roles: Sequence[str]) -> Iterator[list[int]]:
-    ports = [free_port() for _ in roles]
-    procs = [start_engine(p, r) for p, r in zip(ports, roles, strict=True)]
+    """fp32 engines (different batch shapes cannot flip a greedy token), one torch thread each
+    (several engines stay fair on a 2-core machine); yields their ports."""
+    specs = [EngineSpec(f"engine-{i}-{free_port()}", role=role, dtype="float32", threads=1)
+             for i, role in enumerate(roles)]
+    engines = start_engines(specs, LOG_DIR)
     try:
-        for port, proc in zip(ports, procs, strict=True):
-            wait_engine(port, proc)
-        yield ports
+        yield [e.port for e in engines]
     finally:
-        for proc in procs:
-            proc.stop()
+        stop_engines(engines)
 
 
 @contextmanager

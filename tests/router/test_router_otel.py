@@ -7,8 +7,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from pyrouter.otel import OtelExporter
 from engine.core.sampling_params import SamplingParams
+from pyrouter.otel import OtelExporter
 from pyrouter.request import RouterRequest
 
 

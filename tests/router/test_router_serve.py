@@ -8,16 +8,9 @@ import subprocess
 import psutil
 import pytest
 import requests
-from router_procs import SWITCHYARD, Proc, free_port, wait_ready
+from router_procs import Proc, start_serve, wait_ready
 
 pytestmark = pytest.mark.timeout(400)
-
-
-def _serve(*args: str) -> tuple[Proc, str]:
-    port = free_port()
-    proc = Proc([*SWITCHYARD, "serve", "--port", str(port), *args],
-                env={"SWITCHYARD_TORCH_THREADS": "1"}, log_name=f"serve{port}")
-    return proc, f"http://127.0.0.1:{port}"
 
 
 def _stop_and_check_no_orphans(proc: Proc, sig: signal.Signals) -> None:
@@ -31,7 +24,7 @@ def _stop_and_check_no_orphans(proc: Proc, sig: signal.Signals) -> None:
 
 
 def test_serve_pd_real_model_answers_and_stops_cleanly():
-    proc, base = _serve("--policy", "pd")
+    proc, base = start_serve("--policy", "pd")
     try:
         wait_ready(base, proc, want_engines=2, timeout_s=300)
         body = ('{"model":"default","messages":[{"role":"user","content":'
@@ -57,7 +50,7 @@ def test_serve_pd_real_model_answers_and_stops_cleanly():
 
 
 def test_serve_mock_engines_sigterm_no_orphans():
-    proc, base = _serve("--mock-engines", "--engines", "3")
+    proc, base = start_serve("--mock-engines", "--engines", "3")
     try:
         wait_ready(base, proc, want_engines=3, timeout_s=60)
         r = requests.post(f"{base}/v1/completions", json={"prompt": "hi", "max_tokens": 2})
