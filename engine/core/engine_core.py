@@ -204,7 +204,9 @@ class EngineCore:
             self.kv.write(layer, res.page_table, start, k, v)
             self.reservations.mark_written(held, layer, start, stop)
 
-    def abort(self, request_id: str) -> bool:
+    def abort(self, request_id: str, handoff: bool = False) -> bool:
+        """Abort a request, send or reservation. `handoff=True`: a generation ends with finish
+        reason "handoff" (to be continued on another engine) rather than "abort"."""
         with self._lock:
             if self.reservations.release(request_id):
                 return True
@@ -212,6 +214,8 @@ class EngineCore:
             if request is None or request.aborted:
                 return False
             request.aborted = True
+            if handoff and request.kind == "generate":
+                request.abort_reason = "handoff"
             self._steps.on_abort(request)
             return True
 

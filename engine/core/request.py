@@ -48,6 +48,7 @@ class Request:
     cached_tokens: int = -1  # prompt tokens whose KV was present at first admission
     num_preemptions: int = 0
     aborted: bool = False
+    abort_reason: str = "abort"  # "handoff" when aborted to continue elsewhere (migration)
     # send: cached positions [begin, matched) not yet reported to on_layer
     unreported_cached: tuple[int, int] | None = None
     error: str | None = None

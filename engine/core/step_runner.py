@@ -40,7 +40,7 @@ class StepRunner:
     def on_abort(self, request: Request) -> None:
         """Called under the engine lock. A request in the running step is ended after it."""
         if request.request_id not in self._inflight:
-            self._pending.append(self._end(request, "abort", 0.0))
+            self._pending.append(self._end(request, request.abort_reason, 0.0))
 
     def _end(self, request: Request, reason: str, step_ms: float,
              new_ids: list[int] | None = None, text: str = "",
@@ -137,7 +137,7 @@ class StepRunner:
             logits_row = row if work.chunk.need_logits else None
             row += int(work.chunk.need_logits)
             if request.aborted:
-                outputs.append(self._end(request, "abort", step_ms))
+                outputs.append(self._end(request, request.abort_reason, step_ms))
             elif failure is not None:
                 request.error = f"model step failed: {failure!r}"
                 outputs.append(self._end(request, "error", step_ms))
@@ -152,7 +152,7 @@ class StepRunner:
                 elif logits_row is not None:
                     to_sample.append((request, logits_row))
         for request in sched.no_compute:
-            reason = "abort" if request.aborted else "error" if request.error else "sent"
+            reason = request.abort_reason if request.aborted else "error" if request.error else "sent"
             outputs.append(self._end(request, reason, step_ms))
         if to_sample and logits is not None:
             outputs += self._sample(to_sample, logits, step_ms)

@@ -109,8 +109,10 @@ class EngineClient:
                 out.finish_reason, out.error = chunk.finish_reason, chunk.error
         return out
 
-    async def abort(self, request_id: str) -> bool:
-        resp = await self._stub.Abort(pb.AbortRequest(request_id=request_id), timeout=self.timeout_s)
+    async def abort(self, request_id: str, handoff: bool = False) -> bool:
+        """handoff=True: a running generation ends with "handoff" (to continue elsewhere)."""
+        resp = await self._stub.Abort(pb.AbortRequest(request_id=request_id, handoff=handoff),
+                                      timeout=self.timeout_s)
         return bool(resp.found)
 
     async def match_prefix(self, tokens: list[int]) -> int:

@@ -110,7 +110,7 @@ class EngineServicer(pb_grpc.EngineServicer):  # type: ignore[misc]
 
         def abort(core: Any) -> bool:
             found_send = bool(core.abort(f"{rid}#send"))
-            return bool(core.abort(rid)) or found_send
+            return bool(core.abort(rid, handoff=request.handoff)) or found_send
 
         return pb.AbortResponse(found=await self._guarded(context, self._steps.call(abort)))
 

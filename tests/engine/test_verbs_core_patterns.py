@@ -235,3 +235,29 @@ def test_write_kv_from_another_thread_while_the_receiver_steps(
     assert run.tokens["pd"] == single[0]
     assert busy.get("busy", []) + run.tokens.get("busy", []) == single[1]
     assert_pool_idle(receiver)
+
+
+def test_live_migration_by_handoff_abort(pair: tuple[EngineCore, EngineCore],
+                                         prompts: list[list[int]],
+                                         single: list[list[int]]) -> None:
+    """abort(handoff=True) ends a running generation with "handoff" after whatever it produced,
+    its KV in the prefix cache; prompt + those tokens then move and the request continues."""
+    source, target = pair
+    prompt = prompts[2]
+    source.add_request("mig", prompt, greedy(MAX_TOKENS))
+    produced: list[int] = []
+    while len(produced) < 4:
+        for out in source.step():
+            produced.extend(out.new_token_ids)
+    assert source.abort("mig", handoff=True)
+    run = drain(source)
+    produced += run.tokens.get("mig", [])
+    assert run.finish["mig"] == "handoff" and produced == single[2][:len(produced)]
+    tokens = prompt + produced
+    matched, _ = send_kv(source, target, "mig", tokens, len(tokens) - 1)
+    assert matched == 0
+    rest = greedy(MAX_TOKENS - len(produced))
+    target.add_request("mig", tokens, rest, begin=len(tokens) - 1, output_offset=len(produced))
+    assert produced + drain(target).tokens["mig"] == single[2]
+    assert_pool_idle(source)
+    assert_pool_idle(target)
