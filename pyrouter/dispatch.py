@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from pyrouter.cluster import ClusterView, EngineDirectory
-from pyrouter.engines.handle import CALLER_MISTAKES, GenerationStream
+from pyrouter.engines.handle import CALLER_MISTAKES, EngineHandle, GenerationStream
 from pyrouter.errors import (
     BadRequest,
     EngineFailed,
@@ -25,6 +25,7 @@ from pyrouter.errors import (
     TransferFailed,
     VerbOrderError,
 )
+from pyrouter.migration import LiveMigration, continue_on_target
 from pyrouter.policy_registry import ActivePolicy
 from pyrouter.request import RouteNote, RouterRequest
 from pyrouter.session import PolicySession, SegmentEnd
@@ -96,6 +97,13 @@ class RequestRun:
         self.segments = 1
         self._attempt_verbs = attempt_verbs  # index into scope.verbs where this attempt began
         self.first_chunk_timeout_s = first_chunk_timeout_s
+        # Control taken back from the running segment: (reason, detail) for the policy, or a
+        # live migration the router carries out itself.
+        self._interrupt: tuple[str, dict[str, object]] | None = None
+        self._move: LiveMigration | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[bool]] = set()
+        self._arm_timer()
 
     @property
     def policy_name(self) -> str:
@@ -121,6 +129,65 @@ class RequestRun:
             self.stream = stream
             self.segments += 1
         return stream
+
+    # ---- taking control back from a running segment ----
+    def interrupt(self, reason: str, **detail: object) -> None:
+        """End the running segment at its next token boundary (the engine hands off) and give
+        control to the policy with SegmentEnd(reason="interrupted", detail=...)."""
+        if self._interrupt is None and not self.stream.delivered:
+            self._interrupt = (reason, dict(detail))
+            task = asyncio.get_running_loop().create_task(
+                self.stream.engine.abort(self.stream.engine_request_id, handoff=True))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def migrate(self, target: EngineHandle) -> LiveMigration:
+        """Move the running segment to `target` (the router does it; the policy is not asked).
+        `done` is set when it has moved, or the request ended first."""
+        if self._move is not None:
+            raise BadRequest("a migration of this request is already under way")
+        if target is self.stream.engine:
+            raise BadRequest(f"the request already runs on {target.id}", param="to")
+        self._move = LiveMigration(target, self.stream.engine)
+        self.interrupt("migrate", to=target.id)
+        return self._move
+
+    def _arm_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        after = self.stream.control_after_s
+        if after is not None and self.session.active.spec.segmented:
+            self._timer = asyncio.get_running_loop().call_later(
+                after, lambda: self.interrupt("control_after_s", after_s=after))
+
+    async def _after_handoff(self, segment_tokens: list[int]) -> GenerationStream | None:
+        """The segment handed off: continue where the policy, or a pending migration, says."""
+        stream, produced = self.stream, len(segment_tokens)
+        own_limit = bool(stream.max_new_tokens_here) and produced >= stream.max_new_tokens_here
+        interrupt, move = self._interrupt, self._move
+        self._interrupt = self._move = None
+        if move is not None and not own_limit:
+            self.req.tokens.extend(segment_tokens)
+            try:
+                nxt = await continue_on_target(self.req, move, stream, produced)
+            except BaseException:
+                move.settle("failed")
+                raise
+            move.settle("migrated")
+            self.stream = nxt
+            self.segments += 1
+            self._arm_timer()
+            return nxt
+        if move is not None:
+            move.settle("finished")  # it reached its own boundary first: the policy decides
+        if interrupt is not None and not own_limit:
+            following = await self.next_segment(segment_tokens, "interrupted", **interrupt[1])
+        else:
+            following = await self.next_segment(segment_tokens)
+        if following is not None:
+            self._arm_timer()
+        return following
 
     async def read(self, stream: GenerationStream, first: bool = False) -> pb.GenerateChunk:
         """The stream's next chunk; an engine that fails or closes early is an EngineFailed, and
@@ -162,7 +229,7 @@ class RequestRun:
             chunk.finish_reason = ""
             if chunk.token_ids:
                 yield chunk  # the client sees these before the policy decides what is next
-            stream = await self.next_segment(segment_tokens)
+            stream = await self._after_handoff(segment_tokens)
             if stream is None:
                 raise PolicyFailed(self.policy_name, "the policy ended after a hand-off without "
                                    "a next segment")
@@ -174,6 +241,10 @@ class RequestRun:
         self.req.scope.abandon()
 
     async def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._move is not None:
+            self._move.settle("finished")
         await self.session.aclose()
         self.req.scope.close()
 

@@ -46,6 +46,12 @@ class _EngineHold:
     def live(self) -> bool:
         return bool(self.reservations or self.sends or self.generations)
 
+    def settle(self) -> None:
+        """Something here ended: once nothing is left, the engine no longer counts this
+        request as active (a drain stops waiting for it, e.g. after a migration)."""
+        if not self.live:
+            self.engine.active.discard(self.engine_request_id)
+
 
 @dataclass(slots=True, eq=False)
 class RequestScope:

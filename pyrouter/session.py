@@ -96,6 +96,10 @@ class PolicySession:
         if not isinstance(result, GenerationStream):
             raise PolicyFailed(self.name, "a policy must return the stream from start_generate "
                                f"(or yield one per segment), got {type(result).__name__}")
+        if not self.active.spec.segmented and (result.max_new_tokens_here
+                                               or result.control_after_s is not None):
+            raise PolicyFailed(self.name, "only a policy written as an async generator (one "
+                               "yield per segment) can take control back mid-request")
         if result.finished or result.engine_request_id != self.req.engine_request_id:
             raise PolicyFailed(self.name, "the stream handed back is not this request's "
                                "running segment")

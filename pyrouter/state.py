@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from engine.tokenizer import EngineTokenizer
-from pyrouter.dispatch import Dispatcher, PolicySlot
+from pyrouter.dispatch import Dispatcher, PolicySlot, RequestRun
 from pyrouter.engines.membership import EngineSet
 from pyrouter.metrics import RouterMetrics
 from pyrouter.otel import OtelExporter, otel_exporter_from_env
@@ -43,6 +43,8 @@ class RouterState:
     detok_vocab: DetokenizerVocab  # built once from the tokenizer; every response's detokenizer
     metrics: RouterMetrics = field(default_factory=RouterMetrics)
     counters: RouterCounters = field(default_factory=RouterCounters)
+    # Admitted requests still streaming, by request id (live migration finds them here).
+    runs: dict[str, RequestRun] = field(default_factory=dict)
     tracer: TraceWriter | None = field(default_factory=trace_writer_from_env)
     otel: OtelExporter | None = field(default_factory=otel_exporter_from_env)
 

@@ -101,19 +101,24 @@ class EngineHandle:
             raise TransferFailed(f"{self.id} -> {kv.engine_id}: {exc.code().name}: "
                                  f"{exc.details()}") from exc
         hold.sends -= 1  # answered: the sender has finished with it
+        hold.settle()
         timing[3] = time.perf_counter()
         return SendResult(resp.bytes_sent, resp.transport, resp.total_ms, resp.cached_on_sender)
 
     def start_generate(self, req: RouterRequest, begin: int = 0,
-                       max_new_tokens_here: int | None = None) -> GenerationStream:
+                       max_new_tokens_here: int | None = None,
+                       control_after_s: float | None = None) -> GenerationStream:
         """Prefill tokens[begin:] on top of KV already here, then decode; returns the stream —
-        one segment of the request. With `max_new_tokens_here=k` the segment ends after k
-        tokens with a hand-off, and a segmented policy decides where the request goes next."""
+        one segment of the request. A segmented policy gets control back (and decides where
+        the request goes next) when the segment has produced `max_new_tokens_here` tokens, or
+        after `control_after_s` seconds, whichever comes first."""
         if not 0 <= begin < len(req.tokens):
             raise VerbOrderError(f"start_generate begin={begin} outside the request's "
                                  f"{len(req.tokens)} tokens")
         if max_new_tokens_here is not None and max_new_tokens_here < 1:
             raise VerbOrderError(f"max_new_tokens_here must be >= 1, got {max_new_tokens_here}")
+        if control_after_s is not None and not control_after_s > 0:
+            raise VerbOrderError(f"control_after_s must be > 0, got {control_after_s}")
         if req.scope.generating():
             raise VerbOrderError("start_generate while the request's previous segment is still "
                                  "running")
@@ -122,13 +127,15 @@ class EngineHandle:
         timing = req.scope.enter(self, "start_generate", req.engine_request_id)
         hold = req.scope.hold(self, req.engine_request_id)
         stream = GenerationStream(self, req, begin, max_new_tokens_here or 0, hold, timing)
+        stream.control_after_s = control_after_s
         req.scope.add_stream(stream)
         return stream
 
-    async def abort(self, request_id: str) -> bool:
-        """Best effort (a dead engine has nothing left to abort): False when it can't be reached."""
+    async def abort(self, request_id: str, handoff: bool = False) -> bool:
+        """Best effort (a dead engine has nothing left to abort): False when it can't be reached.
+        handoff=True ends a running generation with a hand-off instead (to continue elsewhere)."""
         try:
-            return await self.client.abort(request_id)
+            return await self.client.abort(request_id, handoff=handoff)
         except grpc.aio.AioRpcError:
             return False
 
@@ -142,6 +149,7 @@ class GenerationStream:
         self.engine_request_id = req.engine_request_id
         self.begin = begin
         self.max_new_tokens_here = max_new_tokens_here
+        self.control_after_s: float | None = None
         self._hold = hold
         self._timing = timing
         self._prefill = len(req.tokens) - begin
@@ -174,6 +182,7 @@ class GenerationStream:
             self._hold.generations = max(0, self._hold.generations - 1)
             if not self._hold.generations:
                 self._hold.reservations = 0
+            self._hold.settle()
             self.finish()
 
     def finish(self) -> None:

@@ -8,21 +8,13 @@ from typing import Any
 from aiohttp import web
 
 from pyrouter.errors import BadRequest
+from pyrouter.http.admin_body import json_object
+from pyrouter.http.migrate import migrate_handler
 from pyrouter.policy_registry import ActivePolicy, available, get_policy, load_policy_source
 from pyrouter.state import STATE, RouterState
 
 log = logging.getLogger("switchyard.router")
 _drains: set[asyncio.Task[None]] = set()
-
-
-async def _json_object(request: web.Request) -> dict[str, Any]:
-    try:
-        body = await request.json()
-    except ValueError as exc:
-        raise BadRequest(f"request body is not valid JSON: {exc}") from exc
-    if not isinstance(body, dict):
-        raise BadRequest("request body must be a JSON object")
-    return body
 
 
 def _policy_body(state: RouterState) -> dict[str, Any]:
@@ -36,7 +28,7 @@ async def get_policy_handler(request: web.Request) -> web.Response:
 
 async def put_policy_handler(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    body = await _json_object(request)
+    body = await json_object(request)
     name = body.get("policy", state.slot.current.name)
     params = body.get("params", {})
     policy_file = body.get("file")
@@ -76,7 +68,7 @@ async def list_engines(request: web.Request) -> web.Response:
 
 async def add_engine(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    body = await _json_object(request)
+    body = await json_object(request)
     address = body.get("address")
     role = body.get("role")
     if not isinstance(address, str) or (role is not None and not isinstance(role, str)):
@@ -90,10 +82,33 @@ async def add_engine(request: web.Request) -> web.Response:
                               "healthy": handle.healthy}, status=201)
 
 
+def _evacuate(state: RouterState, engine_id: str) -> int:
+    """Move every request decoding on `engine_id` to the least loaded other engine."""
+    others = [e for e in state.engines.healthy() if e.id != engine_id]
+    moved = 0
+    for run in list(state.runs.values()):
+        if run.stream.engine.id != engine_id or run.stream.delivered or not others:
+            continue
+        loads = {e.id: state.engines.core.table.get(e.num) for e in others}
+        target = min(others, key=lambda e: (loads[e.id].unfinished_tokens
+                                            + loads[e.id].router_tokens, e.num))
+        try:
+            run.migrate(target)
+            moved += 1
+        except BadRequest:  # already moving
+            pass
+    return moved
+
+
 async def delete_engine(request: web.Request) -> web.Response:
+    """Drain (no new work; wait for in-flight requests) and remove; `?migrate=true` first moves
+    the requests decoding there to other engines, so the drain does not wait for them."""
     state = request.app[STATE]
     engine_id = request.match_info["id"]
     state.engines.get(engine_id)  # 404 for unknown ids
+    if request.query.get("migrate", "false") == "true":
+        log.info("draining %s: %d running request(s) migrated", engine_id,
+                 _evacuate(state, engine_id))
     task = asyncio.create_task(state.engines.drain_and_remove(engine_id))
     _drains.add(task)
     task.add_done_callback(_drains.discard)
@@ -109,3 +124,4 @@ def add_admin_routes(app: web.Application) -> None:
     app.router.add_get("/admin/engines", list_engines)
     app.router.add_post("/admin/engines", add_engine)
     app.router.add_delete("/admin/engines/{id}", delete_engine)
+    app.router.add_post("/admin/migrate", migrate_handler)

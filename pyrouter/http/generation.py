@@ -49,6 +49,7 @@ async def handle_generation(request: web.Request, kind: Literal["completion", "c
     run: RequestRun | None = None
     try:
         run = await state.dispatcher.admit(req)
+        state.runs[req.request_id] = run
         policy_name = run.policy_name
         first_token = time.perf_counter()
         state.metrics.ttft.observe(first_token - started)
@@ -64,6 +65,8 @@ async def handle_generation(request: web.Request, kind: Literal["completion", "c
     finally:
         # One owner releases everything the request held, on every path (client gone too).
         if run is not None:
+            if state.runs.get(req.request_id) is run:
+                del state.runs[req.request_id]
             await run.close()
         req.scope.close()
         state.metrics.count_request(policy_name, status)

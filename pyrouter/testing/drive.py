@@ -7,9 +7,10 @@ the request's run and scope — the path whose clean-up the tests check.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from pyrouter.dispatch import Dispatcher
+from pyrouter.dispatch import Dispatcher, RequestRun
 from pyrouter.errors import RouterError
 from pyrouter.request import RouterRequest
 from pyrouter.scope import RouterCounters
@@ -35,10 +36,15 @@ class ClientGone(Exception):
     """Raised in place of the client disconnecting (drive(disconnect_after=))."""
 
 
+OnTokens = Callable[[RequestRun, int], Awaitable[None]]
+
+
 async def drive(dispatcher: Dispatcher, req: RouterRequest, counters: RouterCounters,
-                disconnect_after: int | None = None, stop_after: int | None = None) -> FakeRun:
+                disconnect_after: int | None = None, stop_after: int | None = None,
+                on_tokens: OnTokens | None = None) -> FakeRun:
     """`disconnect_after=k`: the client goes away after k tokens; `stop_after=k`: a stop
-    string the router matched ends the request there."""
+    string the router matched ends the request there; `on_tokens(run, n)` runs after each chunk
+    (n tokens so far), e.g. to migrate the request mid-stream."""
     out = FakeRun(req)
     req.scope.open(counters)
     run = None
@@ -48,6 +54,8 @@ async def drive(dispatcher: Dispatcher, req: RouterRequest, counters: RouterCoun
         async for chunk in run.chunks():
             out.tokens.extend(chunk.token_ids)
             out.finish_reason = chunk.finish_reason or out.finish_reason
+            if on_tokens is not None:
+                await on_tokens(run, len(out.tokens))
             if disconnect_after is not None and len(out.tokens) >= disconnect_after:
                 raise ClientGone
             if stop_after is not None and len(out.tokens) >= stop_after:

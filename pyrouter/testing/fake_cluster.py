@@ -24,7 +24,7 @@ from pyrouter.engines.handle import EngineHandle
 from pyrouter.policy_registry import ActivePolicy, PolicySpec, get_policy
 from pyrouter.request import RouterRequest, SloSpec
 from pyrouter.scope import RouterCounters
-from pyrouter.testing.drive import FakeRun, drive
+from pyrouter.testing.drive import FakeRun, OnTokens, drive
 from pyrouter.testing.fake_engine import FakeEngineClient, Fault, next_token
 from router_core import RouterCore
 
@@ -127,7 +127,8 @@ class FakeCluster:
 
     async def run(self, policy: str | PolicySpec, request: RouterRequest | Sequence[int],
                   params: dict[str, Any] | None = None, max_tokens: int = 8,
-                  disconnect_after: int | None = None, stop_after: int | None = None) -> FakeRun:
+                  disconnect_after: int | None = None, stop_after: int | None = None,
+                  on_tokens: OnTokens | None = None) -> FakeRun:
         """Admit and stream one request through the router's dispatcher, as the HTTP front
         does; `disconnect_after=k` makes the client go away after k tokens, `stop_after=k` ends
         it there as a stop string matched by the router would."""
@@ -138,4 +139,5 @@ class FakeCluster:
                 active.spec, active.params):
             self._slot = PolicySlot(active)  # a switch: fresh policy state, like PUT /admin/policy
         dispatcher = Dispatcher(self, self._slot, policy_timeout_s=self.policy_timeout_s)
-        return await drive(dispatcher, req, self.counters, disconnect_after, stop_after)
+        return await drive(dispatcher, req, self.counters, disconnect_after, stop_after,
+                           on_tokens)

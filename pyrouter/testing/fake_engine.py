@@ -78,6 +78,7 @@ class FakeGeneration:
     prefilled: int          # tokens this engine computed before the first output
     produced: list[int] = field(default_factory=list)
     done: bool = False
+    handoff_requested: bool = False
 
 
 @dataclass(eq=False)
@@ -182,13 +183,17 @@ class FakeEngineClient:
                                timeout_s: float | None = None) -> FakeCall:
         return FakeCall(self, request)
 
-    async def abort(self, request_id: str) -> bool:
+    async def abort(self, request_id: str, handoff: bool = False) -> bool:
         self.calls.append(("abort", request_id))
-        self.aborts += 1
         found = self.reservations.pop(request_id, None) is not None
         gen = self.generations.get(request_id)
         if gen is not None and not gen.done:
-            gen.done, found = True, True
+            found = True
+            if handoff:
+                gen.handoff_requested = True  # ends at its next read, as the engine's next step
+            else:
+                gen.done = True
+        self.aborts += int(not handoff)
         return found
 
     async def close(self) -> None:
@@ -210,6 +215,11 @@ class FakeEngineClient:
         return gen
 
     def step(self, gen: FakeGeneration) -> pb.GenerateChunk:
+        if gen.handoff_requested:  # Abort(handoff): end after what it produced, KV kept
+            gen.done = True
+            self.finished.append(gen)
+            self.cache((gen.tokens + gen.produced)[:-1])
+            return pb.GenerateChunk(finish_reason="handoff")
         token = next_token(gen.tokens + gen.produced)
         gen.produced.append(token)
         chunk = pb.GenerateChunk(token_ids=[token])
@@ -238,6 +248,7 @@ class FakeCall:
         self._cancelled = False
 
     async def read(self) -> pb.GenerateChunk | object:
+        await asyncio.sleep(0)  # a real read waits for the engine's step: others run meanwhile
         # The call starts at once but, as with gRPC, its outcome surfaces on the first read.
         if self._gen is None:
             if self._cancelled:

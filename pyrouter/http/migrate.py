@@ -1,0 +1,71 @@
+"""POST /admin/migrate: copy a cached context to another engine, or move a running request.
+
+    {"prefix": "text" | [token ids], "from": "e0", "to": "e1"}   copy a context's KV
+    {"request_id": "<X-Request-Id>", "to": "e1"}                  move a running request
+
+Text is tokenised as a completion prompt is, so a later request whose prompt starts with the
+same text shares the copied blocks; pass token ids to copy exactly. A moved request keeps
+streaming to its client without a seam. Engines are given by their router ids (GET
+/admin/engines).
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiohttp import web
+
+from pyrouter.engines.handle import EngineHandle
+from pyrouter.errors import BadRequest, NotFound
+from pyrouter.http.admin_body import json_object
+from pyrouter.migration import copy_context
+from pyrouter.state import STATE, RouterState
+
+_MOVE_TIMEOUT_S = 120.0
+
+
+def _engine(state: RouterState, body: dict[str, Any], key: str) -> EngineHandle:
+    engine_id = body.get(key)
+    if not isinstance(engine_id, str):
+        raise BadRequest(f"'{key}' must be an engine id such as \"e0\"", param=key)
+    handle = state.engines.get(engine_id)
+    if not handle.healthy or handle.draining:
+        raise BadRequest(f"engine {engine_id} is not serving", param=key)
+    return handle
+
+
+def _context_tokens(state: RouterState, prefix: object) -> list[int]:
+    if isinstance(prefix, str) and prefix:
+        return state.tokenizer.encode(prefix)
+    vocab = state.tokenizer.vocab_size
+    if isinstance(prefix, list) and prefix and all(
+            isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab for t in prefix):
+        return list(prefix)
+    raise BadRequest(f"'prefix' must be non-empty text or token ids in [0, {vocab})",
+                     param="prefix")
+
+
+async def migrate(state: RouterState, body: dict[str, Any]) -> dict[str, Any]:
+    target = _engine(state, body, "to")
+    if "request_id" in body:
+        run = state.runs.get(str(body["request_id"]))
+        if run is None:
+            raise NotFound(f"no running request {body['request_id']!r}", param="request_id")
+        move = run.migrate(target)
+        try:
+            await asyncio.wait_for(asyncio.shield(move.done.wait()), _MOVE_TIMEOUT_S)
+        except TimeoutError:
+            pass  # still under way: say so
+        return {"request_id": body["request_id"], "from": move.source.id, "to": target.id,
+                "outcome": move.outcome, "moved_tokens": move.moved_tokens}
+    source = _engine(state, body, "from")
+    tokens = _context_tokens(state, body.get("prefix"))
+    copied = await copy_context(tokens, source, target)
+    return {"from": source.id, "to": target.id, "tokens": len(tokens),
+            "matched": copied.matched, "copied": copied.copied,
+            "bytes_sent": copied.bytes_sent, "transport": copied.transport}
+
+
+async def migrate_handler(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    return web.json_response(await migrate(state, await json_object(request)))
