@@ -109,12 +109,13 @@ class EngineCore:
             raise InvalidRequest("sampling must be SamplingParams")
         if max_new_tokens_here < 0:
             raise InvalidRequest(f"max_new_tokens_here must be >= 0, got {max_new_tokens_here}")
-        if not 0 <= output_offset < len(tokens):
-            raise InvalidRequest(f"output_offset must be in [0, len(tokens)), got {output_offset}")
         with self._lock:
             self._check_new_id(request_id, allow_reservation=True)
             prompt = check_tokens(tokens, self.model_config.vocab_size, self.max_context)
             check_range(begin, len(prompt), len(prompt), "add_request")
+            if not 0 <= output_offset < len(prompt):
+                raise InvalidRequest(f"output_offset must be in [0, len(tokens)), got "
+                                     f"{output_offset}")
             self._check_fits(len(prompt) + 1)
             request = Request(request_id, "generate", prompt, len(prompt), sampling, begin=begin,
                               max_new_tokens_here=max_new_tokens_here,

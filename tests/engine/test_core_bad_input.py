@@ -58,6 +58,7 @@ def test_bad_requests_are_rejected_and_engine_keeps_serving(
         ({"begin": len(prompt) + 1}, "begin"),
         ({"request_id": ""}, "request_id"),
         ({"max_new_tokens_here": -1}, "max_new_tokens_here"),
+        ({"output_offset": len(prompt)}, "output_offset"),
         ({"sampling": "greedy"}, "SamplingParams"),
     ]
     for overrides, message in cases:
