@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 from pyrouter.engines.handle import EngineHandle
 from pyrouter.errors import NoCapacity
+from pyrouter.outcomes import RecentOutcomes
 from pyrouter.policy_registry import ActivePolicy
 from pyrouter.request import RouterRequest, SloSpec
 from router_core import EngineLoad, RouterCore, ScoreResult
@@ -30,9 +31,12 @@ def _serves(engine: EngineHandle, role: str) -> bool:
 
 
 class ClusterView:
-    def __init__(self, engines: EngineDirectory, active: ActivePolicy) -> None:
+    def __init__(self, engines: EngineDirectory, active: ActivePolicy,
+                 outcomes: RecentOutcomes | None = None) -> None:
         self._engines = engines
         self.policy = active
+        # Recently finished requests (latency, SLO met, pattern): feedback for adaptive policies.
+        self.outcomes = outcomes if outcomes is not None else RecentOutcomes()
 
     @property
     def params(self) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
 
 import grpc
@@ -26,6 +27,7 @@ from pyrouter.errors import (
     VerbOrderError,
 )
 from pyrouter.migration import LiveMigration, continue_on_target
+from pyrouter.outcomes import Outcome, RecentOutcomes, slo_met
 from pyrouter.policy_registry import ActivePolicy
 from pyrouter.request import RouteNote, RouterRequest
 from pyrouter.session import PolicySession, SegmentEnd
@@ -258,6 +260,17 @@ class Dispatcher:
         # A policy that never decides must not hold its client forever (PD on a long prompt
         # on CPU can legitimately take a while, hence minutes, not seconds).
         self.policy_timeout_s = policy_timeout_s
+        self.outcomes = RecentOutcomes()
+
+    def record(self, req: RouterRequest, ok: bool, started: float, first_token: float | None,
+               ended: float) -> None:
+        """A request has ended: remember how it went (cluster.outcomes)."""
+        ttft = None if first_token is None else first_token - started
+        n = req.completion_tokens
+        tpot = (ended - first_token) / (n - 1) if first_token is not None and n > 1 else None
+        pattern = str(req.route.params.get("chose") or req.route.pattern or "none")
+        self.outcomes.record(Outcome(time.monotonic(), pattern, ok, ttft, tpot,
+                                     slo_met(ttft, tpot, req.slo.ttft_ms, req.slo.tpot_ms)))
 
     async def admit(self, req: RouterRequest) -> RequestRun:
         """Run the policy to the first chunk of its first segment. If an engine was unreachable
@@ -280,7 +293,7 @@ class Dispatcher:
 
     async def _attempt(self, req: RouterRequest, active: ActivePolicy) -> RequestRun:
         started_at = len(req.scope.verbs)
-        session = PolicySession(active, req, ClusterView(self.engines, active),
+        session = PolicySession(active, req, ClusterView(self.engines, active, self.outcomes),
                                 self.policy_timeout_s)
         try:
             stream = await session.first()

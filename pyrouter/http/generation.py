@@ -71,6 +71,7 @@ async def handle_generation(request: web.Request, kind: Literal["completion", "c
         req.scope.close()
         state.metrics.count_request(policy_name, status)
         ended = time.perf_counter()
+        state.dispatcher.record(req, status == "ok", started, first_token, ended)
         state.metrics.latency.observe(ended - started)
         if state.tracer is not None:
             state.tracer.write_request(req, policy_name, started, first_token, ended, status)

@@ -7,6 +7,7 @@ the request's run and scope — the path whose clean-up the tests check.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -48,8 +49,10 @@ async def drive(dispatcher: Dispatcher, req: RouterRequest, counters: RouterCoun
     out = FakeRun(req)
     req.scope.open(counters)
     run = None
+    started, first = time.perf_counter(), None
     try:
         run = await dispatcher.admit(req)
+        first = time.perf_counter()
         out.route = req.route.header()
         async for chunk in run.chunks():
             out.tokens.extend(chunk.token_ids)
@@ -67,6 +70,8 @@ async def drive(dispatcher: Dispatcher, req: RouterRequest, counters: RouterCoun
     except (RouterError, ClientGone, asyncio.CancelledError) as exc:
         out.error = exc if isinstance(exc, RouterError) else None
     finally:
+        req.completion_tokens = len(out.tokens)
+        dispatcher.record(req, out.error is None, started, first, time.perf_counter())
         if run is not None:
             await run.close()
         req.scope.close()

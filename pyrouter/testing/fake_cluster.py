@@ -23,6 +23,7 @@ from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.handle import EngineHandle
 from pyrouter.policy_registry import ActivePolicy, PolicySpec, get_policy
 from pyrouter.request import RouterRequest, SloSpec
+from pyrouter.outcomes import RecentOutcomes
 from pyrouter.scope import RouterCounters
 from pyrouter.testing.drive import FakeRun, OnTokens, drive
 from pyrouter.testing.fake_engine import FakeEngineClient, Fault, next_token
@@ -52,6 +53,7 @@ class FakeCluster:
         self.core: RouterCore = RouterCore(block_size, router_core.model_seed("fake-model"))
         self.engines: dict[str, EngineHandle] = {}
         self.counters = RouterCounters()
+        self.outcomes = RecentOutcomes()  # kept across runs, as a router's dispatcher keeps it
         self.policy_timeout_s = policy_timeout_s
         self._clients: dict[str, FakeEngineClient] = {}
         self._slot: PolicySlot | None = None  # kept across runs, as a router keeps its policy
@@ -98,7 +100,7 @@ class FakeCluster:
 
     def view(self, policy: str | PolicySpec, params: dict[str, Any] | None = None
              ) -> ClusterView:
-        return ClusterView(self, self._active(policy, params))
+        return ClusterView(self, self._active(policy, params), self.outcomes)
 
     @staticmethod
     def reference(tokens: Sequence[int], max_tokens: int) -> list[int]:
@@ -139,5 +141,6 @@ class FakeCluster:
                 active.spec, active.params):
             self._slot = PolicySlot(active)  # a switch: fresh policy state, like PUT /admin/policy
         dispatcher = Dispatcher(self, self._slot, policy_timeout_s=self.policy_timeout_s)
+        dispatcher.outcomes = self.outcomes
         return await drive(dispatcher, req, self.counters, disconnect_after, stop_after,
                            on_tokens)
