@@ -1,0 +1,204 @@
+"""Random paged batches, attention computed from FlashInfer's CSR arrays alone, and stand-in
+wrappers with flashinfer 0.7's plan()/run() signatures (the parameters the backend uses, same
+names and order, no **kwargs: a misspelt keyword fails here as it would there).
+
+The stand-ins compute what FlashInfer's kernels compute, from the CSR arrays only, so a CPU test
+checks the FlashInfer backend's plan arithmetic and row routing against the torch backend; the
+kernels themselves are checked on a GPU (tests/gpu/).
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from engine.attention.context import BatchLayout, ForwardContext, SeqLayout
+from engine.kvcache.kv_storage import KVStorage
+
+
+@dataclass
+class RandomStep:
+    kv: KVStorage
+    batch: BatchLayout
+    slots: torch.Tensor
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    heads: int
+
+    def context(self, backend: Any) -> ForwardContext:
+        return ForwardContext(batch=self.batch, slot_mapping=self.slots,
+                              sample_indices=torch.arange(0), kv=self.kv, backend=backend)
+
+
+def random_step(seed: int, dtype: torch.dtype, decodes_first: bool = False,
+                extra_pages: int = 3) -> RandomStep:
+    """Decodes, fresh prefills and prefix-extending chunks over shuffled pages of a 2-layer KV
+    (layer 1 used), cached prefixes already written; queries and new K/V random."""
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    page_size = rng.choice([1, 4, 16])
+    kv_heads = rng.choice([1, 2, 3])
+    heads = kv_heads * rng.choice([1, 3, 4])
+    dim = rng.choice([16, 64])
+    shapes = [(rng.randint(0, 40), 1) for _ in range(rng.randint(0, 4))]
+    multi = [(0, rng.randint(2, 30)) for _ in range(rng.randint(0, 2))]
+    multi += [(rng.randint(1, 40), rng.randint(2, 20)) for _ in range(rng.randint(0, 2))]
+    if decodes_first:
+        shapes += multi
+    else:
+        shapes += multi
+        rng.shuffle(shapes)
+    if not shapes:
+        shapes = [(5, 1)]
+    needed = [-(-(p + n) // page_size) for p, n in shapes]
+    num_pages = sum(needed) + extra_pages
+    free = list(range(num_pages))
+    rng.shuffle(free)
+    kv = KVStorage(num_layers=2, num_pages=num_pages, page_size=page_size, num_kv_heads=kv_heads,
+                   head_dim=dim, dtype=dtype)
+    seqs, slots, new_k, new_v = [], [], [], []
+    q_start = 0
+    for (prefix, new), need in zip(shapes, needed, strict=True):
+        table, free = free[:need], free[need:]
+        k_all = torch.randn(prefix + new, kv_heads, dim)
+        v_all = torch.randn(prefix + new, kv_heads, dim)
+        kv.write(1, table, 0, k_all[:prefix], v_all[:prefix])
+        seqs.append(SeqLayout(q_start=q_start, q_len=new, ctx_len=prefix + new, page_table=table))
+        slots.append(kv.slots(table, prefix, prefix + new))
+        new_k.append(k_all[prefix:])
+        new_v.append(v_all[prefix:])
+        q_start += new
+    return RandomStep(kv, BatchLayout(seqs=seqs, page_size=page_size), torch.cat(slots),
+                      torch.randn(q_start, heads, dim).to(dtype), torch.cat(new_k).to(dtype),
+                      torch.cat(new_v).to(dtype), heads)
+
+
+def csr_attention(q: torch.Tensor, cache: torch.Tensor, qo_indptr: torch.Tensor,
+                  kv_indptr: torch.Tensor, kv_indices: torch.Tensor,
+                  kv_last_page_len: torch.Tensor, causal: bool) -> torch.Tensor:
+    """Attention of q `[qo_indptr[-1], H, D]` over `cache` `[pages, 2, page_size, KvH, D]` as
+    FlashInfer defines the CSR arrays: sequence i's queries are rows qo_indptr[i]..[i+1], its
+    keys the pages kv_indices[kv_indptr[i]..[i+1]] with kv_last_page_len[i] tokens in the last;
+    causal aligns the queries to the end of the keys. float64 math, output in q's dtype."""
+    page_size, kv_heads, dim = cache.shape[2], cache.shape[3], cache.shape[4]
+    heads = q.shape[1]
+    out = torch.empty_like(q)
+    for i in range(kv_last_page_len.shape[0]):
+        pages = kv_indices[int(kv_indptr[i]):int(kv_indptr[i + 1])].long()
+        length = (len(pages) - 1) * page_size + int(kv_last_page_len[i])
+        keys = cache[pages, 0].reshape(-1, kv_heads, dim)[:length].double()
+        values = cache[pages, 1].reshape(-1, kv_heads, dim)[:length].double()
+        rows = slice(int(qo_indptr[i]), int(qo_indptr[i + 1]))
+        queries = q[rows].double()  # [n, H, D]
+        n = queries.shape[0]
+        group = heads // kv_heads
+        k = keys.repeat_interleave(group, dim=1).transpose(0, 1)  # [H, L, D]
+        v = values.repeat_interleave(group, dim=1).transpose(0, 1)
+        scores = queries.transpose(0, 1) @ k.transpose(1, 2) / dim ** 0.5  # [H, n, L]
+        if causal:
+            q_pos = torch.arange(n)[:, None] + (length - n)
+            scores = scores.masked_fill(torch.arange(length)[None, :] > q_pos, float("-inf"))
+        out[rows] = (scores.softmax(-1) @ v).transpose(0, 1).to(q.dtype)
+    return out
+
+
+class _Checked:
+    planned: dict[str, Any] | None = None
+
+    @staticmethod
+    def check_index(indptr: torch.Tensor, indices: torch.Tensor, last: torch.Tensor,
+                    page_size: int) -> None:
+        for t in (indptr, indices, last):
+            assert t.dtype == torch.int32, t.dtype
+        assert indptr.shape[0] == last.shape[0] + 1 and int(indptr[0]) == 0
+        assert indices.shape[0] == int(indptr[-1])
+        assert bool(((last >= 1) & (last <= page_size)).all())
+
+    def check_run(self, q: torch.Tensor, paged_kv_cache: torch.Tensor) -> dict[str, Any]:
+        plan = self.planned
+        assert plan is not None, "run() before plan()"
+        assert paged_kv_cache.dim() == 5 and paged_kv_cache.shape[1] == 2
+        assert q.dtype == plan["q_data_type"] == paged_kv_cache.dtype
+        assert q.shape[1:] == (plan["num_qo_heads"], plan["head_dim"])
+        assert q.shape[0] == int(plan["qo_indptr"][-1])
+        return plan
+
+
+class FakePrefillWrapper(_Checked):
+    def __init__(self, float_workspace_buffer: torch.Tensor, kv_layout: str = "NHD",
+                 use_cuda_graph: bool = False, qo_indptr_buf: Any = None,
+                 paged_kv_indptr_buf: Any = None, paged_kv_indices_buf: Any = None,
+                 paged_kv_last_page_len_buf: Any = None, custom_mask_buf: Any = None,
+                 mask_indptr_buf: Any = None, backend: str = "auto") -> None:
+        assert kv_layout == "NHD" and backend == "fa2"
+
+    def plan(self, qo_indptr: torch.Tensor, paged_kv_indptr: torch.Tensor,
+             paged_kv_indices: torch.Tensor, paged_kv_last_page_len: torch.Tensor,
+             num_qo_heads: int, num_kv_heads: int, head_dim_qk: int, page_size: int,
+             head_dim_vo: int | None = None, custom_mask: Any = None,
+             packed_custom_mask: Any = None, causal: bool = False,
+             pos_encoding_mode: str = "NONE", use_fp16_qk_reduction: bool = False,
+             sm_scale: float | None = None, window_left: int = -1,
+             logits_soft_cap: float | None = None, rope_scale: float | None = None,
+             rope_theta: float | None = None, q_data_type: Any = "float16",
+             kv_data_type: Any = None) -> None:
+        self.check_index(paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, page_size)
+        assert qo_indptr.dtype == torch.int32 and qo_indptr.shape == paged_kv_indptr.shape
+        assert causal and pos_encoding_mode == "NONE" and num_qo_heads % num_kv_heads == 0
+        self.planned = dict(qo_indptr=qo_indptr, kv_indptr=paged_kv_indptr,
+                            kv_indices=paged_kv_indices, last=paged_kv_last_page_len,
+                            num_qo_heads=num_qo_heads, head_dim=head_dim_qk,
+                            q_data_type=q_data_type)
+
+    def run(self, q: torch.Tensor, paged_kv_cache: torch.Tensor, *args: Any,
+            out: torch.Tensor | None = None) -> torch.Tensor:
+        p = self.check_run(q, paged_kv_cache)
+        result = csr_attention(q, paged_kv_cache, p["qo_indptr"], p["kv_indptr"],
+                               p["kv_indices"], p["last"], causal=True)
+        if out is None:
+            return result
+        out.copy_(result)
+        return out
+
+
+class FakeDecodeWrapper(_Checked):
+    def __init__(self, float_workspace_buffer: torch.Tensor, kv_layout: str = "NHD",
+                 use_cuda_graph: bool = False, use_tensor_cores: bool = False,
+                 paged_kv_indptr_buffer: Any = None, paged_kv_indices_buffer: Any = None,
+                 paged_kv_last_page_len_buffer: Any = None, backend: str = "auto") -> None:
+        assert kv_layout == "NHD" and backend == "fa2"
+        self.graph_batch = (paged_kv_last_page_len_buffer.shape[0] if use_cuda_graph else None)
+
+    def plan(self, indptr: torch.Tensor, indices: torch.Tensor, last_page_len: torch.Tensor,
+             num_qo_heads: int, num_kv_heads: int, head_dim: int, page_size: int, *,
+             pos_encoding_mode: str = "NONE", window_left: int = -1,
+             logits_soft_cap: float | None = None, q_data_type: Any = "float16",
+             kv_data_type: Any = None) -> None:
+        self.check_index(indptr, indices, last_page_len, page_size)
+        assert pos_encoding_mode == "NONE" and num_qo_heads % num_kv_heads == 0
+        batch = last_page_len.shape[0]
+        assert self.graph_batch is None or batch == self.graph_batch, "graph batch size changed"
+        self.planned = dict(qo_indptr=torch.arange(batch + 1, dtype=torch.int32),
+                            kv_indptr=indptr, kv_indices=indices, last=last_page_len,
+                            num_qo_heads=num_qo_heads, head_dim=head_dim,
+                            q_data_type=q_data_type)
+
+    def run(self, q: torch.Tensor, paged_kv_cache: torch.Tensor, *args: Any,
+            out: torch.Tensor | None = None) -> torch.Tensor:
+        p = self.check_run(q, paged_kv_cache)
+        result = csr_attention(q, paged_kv_cache, p["qo_indptr"], p["kv_indptr"],
+                               p["kv_indices"], p["last"], causal=False)
+        if out is None:
+            return result
+        out.copy_(result)
+        return out
+
+
+FAKE_FLASHINFER = SimpleNamespace(
+    prefill=SimpleNamespace(BatchPrefillWithPagedKVCacheWrapper=FakePrefillWrapper),
+    decode=SimpleNamespace(BatchDecodeWithPagedKVCacheWrapper=FakeDecodeWrapper),
+)
