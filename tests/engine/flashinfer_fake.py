@@ -100,8 +100,9 @@ def csr_attention(q: torch.Tensor, cache: torch.Tensor, qo_indptr: torch.Tensor,
         v = values.repeat_interleave(group, dim=1).transpose(0, 1)
         scores = queries.transpose(0, 1) @ k.transpose(1, 2) / dim ** 0.5  # [H, n, L]
         if causal:
-            q_pos = torch.arange(n)[:, None] + (length - n)
-            scores = scores.masked_fill(torch.arange(length)[None, :] > q_pos, float("-inf"))
+            q_pos = torch.arange(n, device=q.device)[:, None] + (length - n)
+            later = torch.arange(length, device=q.device)[None, :] > q_pos
+            scores = scores.masked_fill(later, float("-inf"))
         out[rows] = (scores.softmax(-1) @ v).transpose(0, 1).to(q.dtype)
     return out
 
