@@ -10,12 +10,16 @@
 #   ipc        CUDA IPC between processes: bit-exact link; pd and balanced_pd == one engine
 #   flashinfer FlashInfer vs the torch backend on random pages; CUDA-graph decode == eager
 #   bench      8B-shape decode b=1/32/128 and prefill 2048 vs floors and transformers; KV GB/s
-# Logs and JSON go to RESULTS_DIR (summary.json merges them); the short table prints last.
+# RESULTS_DIR receives two files: summary.json (every figure) and logs.tar.gz (each stage's log and
+# JSON, kept meanwhile in SWITCHYARD_GPU_WORK); the short table prints last. Two files, because
+# the device tool brings back at most 8 from $OUT (docs/gpu.md has the exact call).
 set -uo pipefail
 
 RESULTS_ARG=${1:?usage: tests/gpu/check.sh RESULTS_DIR}
 mkdir -p "$RESULTS_ARG"
-RESULTS=$(cd "$RESULTS_ARG" && pwd)
+OUTPUT=$(cd "$RESULTS_ARG" && pwd)
+RESULTS=${SWITCHYARD_GPU_WORK:-$(mktemp -d /tmp/switchyard-gpu-work.XXXXXX)}
+mkdir -p "$RESULTS"
 cd "$(dirname "$0")/../.."
 REPO=$PWD
 BUNDLE=${SWITCHYARD_GPU_BUNDLE:-$REPO/.gpu-bundle}
@@ -100,4 +104,5 @@ stage bench 240 "$PY" -m tests.gpu.bench_gpu
 
 echo "== total $((SECONDS - START)) s"
 note total "$((SECONDS - START)) s"
-"$PY" -m tests.gpu.summary "$RESULTS"
+tar -czf "$OUTPUT/logs.tar.gz" -C "$RESULTS" .
+"$PY" -m tests.gpu.summary "$RESULTS" "$OUTPUT/summary.json"

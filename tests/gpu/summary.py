@@ -1,6 +1,6 @@
-"""`python -m tests.gpu.summary RESULTS_DIR`: the short table check.sh prints last.
+"""`python -m tests.gpu.summary WORK_DIR SUMMARY_JSON`: the short table check.sh prints last.
 
-Reads the JSON files the checks wrote, merges them into RESULTS_DIR/summary.json and prints one
+Reads the JSON files the checks wrote into WORK_DIR, merges them into SUMMARY_JSON and prints one
 line per figure: measured, floor, ratio, and the transformers baseline beside ours.
 """
 from __future__ import annotations
@@ -27,7 +27,9 @@ def table(results: dict[str, Any]) -> list[str]:
     lines = []
     bench = results.get("bench", {})
     ceil = bench.get("ceilings", {})
-    if ceil:
+    if "error" in ceil:
+        lines.append(f"ceilings FAILED: {ceil['error'][:200]}")
+    elif ceil:
         lines.append(f"device {ceil.get('gpu')}: copy {_fmt(ceil.get('copy_GBps'))} GB/s "
                      f"(read+write), bf16 matmul {_fmt(ceil.get('bf16_TFLOPs'))} TFLOP/s")
     jit = results.get("jit", {})
@@ -74,9 +76,8 @@ def table(results: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    directory = Path(argv[0])
-    results = _load(directory)
-    (directory / "summary.json").write_text(json.dumps(results, indent=2, sort_keys=True))
+    results = _load(Path(argv[0]))
+    Path(argv[1]).write_text(json.dumps(results, indent=2, sort_keys=True))
     print("\n".join(table(results)))
     return 0
 
