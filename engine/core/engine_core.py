@@ -67,7 +67,9 @@ class EngineCore:
         self.max_context = min(config.max_context or mc.max_position_embeddings,
                                mc.max_position_embeddings)
         backend = resolve_backend_name(config.attention_backend, config.device, config.dtype)
-        graph_sizes = capture_sizes(config.cuda_graph_max_batch) if backend == "flashinfer" else []
+        # A step never holds more than max_running decodes: no graph above that.
+        graph_sizes = (capture_sizes(min(config.cuda_graph_max_batch, config.max_running))
+                       if backend == "flashinfer" else [])
         # CUDA graphs pad decode steps onto one extra page that the pool never hands out.
         self.kv = KVStorage(mc.num_layers, config.num_pages + (1 if graph_sizes else 0),
                             config.page_size, mc.num_kv_heads, mc.head_dim,

@@ -1,6 +1,6 @@
-"""Random paged batches, attention computed from FlashInfer's CSR arrays alone, and stand-in
-wrappers with flashinfer 0.7's plan()/run() signatures (the parameters the backend uses, same
-names and order, no **kwargs: a misspelt keyword fails here as it would there).
+"""Attention computed from FlashInfer's CSR arrays alone, and stand-in wrappers with flashinfer
+0.7's plan()/run() signatures (the parameters the backend uses, same names and order, no
+**kwargs: a misspelt keyword fails here as it would there).
 
 The stand-ins compute what FlashInfer's kernels compute, from the CSR arrays only, so a CPU test
 checks the FlashInfer backend's plan arithmetic and row routing against the torch backend; the
@@ -8,73 +8,10 @@ kernels themselves are checked on a GPU (tests/gpu/).
 """
 from __future__ import annotations
 
-import random
-from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
 import torch
-
-from engine.attention.context import BatchLayout, ForwardContext, SeqLayout
-from engine.kvcache.kv_storage import KVStorage
-
-
-@dataclass
-class RandomStep:
-    kv: KVStorage
-    batch: BatchLayout
-    slots: torch.Tensor
-    q: torch.Tensor
-    k: torch.Tensor
-    v: torch.Tensor
-    heads: int
-
-    def context(self, backend: Any) -> ForwardContext:
-        return ForwardContext(batch=self.batch, slot_mapping=self.slots,
-                              sample_indices=torch.arange(0), kv=self.kv, backend=backend)
-
-
-def random_step(seed: int, dtype: torch.dtype, decodes_first: bool = False,
-                extra_pages: int = 3) -> RandomStep:
-    """Decodes, fresh prefills and prefix-extending chunks over shuffled pages of a 2-layer KV
-    (layer 1 used), cached prefixes already written; queries and new K/V random."""
-    rng = random.Random(seed)
-    torch.manual_seed(seed)
-    page_size = rng.choice([1, 4, 16])
-    kv_heads = rng.choice([1, 2, 3])
-    heads = kv_heads * rng.choice([1, 3, 4])
-    dim = rng.choice([16, 64])
-    shapes = [(rng.randint(0, 40), 1) for _ in range(rng.randint(0, 4))]
-    multi = [(0, rng.randint(2, 30)) for _ in range(rng.randint(0, 2))]
-    multi += [(rng.randint(1, 40), rng.randint(2, 20)) for _ in range(rng.randint(0, 2))]
-    if decodes_first:
-        shapes += multi
-    else:
-        shapes += multi
-        rng.shuffle(shapes)
-    if not shapes:
-        shapes = [(5, 1)]
-    needed = [-(-(p + n) // page_size) for p, n in shapes]
-    num_pages = sum(needed) + extra_pages
-    free = list(range(num_pages))
-    rng.shuffle(free)
-    kv = KVStorage(num_layers=2, num_pages=num_pages, page_size=page_size, num_kv_heads=kv_heads,
-                   head_dim=dim, dtype=dtype)
-    seqs, slots, new_k, new_v = [], [], [], []
-    q_start = 0
-    for (prefix, new), need in zip(shapes, needed, strict=True):
-        table, free = free[:need], free[need:]
-        k_all = torch.randn(prefix + new, kv_heads, dim)
-        v_all = torch.randn(prefix + new, kv_heads, dim)
-        kv.write(1, table, 0, k_all[:prefix], v_all[:prefix])
-        seqs.append(SeqLayout(q_start=q_start, q_len=new, ctx_len=prefix + new, page_table=table))
-        slots.append(kv.slots(table, prefix, prefix + new))
-        new_k.append(k_all[prefix:])
-        new_v.append(v_all[prefix:])
-        q_start += new
-    return RandomStep(kv, BatchLayout(seqs=seqs, page_size=page_size), torch.cat(slots),
-                      torch.randn(q_start, heads, dim).to(dtype), torch.cat(new_k).to(dtype),
-                      torch.cat(new_v).to(dtype), heads)
 
 
 def csr_attention(q: torch.Tensor, cache: torch.Tensor, qo_indptr: torch.Tensor,
@@ -109,6 +46,7 @@ def csr_attention(q: torch.Tensor, cache: torch.Tensor, qo_indptr: torch.Tensor,
 
 class _Checked:
     planned: dict[str, Any] | None = None
+    causal = False  # the prefill wrapper is planned causal, decode queries see all their keys
 
     @staticmethod
     def check_index(indptr: torch.Tensor, indices: torch.Tensor, last: torch.Tensor,
@@ -128,8 +66,20 @@ class _Checked:
         assert q.shape[0] == int(plan["qo_indptr"][-1])
         return plan
 
+    def run(self, q: torch.Tensor, paged_kv_cache: torch.Tensor, *args: Any,
+            out: torch.Tensor | None = None) -> torch.Tensor:
+        p = self.check_run(q, paged_kv_cache)
+        result = csr_attention(q, paged_kv_cache, p["qo_indptr"], p["kv_indptr"],
+                               p["kv_indices"], p["last"], causal=self.causal)
+        if out is None:
+            return result
+        out.copy_(result)
+        return out
+
 
 class FakePrefillWrapper(_Checked):
+    causal = True
+
     def __init__(self, float_workspace_buffer: torch.Tensor, kv_layout: str = "NHD",
                  use_cuda_graph: bool = False, qo_indptr_buf: Any = None,
                  paged_kv_indptr_buf: Any = None, paged_kv_indices_buf: Any = None,
@@ -155,16 +105,6 @@ class FakePrefillWrapper(_Checked):
                             num_qo_heads=num_qo_heads, head_dim=head_dim_qk,
                             q_data_type=q_data_type)
 
-    def run(self, q: torch.Tensor, paged_kv_cache: torch.Tensor, *args: Any,
-            out: torch.Tensor | None = None) -> torch.Tensor:
-        p = self.check_run(q, paged_kv_cache)
-        result = csr_attention(q, paged_kv_cache, p["qo_indptr"], p["kv_indptr"],
-                               p["kv_indices"], p["last"], causal=True)
-        if out is None:
-            return result
-        out.copy_(result)
-        return out
-
 
 class FakeDecodeWrapper(_Checked):
     def __init__(self, float_workspace_buffer: torch.Tensor, kv_layout: str = "NHD",
@@ -187,16 +127,6 @@ class FakeDecodeWrapper(_Checked):
                             kv_indptr=indptr, kv_indices=indices, last=last_page_len,
                             num_qo_heads=num_qo_heads, head_dim=head_dim,
                             q_data_type=q_data_type)
-
-    def run(self, q: torch.Tensor, paged_kv_cache: torch.Tensor, *args: Any,
-            out: torch.Tensor | None = None) -> torch.Tensor:
-        p = self.check_run(q, paged_kv_cache)
-        result = csr_attention(q, paged_kv_cache, p["qo_indptr"], p["kv_indptr"],
-                               p["kv_indices"], p["last"], causal=False)
-        if out is None:
-            return result
-        out.copy_(result)
-        return out
 
 
 FAKE_FLASHINFER = SimpleNamespace(

@@ -22,7 +22,8 @@ import engine.attention.flashinfer_backend as fib
 from engine.attention import get_backend, resolve_backend_name
 from engine.attention.context import BatchLayout, SeqLayout
 from engine.attention.paged_plan import BadLayout, key_slots, paged_index, split_step
-from tests.engine.flashinfer_fake import FAKE_FLASHINFER, csr_attention, random_step
+from tests.engine.flashinfer_fake import FAKE_FLASHINFER, csr_attention
+from tests.engine.paged_cases import random_step
 
 
 @pytest.mark.parametrize("seed", range(12))
