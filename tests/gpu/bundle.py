@@ -53,7 +53,8 @@ JIT_CONFIGS = (("bfloat16", 64), ("float16", 64), ("bfloat16", 128))
 
 
 def run(cmd: list[str], **kwargs: object) -> None:
-    print("+", " ".join(cmd), flush=True)
+    shown = " ".join(cmd)
+    print("+", shown if len(shown) < 300 else shown[:300] + " ...", flush=True)
     subprocess.run(cmd, check=True, **kwargs)  # type: ignore[call-overload]
 
 
