@@ -11,7 +11,7 @@ EXT_STAMP := .stamp-ext
 DEPS_STAMP := .stamp-deps
 export PYO3_PYTHON := $(abspath $(PY))
 
-.PHONY: install serve test lint rust-test py-test bench proto clean
+.PHONY: install serve test lint rust-test py-test bench proto clean gpu-bundle
 
 $(PY):
 	$(PYTHON_BOOT) -m venv $(VENV)
@@ -60,5 +60,10 @@ py-test: install
 
 test: install lint rust-test py-test
 
+# What tests/gpu/check.sh needs on the lent GPU machine (docs/gpu.md): pruned flashinfer, wheels the
+# image lacks, the abi3 router_core extension, generated stubs; into .gpu-bundle/ (< 64 MiB).
+gpu-bundle: install
+	$(PY) tests/gpu/bundle.py --out .gpu-bundle
+
 clean:
-	rm -rf target $(EXT_STAMP) switchyard_rpc router_core/*.so
+	rm -rf target $(EXT_STAMP) switchyard_rpc router_core/*.so .gpu-bundle

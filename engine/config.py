@@ -27,7 +27,11 @@ class EngineConfig:
     role: str = "any"
     engine_id: str = "e0"
     lease_s: float = 30.0
-    attention_backend: str = "torch"
+    # "auto": FlashInfer for fp16/bf16 on CUDA when installed, else the PyTorch backend.
+    attention_backend: str = "auto"
+    # Decode steps of up to this many sequences replay CUDA graphs (FlashInfer on CUDA only;
+    # 0 = always eager). Sizes: engine/attention/graph_buckets.capture_sizes.
+    cuda_graph_max_batch: int = 128
     # Context limit; None = the model's max_position_embeddings.
     max_context: int | None = None
     max_kv_events: int = 8192
@@ -44,6 +48,9 @@ class EngineConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise EngineConfigError(f"{name} must be a positive int, got {value!r}")
+        if not isinstance(self.cuda_graph_max_batch, int) or self.cuda_graph_max_batch < 0:
+            raise EngineConfigError(
+                f"cuda_graph_max_batch must be an int >= 0, got {self.cuda_graph_max_batch!r}")
         if self.max_context is not None and self.max_context <= 1:
             raise EngineConfigError(f"max_context must be > 1, got {self.max_context}")
         if not (math.isfinite(self.lease_s) and self.lease_s > 0):

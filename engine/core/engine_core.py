@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 import router_core
+from engine.attention import resolve_backend_name
+from engine.attention.graph_buckets import capture_sizes
 from engine.config import EngineConfig
 from engine.core.errors import InvalidRequest, UnknownRequest
 from engine.core.latency_model import LatencyModel
@@ -64,8 +66,14 @@ class EngineCore:
         mc = self.model_config
         self.max_context = min(config.max_context or mc.max_position_embeddings,
                                mc.max_position_embeddings)
-        self.kv = KVStorage(mc.num_layers, config.num_pages, config.page_size, mc.num_kv_heads,
-                            mc.head_dim, _DTYPES[config.dtype], config.device)
+        backend = resolve_backend_name(config.attention_backend, config.device, config.dtype)
+        # A step never holds more than max_running decodes: no graph above that.
+        graph_sizes = (capture_sizes(min(config.cuda_graph_max_batch, config.max_running))
+                       if backend == "flashinfer" else [])
+        # CUDA graphs pad decode steps onto one extra page that the pool never hands out.
+        self.kv = KVStorage(mc.num_layers, config.num_pages + (1 if graph_sizes else 0),
+                            config.page_size, mc.num_kv_heads, mc.head_dim,
+                            _DTYPES[config.dtype], config.device)
         self.pool = PagePool(config.num_pages)
         self.block_hash_seed = router_core.model_seed(mc.model_id)
         self.cache = RadixPrefixCache(self.pool, config.page_size, self.block_hash_seed,
@@ -76,7 +84,11 @@ class EngineCore:
         self.detokenizer_vocab = _detokenizer_vocab(loaded.tokenizer)
         self._lock = threading.RLock()
         self._requests: dict[str, Request] = {}
-        self._steps = StepRunner(self, ModelRunner(loaded, self.kv, config.attention_backend))
+        runner = ModelRunner(loaded, self.kv, backend)
+        if graph_sizes:
+            runner.capture_decode_graphs(graph_sizes, scratch_page=config.num_pages,
+                                         max_context=self.max_context)
+        self._steps = StepRunner(self, runner)
 
     # ---- verbs ----------------------------------------------------------------------------
 

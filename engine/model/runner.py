@@ -5,6 +5,8 @@ logits) so neither the scheduler nor the model deals with the other's representa
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from engine.attention import get_backend
@@ -12,6 +14,9 @@ from engine.attention.context import BatchLayout, ForwardContext, SeqLayout
 from engine.core.batch import LayerHook, ScheduledChunk
 from engine.kvcache.kv_storage import KVStorage
 from engine.model.loader import LoadedModel
+
+if TYPE_CHECKING:
+    from engine.model.decode_graphs import DecodeGraphs
 
 
 class BadBatch(ValueError):
@@ -30,6 +35,21 @@ class ModelRunner:
         self.kv = kv
         self.backend = get_backend(backend_name)
         self.device = loaded.model.device
+        self.graphs: DecodeGraphs | None = None
+
+    def capture_decode_graphs(self, sizes: list[int], scratch_page: int,
+                              max_context: int) -> None:
+        """Replay decode steps of up to max(sizes) sequences from CUDA graphs (FlashInfer only);
+        `scratch_page` is a KV page no sequence owns, for the padding rows."""
+        from engine.attention.flashinfer_backend import FlashInferBackend
+        from engine.model.decode_graphs import DecodeGraphs
+
+        if not isinstance(self.backend, FlashInferBackend):
+            raise ValueError("CUDA graphs need the flashinfer attention backend")
+        graphs = DecodeGraphs(self.model, self.kv, self.backend, sizes, scratch_page, max_context)
+        with torch.inference_mode():
+            graphs.capture()
+        self.graphs = graphs
 
     def _validate(self, chunk: ScheduledChunk) -> None:
         if not chunk.token_ids:
@@ -96,4 +116,8 @@ class ModelRunner:
             raise BadBatch("a sequence appears twice in one step")
         input_ids, positions, ctx = self.build_context(chunks, layer_hook)
         with torch.inference_mode():
+            if self.graphs is not None:
+                logits = self.graphs.run(input_ids, positions, ctx)
+                if logits is not None:
+                    return logits
             return self.model(input_ids, positions, ctx)

@@ -66,7 +66,7 @@ class KVSender:
         self._steps = steps
         self._kv = kv
         self._layout = layout
-        self.pool = TransportPool(layout)
+        self.pool = TransportPool(layout, str(kv.device))
         self.bytes_sent = 0
 
     async def remote_send(self, req: pb.RemoteSendRequest) -> pb.RemoteSendResponse:

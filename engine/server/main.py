@@ -62,6 +62,7 @@ async def serve_async(args: argparse.Namespace) -> None:
     from engine.server.servicer import EngineServicer
     from engine.server.step_loop import StepLoop
     from engine.transfer import TransferListener
+    from engine.transfer.cuda_ipc import receiving_sink
     from switchyard_rpc import engine_pb2_grpc as pb_grpc
 
     config = engine_config_from_args(args)
@@ -69,7 +70,7 @@ async def serve_async(args: argparse.Namespace) -> None:
     # Loading the model takes seconds: keep the loop free while it happens.
     core = await asyncio.to_thread(EngineCore, config)
     layout = kv_layout(core)
-    listener = TransferListener(core, layout, host=args.host,
+    listener = TransferListener(receiving_sink(core, core.kv.device), layout, host=args.host,
                                 port=int(os.environ.get("SWITCHYARD_TRANSFER_PORT", "0")),
                                 classify=status_code_name)
     listener.host = _advertised_host(args.host)

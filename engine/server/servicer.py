@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -63,7 +64,8 @@ class EngineServicer(pb_grpc.EngineServicer):  # type: ignore[misc]
                                             request.lease_s or None))
             addr = KVAddr(request.request_id, self._info.host_id, self._listener.host,
                           self._listener.port, res.matched_len, res.end, self._layout,
-                          self._info.engine_id)
+                          self._info.engine_id, kv_device=str(self._steps.core.kv.device),
+                          pid=os.getpid())
             return pb.PrepRecvResponse(kv_addr=addr.encode(), matched_len=res.matched_len,
                                        end=res.end, page_size=self._info.page_size)
 

@@ -1,8 +1,8 @@
 """`kv_addr`: the opaque descriptor PrepRecv hands out and RemoteSend consumes.
 
-It names the receiver (host id for the transport choice, the transfer listener's address), the
-reservation (request id, matched prefix, end) and the receiver's KV layout so the sender can refuse
-an incompatible pairing before computing anything. Encoded as a magic prefix plus JSON: it is small,
+It names the receiver (host id, KV device and process id for the transport choice, the transfer
+listener's address), the reservation (request id, matched prefix, end) and the receiver's KV layout
+so the sender can refuse an incompatible pairing before computing anything. Encoded as a magic prefix plus JSON: it is small,
 sent once per transfer, and readable when debugging; nothing is ever unpickled.
 """
 from __future__ import annotations
@@ -30,6 +30,9 @@ class KVAddr:
     end: int
     layout: KVLayout
     engine_id: str = ""
+    # Where the receiver's KV pages live ("cpu", "cuda:0") and its process: CUDA IPC needs both.
+    kv_device: str = "cpu"
+    pid: int = 0
 
     def __post_init__(self) -> None:
         if not self.request_id:

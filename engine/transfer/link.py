@@ -3,7 +3,8 @@
 One socket per engine pair carries frames for every concurrent session to that receiver. A writer
 thread drains an outgoing queue (so the step thread only enqueues), a reader thread takes the
 receiver's acknowledgements. In `shm` mode the frames only point into the staging area and the
-bytes never touch the socket; in `tcp` mode the raw tensor bytes follow each header.
+bytes never touch the socket; in `tcp` mode the raw tensor bytes follow each header. A subclass
+may bring its own staging ring (CUDA IPC: device memory the receiver maps; cuda_ipc.py).
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from engine.transfer.frames import (
     send_frame,
 )
 from engine.transfer.layout import KVLayout
-from engine.transfer.staging import StagingRing, StagingTimeout
+from engine.transfer.staging import StagingArea, StagingRing, StagingTimeout
 
 # How long a sender waits for staging space before deciding the receiver is stuck.
 _STAGING_WAIT_S = 30.0
@@ -35,6 +36,8 @@ _STAGING_WAIT_S = 30.0
 class _Outgoing(NamedTuple):
     header: Header
     payload: bytes | torch.Tensor
+    # Recorded after the gather into device staging: the frame goes out once the bytes are there.
+    ready: torch.cuda.Event | None = None
 
 
 def _tensor_bytes(tensor: torch.Tensor) -> memoryview:
@@ -45,7 +48,7 @@ def _tensor_bytes(tensor: torch.Tensor) -> memoryview:
 class SocketLink(Transport):
     def __init__(
         self, host: str, port: int, layout: KVLayout, staging_bytes: int = 0,
-        connect_timeout_s: float = 5.0,
+        connect_timeout_s: float = 5.0, ring: StagingArea | None = None,
     ) -> None:
         self.name = "shm" if staging_bytes else "tcp"
         self.layout = layout
@@ -55,7 +58,8 @@ class SocketLink(Transport):
         except OSError as exc:
             raise TransferError(f"cannot reach KV receiver at {self.peer}: {exc}") from exc
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.ring = StagingRing(staging_bytes) if staging_bytes else None
+        self.ring: StagingArea | None = (
+            ring if ring is not None else StagingRing(staging_bytes) if staging_bytes else None)
         try:
             self._handshake(connect_timeout_s)
         except BaseException:
@@ -73,7 +77,7 @@ class SocketLink(Transport):
         threading.Thread(target=self._read_loop, name=f"kv-ack-{self.peer}", daemon=True).start()
 
     def _handshake(self, timeout_s: float) -> None:
-        hello = {"shm_path": self.ring.path, "shm_bytes": self.ring.nbytes} if self.ring else {}
+        hello = self.ring.hello() if self.ring else {}
         try:
             send_frame(self._sock, Header(FrameKind.HELLO), json.dumps(hello).encode())
             reply = recv_header(self._sock)
@@ -100,8 +104,9 @@ class SocketLink(Transport):
         self.enqueue(Header(FrameKind.OPEN, session=sid), request_id.encode())
         return session
 
-    def enqueue(self, header: Header, payload: bytes | torch.Tensor = b"") -> None:
-        self._outgoing.put(_Outgoing(header, payload))
+    def enqueue(self, header: Header, payload: bytes | torch.Tensor = b"",
+                ready: torch.cuda.Event | None = None) -> None:
+        self._outgoing.put(_Outgoing(header, payload, ready))
 
     def forget(self, sid: int) -> None:
         with self._lock:
@@ -109,6 +114,8 @@ class SocketLink(Transport):
 
     def _write_loop(self) -> None:
         while (item := self._outgoing.get()) is not None:
+            if item.ready is not None:
+                item.ready.synchronize()  # this thread waits for the gather, not the step thread
             payload = item.payload
             data = _tensor_bytes(payload) if isinstance(payload, torch.Tensor) else payload
             try:
@@ -198,7 +205,11 @@ class _LinkSession(SendSession):
             header.kind = FrameKind.SHM_DATA
             header.offset = chunk.offset
             header.extra = chunk.tensor.numel() * chunk.tensor.element_size()
-            self._link.enqueue(header)
+            ready = None
+            if chunk.tensor.is_cuda:  # the gather is queued on the step thread's stream
+                ready = torch.cuda.Event()
+                ready.record(torch.cuda.current_stream(chunk.tensor.device))
+            self._link.enqueue(header, ready=ready)
         else:
             self._link.enqueue(header, chunk.tensor)
 

@@ -18,6 +18,7 @@ from typing import Protocol
 
 import torch
 
+from engine.transfer.cuda_ipc import AttachedDeviceStaging
 from engine.transfer.frames import (
     FrameError,
     FrameKind,
@@ -31,6 +32,14 @@ from engine.transfer.layout import KVLayout
 from engine.transfer.staging import AttachedStaging
 
 log = logging.getLogger(__name__)
+
+
+class AttachedArea(Protocol):
+    """The sender's staging as the receiver sees it: /dev/shm or (CUDA IPC) device memory."""
+
+    def view(self, offset: int, nbytes: int) -> torch.Tensor: ...
+
+    def close(self) -> None: ...
 
 
 class KVSink(Protocol):
@@ -97,7 +106,7 @@ class TransferListener:
             threading.Thread(target=self._serve, args=(conn,), name="kv-rx", daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
-        staging: AttachedStaging | None = None
+        staging: AttachedArea | None = None
         try:
             staging = self._handshake(conn)
             _Connection(self, conn, staging).run()
@@ -112,16 +121,18 @@ class TransferListener:
             if staging is not None:
                 staging.close()
 
-    def _handshake(self, conn: socket.socket) -> AttachedStaging | None:
+    def _handshake(self, conn: socket.socket) -> AttachedArea | None:
         header = recv_header(conn)
         if header.kind != FrameKind.HELLO:
             raise FrameError(f"expected HELLO, got {header.kind.name}")
         hello = json.loads(recv_payload(conn, header) or b"{}")
-        staging = None
+        staging: AttachedArea | None = None
         try:
             if hello.get("shm_path"):
                 staging = AttachedStaging(str(hello["shm_path"]), int(hello["shm_bytes"]))
-        except (OSError, ValueError) as exc:
+            elif hello.get("cuda_ipc"):
+                staging = AttachedDeviceStaging(hello["cuda_ipc"])
+        except (OSError, ValueError, RuntimeError) as exc:  # RuntimeError: CUDA refused the handle
             send_frame(conn, Header(FrameKind.HELLO_ACK), json.dumps({"error": str(exc)}).encode())
             raise FrameError(f"cannot map the sender's staging area: {exc}") from exc
         send_frame(conn, Header(FrameKind.HELLO_ACK), b"{}")
@@ -134,7 +145,7 @@ class TransferListener:
 
 class _Connection:
     def __init__(
-        self, listener: TransferListener, conn: socket.socket, staging: AttachedStaging | None
+        self, listener: TransferListener, conn: socket.socket, staging: AttachedArea | None
     ) -> None:
         self._listener = listener
         self._conn = conn

@@ -15,6 +15,7 @@ import threading
 import time
 import uuid
 from collections import deque
+from typing import Protocol
 
 import torch
 
@@ -57,24 +58,36 @@ class _MappedArea:
             pass  # a view is still alive somewhere; the mapping goes with it
 
 
-class StagingRing(_MappedArea):
-    """Sender side: creates the area and allocates chunks from it in FIFO order."""
+class StagingArea(Protocol):
+    """What a socket link needs of its sender-side staging: FIFO chunks, a tensor view of each,
+    and the HELLO fields that let the receiver map the same bytes."""
+
+    nbytes: int
+
+    def alloc(self, nbytes: int, timeout_s: float) -> int: ...
+
+    def release(self, offset: int) -> None: ...
+
+    def view(self, offset: int, nbytes: int) -> torch.Tensor: ...
+
+    def hello(self) -> dict[str, object]: ...
+
+    def unlink(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class FifoRing:
+    """Hands out byte ranges of an area of `nbytes` in FIFO order: the receiver processes chunks in
+    order and acknowledges each, which frees the oldest. The area itself is the subclass's (a
+    /dev/shm mapping here, device memory for CUDA IPC)."""
 
     def __init__(self, nbytes: int) -> None:
-        path = os.path.join(SHM_DIR, f"switchyard-kv-{os.getpid()}-{uuid.uuid4().hex[:12]}")
-        super().__init__(path, nbytes, create=True)
-        # Touch every page now so the first transfer does not pay page faults.
-        self.bytes.zero_()
+        self.nbytes = nbytes
         self._head = 0
         self._inflight: deque[tuple[int, int]] = deque()
         self._cond = threading.Condition()
         self._closed = False
-
-    def unlink(self) -> None:
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
 
     def _fit(self, size: int) -> int | None:
         if not self._inflight:
@@ -96,12 +109,12 @@ class StagingRing(_MappedArea):
         with self._cond:
             while True:
                 if self._closed:
-                    raise StagingTimeout("shm staging area closed: the link to the receiver is down")
+                    raise StagingTimeout("staging area closed: the link to the receiver is down")
                 if (offset := self._fit(size)) is not None:
                     break
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise StagingTimeout("shm staging area full: the receiver stopped consuming")
+                    raise StagingTimeout("staging area full: the receiver stopped consuming")
                 self._cond.wait(remaining)
             self._inflight.append((offset, size))
             self._head = offset + size
@@ -122,8 +135,32 @@ class StagingRing(_MappedArea):
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+
+
+class StagingRing(_MappedArea, FifoRing):
+    """Sender side: creates the area and allocates chunks from it in FIFO order."""
+
+    def __init__(self, nbytes: int) -> None:
+        path = os.path.join(SHM_DIR, f"switchyard-kv-{os.getpid()}-{uuid.uuid4().hex[:12]}")
+        _MappedArea.__init__(self, path, nbytes, create=True)
+        FifoRing.__init__(self, nbytes)
+        # Touch every page now so the first transfer does not pay page faults.
+        self.bytes.zero_()
+
+    def hello(self) -> dict[str, object]:
+        """What the receiver needs to map the area (sent in the link's HELLO frame)."""
+        return {"shm_path": self.path, "shm_bytes": self.nbytes}
+
+    def unlink(self) -> None:
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def close(self) -> None:
+        FifoRing.close(self)
         self.unlink()
-        super().close()
+        _MappedArea.close(self)
 
 
 class AttachedStaging(_MappedArea):
