@@ -163,7 +163,9 @@ mod tests {
                 kv_pages_used: 0,
                 kv_pages_total: 100,
                 decode_step_ms: 0.0,
-                latency_coeffs: vec![],
+                decode_context_tokens: 0,
+                latency_model: vec![],
+                prefill_chunk_size: 0,
             };
             t.update_stats(id, &stats).unwrap();
         }
