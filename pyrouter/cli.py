@@ -63,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     eng.add_argument("--num-pages", type=int, default=None)
     eng.add_argument("--page-size", type=int, default=16)
     eng.add_argument("--chunk-size", type=int, default=None, help="prefill tokens per step")
+    eng.add_argument("--latency-profile", default=None, choices=["off", "auto", "force"],
+                     help="step-time profile at start: auto = cached or measured once (default; "
+                     "env SWITCHYARD_LATENCY_PROFILE), force = measure again, off = none")
     eng.add_argument(
         "--mock",
         action="store_true",
