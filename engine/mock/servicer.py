@@ -152,7 +152,8 @@ class MockEngineServicer(pb_grpc.EngineServicer):
                     ) -> pb.StatsResponse:
         return pb.StatsResponse(
             engine_id=self.config.engine_id, role=self.config.role,
-            running_requests=len(self.running), unfinished_tokens=sum(self.running.values()),
+            running_requests=len(self.running), decode_requests=len(self.running),
+            unfinished_tokens=sum(self.running.values()),
             kv_pages_used=len(self.cache.held), kv_pages_total=1 << 20,
             cached_blocks=len(self.cache.held), page_size=self.config.page_size,
             decode_step_ms=self.config.chunk_delay_ms, kv_event_seq=self.cache.last_seq,
