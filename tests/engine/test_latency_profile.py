@@ -15,7 +15,7 @@ from test_core_support import make_engine
 import router_core
 from engine.core.engine_core import EngineCore
 from engine.core.latency_cache import PROFILE_MODES, prepare_latency_model, profile_dir
-from engine.core.latency_model import TERMS, StepShape
+from engine.core.latency_model import StepShape
 from engine.core.latency_profile import ProfileGrid, StepDriver, grid_for
 from engine.model.loader import LoadedModel
 
@@ -51,9 +51,10 @@ def test_profile_runs_real_steps_then_caches(loaded_model_fp32: LoadedModel, tmp
     assert prepare_latency_model(core, "off", TINY) == "none"
     assert prepare_latency_model(core, "auto", TINY) == "profile"
     rows = core.latency.profile_rows()
-    assert len(rows) >= 8 and all(ms > 0 for _, ms in rows)
+    assert len(rows) >= 8 and all(r.wall_ms > 0 and r.cpu_ms > 0 for r in rows)
     coeffs = core.latency.coefficients()
-    assert set(coeffs) == set(TERMS) and all(c >= 0 for c in coeffs.values())
+    assert {t.split(":")[0] for t in coeffs} == set(core.latency.terms)
+    assert all(c >= 0 for c in coeffs.values())
     # The engine is as it was: no requests, nothing cached or held, its own chunk size.
     assert not core.has_work() and core.pool.num_used == 0 and len(core.cache) == 0
     assert core.scheduler.chunk_size == 48 and core.latency.recent_step_ms() == []
@@ -83,7 +84,8 @@ def test_chunk_size_is_set_at_run_time(loaded_model_fp32: LoadedModel, one_threa
     assert core.set_chunk_size(16) == 64 and core.stats().prefill_chunk_size == 16
     shapes: list[StepShape] = []
     record = core.latency.record
-    core.latency.record = lambda ms, shape: (shapes.append(shape), record(ms, shape))[1]  # type: ignore[method-assign]
+    core.latency.record = lambda ms, shape, cpu=None: (  # type: ignore[method-assign]
+        shapes.append(shape), record(ms, shape, cpu))[1]
     driver = StepDriver(core)
     driver.prefill(40, 0)
     assert [s.prefill_tokens for s in shapes] == [16, 16, 8], "40 tokens in chunks of 16"
