@@ -45,11 +45,14 @@ class ProfileGrid:
     # of a shape, not all of them, and the fit (an L1 fit) sees the typical time.
     repeats: int = 2
 
-    def fitted(self, max_tokens_per_seq: int, pool_tokens: int, max_running: int) -> ProfileGrid:
+    def fitted(self, max_tokens_per_seq: int, pool_tokens: int, max_running: int,
+               page_size: int = 16) -> ProfileGrid:
         """This grid within an engine's limits: no sequence longer than it can hold, no more
-        decodes than it runs at once, and everything running at once within a quarter of the
-        pool (the rest stays free for the shared prefixes and the cache)."""
+        decodes than it runs at once or than a quarter of its pages can give a page or two each,
+        and one sequence's context within a quarter of the pool (the rest stays free for the
+        shared prefixes and the cache)."""
         ctx_cap = max(16, min(max_tokens_per_seq, pool_tokens // 4))
+        max_running = max(1, min(max_running, pool_tokens // page_size // 8))
 
         def clip(values: tuple[int, ...], cap: int, low: int = 1) -> tuple[int, ...]:
             return tuple(sorted({max(low, min(v, cap)) for v in values}))
@@ -70,7 +73,7 @@ def grid_for(core: EngineCore, grid: ProfileGrid | None = None) -> ProfileGrid:
     return (grid or ProfileGrid()).fitted(
         max_tokens_per_seq=core.max_context - 64,
         pool_tokens=config.num_pages * config.page_size,
-        max_running=config.max_running)
+        max_running=config.max_running, page_size=config.page_size)
 
 
 class StepDriver:

@@ -40,6 +40,8 @@ def test_grid_is_clipped_to_what_the_engine_holds() -> None:
     assert grid.prefill_cached == (0, 128) and max(grid.prefill_tokens) == 128
     assert all(b <= 3 for _, _, b, _ in grid.mixed), "a mixed step leaves a slot for the prefill"
     assert ProfileGrid().fitted(8000, 1 << 20, 64) == ProfileGrid()
+    tiny_pool = ProfileGrid().fitted(8000, 8 * 16, 64)  # 8 pages of 16 tokens
+    assert tiny_pool.decode_batches == (1,) and max(tiny_pool.decode_contexts) <= 32
 
 
 @pytest.mark.slow
