@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 _ROLES = ("any", "prefill", "decode")
 _DTYPES = ("float32", "bfloat16", "float16")
+_PROFILE_MODES = ("off", "auto", "force")
 
 
 class EngineConfigError(ValueError):
@@ -37,10 +38,17 @@ class EngineConfig:
     max_kv_events: int = 8192
     # Steps remembered for the latency model and Stats.recent_step_ms.
     latency_window: int = 256
+    # Start-up latency profile (engine/core/latency_cache.py): "off" (fit live steps only),
+    # "auto" (cached profile, else profile once and cache it), "force" (profile again). Only an
+    # engine process profiles (engine/server/main.py); an EngineCore built directly does not.
+    latency_profile: str = "auto"
 
     def __post_init__(self) -> None:
         if self.dtype not in _DTYPES:
             raise EngineConfigError(f"dtype must be one of {_DTYPES}, got {self.dtype!r}")
+        if self.latency_profile not in _PROFILE_MODES:
+            raise EngineConfigError(f"latency_profile must be one of {_PROFILE_MODES}, got "
+                                    f"{self.latency_profile!r}")
         if self.role not in _ROLES:
             raise EngineConfigError(f"role must be one of {_ROLES}, got {self.role!r}")
         for name in ("page_size", "num_pages", "chunk_size", "max_running", "max_kv_events",

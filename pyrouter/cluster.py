@@ -1,10 +1,15 @@
-"""The cluster view a policy gets: engines by role, loads and prefix matches from router_core.
+"""The cluster view a policy gets: engines by role, loads, prefix matches and predictions, all
+computed in router_core.
 
 One view per admitted request, bound to the policy instance that admitted it, so `params` and
-`state` stay those of that policy even if the router switches policy meanwhile.
+`state` stay those of that policy even if the router switches policy meanwhile. Scoring weights
+are the policy's own parameters (`prefill_weight`, `queue_weight`, `decode_weight`,
+`kv_weight`), passed to router_core per call.
 """
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from pyrouter.engines.handle import EngineHandle
@@ -12,7 +17,12 @@ from pyrouter.errors import NoCapacity
 from pyrouter.outcomes import RecentOutcomes
 from pyrouter.policy_registry import ActivePolicy
 from pyrouter.request import RouterRequest, SloSpec
-from router_core import EngineLoad, RouterCore, ScoreResult
+from router_core import EngineLoad, EnginePrediction, RouterCore, ScoreResult, ScoreWeights
+
+log = logging.getLogger("switchyard.router")
+_WEIGHTS = ("prefill_weight", "queue_weight", "decode_weight", "kv_weight")
+# (kind, detail) of a decision worth counting: role switches, adaptive switches (metrics, logs).
+EventSink = Callable[[str, str], None]
 
 
 class EngineDirectory(Protocol):
@@ -32,11 +42,25 @@ def _serves(engine: EngineHandle, role: str) -> bool:
 
 class ClusterView:
     def __init__(self, engines: EngineDirectory, active: ActivePolicy,
-                 outcomes: RecentOutcomes | None = None) -> None:
+                 outcomes: RecentOutcomes | None = None, events: EventSink | None = None
+                 ) -> None:
         self._engines = engines
         self.policy = active
         # Recently finished requests (latency, SLO met, pattern): feedback for adaptive policies.
         self.outcomes = outcomes if outcomes is not None else RecentOutcomes()
+        self._events = events
+        weights = {k: float(v) for k, v in active.params.items() if k in _WEIGHTS}
+        self.weights: ScoreWeights | None = ScoreWeights(**weights) if weights else None
+
+    def sub(self, active: ActivePolicy) -> ClusterView:
+        """A view for another policy run on this one's behalf (adaptive's sub-policies)."""
+        return ClusterView(self._engines, active, self.outcomes, self._events)
+
+    def note_event(self, kind: str, detail: str) -> None:
+        """Record a decision worth counting (a role switch, a pattern switch)."""
+        log.debug("policy %s event %s: %s", self.policy.name, kind, detail)
+        if self._events is not None:
+            self._events(kind, detail)
 
     @property
     def params(self) -> dict[str, Any]:
@@ -66,7 +90,7 @@ class ClusterView:
 
     def score(self, role: str, req: RouterRequest) -> ScoreResult:
         """router_core's ScoreResult for `role`; also records matched lengths on `req`."""
-        result = self.core.score(req.tokens, None if role == "any" else role)
+        result = self.core.score(req.tokens, None if role == "any" else role, self.weights)
         by_num = {e.num: e.id for e in self._engines.engines.values()}
         matched = req.matched_by_engine if req.matched_by_engine is not None else {}
         for cand in result.candidates:
@@ -91,6 +115,17 @@ class ClusterView:
         if req.matched_by_engine is None or engine.id not in req.matched_by_engine:
             self.score(engine.role, req)
         return (req.matched_by_engine or {}).get(engine.id, 0)
+
+    def predict(self, req: RouterRequest) -> dict[str, EnginePrediction]:
+        """router_core's predictions for this request on every engine, by engine id: matched
+        prefix, prefill/queue/TTFT times, decode step with it added, TPOT slack against the
+        request's (or policy's) TPOT SLO, KV use against the policy's `kv_watermark`."""
+        tpot = self.slo(req).tpot_ms
+        watermark = float(self.params.get("kv_watermark", 1.0))
+        by_num = {e.num: e.id for e in self._engines.engines.values()}
+        return {by_num[p.engine_id]: p
+                for p in self.core.predict(req.tokens, tpot, watermark)
+                if p.engine_id in by_num}
 
     def load(self, engine: EngineHandle) -> EngineLoad:
         """router_core's EngineLoad: unfinished tokens, running decodes, KV pages, inflight."""

@@ -28,7 +28,8 @@ def engine_specs(args: argparse.Namespace, roles: list[str]) -> list[EngineSpec]
     return [EngineSpec(f"engine-{i}", role=role, mock=bool(getattr(args, "mock_engines", False)),
                        model=args.model, device=args.device, dtype=args.dtype,
                        num_pages=args.num_pages, page_size=args.page_size,
-                       chunk_size=args.chunk_size, threads=threads)
+                       chunk_size=args.chunk_size, latency_profile=args.latency_profile,
+                       threads=threads)
             for i, role in enumerate(roles)]
 
 

@@ -61,20 +61,28 @@ class PrefixIndex:
     def engine_ids(self) -> list[int]: ...
 
 # ---- engine table ----
+# Step-time model terms (router_core/src/latency_model.rs; engines fit them in
+# engine/core/latency_model.py). step_ms = Σ coeff[term] · feature[term], per step:
+#   const 1 | prefill_tokens Σ n | prefill_seqs chunks | prefill_attention Σ n·ctx + n(n+1)/2
+#   prefill_context Σ ctx + n | decode_seqs B | decode_context Σ decode context (incl. new token)
+#   decode_context_over:K  max(0, decode_context - K)  (a hinge: KV read past the CPU's cache)
+# for prefill chunks of n new tokens on top of ctx cached ones and B decodes.
 @final
 class EngineLoad:
     engine_id: int
     role: str
     healthy: bool
-    queued_prefill_tokens: int
-    running_decodes: int
+    queued_prefill_tokens: int    # prefill tokens not computed yet (waiting + still prefilling)
+    running_decodes: int          # sequences decoding (one token per step)
+    decode_context_tokens: int    # KV positions those decodes read per step, summed
     unfinished_tokens: int
     kv_pages_used: int
     kv_pages_total: int
-    decode_step_ms: float
-    latency_coeffs: list[float]   # [c0, c_prefill_tok, c_decode_seq, c_ctx_tok] in ms
+    decode_step_ms: float         # engine-measured mean decode-only step (informational)
+    latency_model: dict[str, float]  # term -> ms per unit of its feature; {} = no model yet
+    prefill_chunk_size: int       # prefill token budget per step; 0 = not reported (one step)
     inflight: int                 # router-side: requests dispatched and not finished
-    router_tokens: int            # router-side: prefill+decode tokens dispatched and not finished
+    router_tokens: int            # router-side: tokens dispatched that the latest Stats can't include yet
 
 @final
 class EngineTable:
@@ -87,23 +95,49 @@ class EngineTable:
     def set_health(self, engine_id: int, healthy: bool) -> None: ...
     def update_stats(self, engine_id: int, queued_prefill_tokens: int, running_decodes: int,
                      unfinished_tokens: int, kv_pages_used: int, kv_pages_total: int,
-                     decode_step_ms: float, latency_coeffs: Sequence[float]) -> None:
-        """latency_coeffs: 4 values, or empty for 'no model yet' (zeros)."""
+                     decode_step_ms: float, *, latency_model: dict[str, float] | None = None,
+                     prefill_chunk_size: int = 0, decode_context_tokens: int = 0) -> None:
+        """From an engine's Stats: latency_model = dict(stats.latency_model.coeffs_ms) (None or {}
+        = no model yet: predicted times are NaN). ValueError for an unknown or repeated term or a
+        non-finite coefficient, or a non-finite/negative decode_step_ms."""
     def on_dispatch(self, engine_id: int, prefill_tokens: int, decode_tokens: int) -> None:
         """inflight += 1, router_tokens += prefill + decode."""
-    def on_complete(self, engine_id: int, prefill_tokens: int, decode_tokens: int) -> None:
-        """Undoes on_dispatch (saturating at 0)."""
+    def on_complete(self, engine_id: int) -> None:
+        """The request ended: inflight -= 1. Its tokens leave router_tokens with the engine's next
+        Stats (which covers them), so no request is counted on both sides."""
+    def stats_requested(self, engine_id: int) -> None:
+        """Call right before asking the engine for Stats: the answer will include every token
+        dispatched so far, so update_stats then drops them from router_tokens."""
     def get(self, engine_id: int) -> EngineLoad: ...
     def all(self) -> list[EngineLoad]: ...
-    def predict_prefill_ms(self, engine_id: int, prefill_tokens: int, context_tokens: int) -> float:
-        """c0 + c_prefill_tok * prefill + c_ctx_tok * (context + prefill) from the fitted model."""
-    def tpot_slack_ms(self, engine_id: int, tpot_slo_ms: float) -> float:
-        """How much one decode step on this engine may grow while running requests still meet the SLO:
-        max(0, slo - decode step time) (measured decode_step_ms, else c0 + c_decode_seq * running);
-        inf when nothing is decoding."""
+    def predict_prefill_ms(self, engine_id: int, prefill_tokens: int, cached_tokens: int) -> float:
+        """Prefill of prefill_tokens on top of cached_tokens (ms), chunked at the engine's chunk size
+        with its running decodes in every step; no queue. NaN without a latency model."""
+    def predict_step_ms(self, engine_id: int, prefill_chunks: Sequence[tuple[int, int]] | None = None,
+                        decode_seqs: int = 0, decode_context_tokens: int = 0) -> float:
+        """One step of this shape (ms): prefill chunks as (cached_before, new_tokens) pairs plus
+        decode_seqs decodes reading decode_context_tokens KV positions in all. NaN without a model."""
     def __len__(self) -> int: ...
 
 # ---- scoring: one call per request ----
+@final
+class ScoreWeights:
+    """Scoring weights (finite, >= 0; ValueError otherwise), validated once and passed per call:
+    `RouterCore.score(tokens, role, weights)`. ScoreWeights(**policy_params) works for the
+    cache_aware parameter names."""
+    def __new__(cls, prefill_weight: float = 1.0, queue_weight: float = 1.0,
+                decode_weight: float = 1.0, kv_weight: float = 1.0) -> ScoreWeights: ...
+    @property
+    def prefill_weight(self) -> float: ...
+    @property
+    def queue_weight(self) -> float: ...
+    @property
+    def decode_weight(self) -> float: ...
+    @property
+    def kv_weight(self) -> float: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    def __ne__(self, value: object, /) -> bool: ...
+
 @final
 class Candidate:
     """cost = prefill_cost + decode_cost + kv_cost, all in tokens:
@@ -128,24 +162,56 @@ class ScoreResult:
         """Matched prompt tokens on engine_id (0 when none), eligible or not."""
 
 @final
+class EnginePrediction:
+    """One engine's predictions for one request (router_core/src/prediction.rs). Times in ms; NaN
+    when the engine has sent no latency model (has_latency_model False), the rest still holds."""
+    engine_id: int
+    role: str                     # 'any' | 'prefill' | 'decode'
+    healthy: bool
+    has_latency_model: bool
+    prefill_chunk_size: int       # the engine's prefill token budget per step (0 = unknown: one step)
+    matched_tokens: int           # tokens of the request the engine holds (prefix index, block-aligned)
+    prefill_tokens: int           # tokens it would compute: len - min(matched, len - 1)
+    prefill_steps: int            # steps that prefill takes at prefill_chunk_size
+    prefill_ms: float             # this request's prefill, chunked, running decodes riding along
+    prefill_step_ms: float        # its longest step: the step time running decodes see meanwhile
+    queued_prefill_tokens: int    # prefill tokens ahead of it on the engine (from Stats)
+    queue_ms: float               # time to get through those (chunked, decodes riding along)
+    ttft_ms: float                # queue_ms + prefill_ms
+    decode_step_ms: float         # one decode step with this request added to the running decodes
+    tpot_slack_ms: float          # tpot_slo_ms - decode_step_ms; inf without an SLO (may be < 0)
+    new_pages: int                # KV pages this request allocates (prompt + 1 token, less cached)
+    kv_use: float                 # (pages used + new_pages) / pages total (0 when total unknown)
+    kv_ok: bool                   # kv_use <= kv_watermark
+
+@final
 class RouterCore:
     """Prefix index + engine table + scorer behind one lock-free-to-Python object."""
     index: PrefixIndex    # shared with the core: updates through it are what score sees
     table: EngineTable
     block_size: int
     seed: int
-    weights: tuple[float, float, float, float]  # (prefill, queue, decode, kv)
+    weights: tuple[float, float, float, float]  # default (prefill, queue, decode, kv)
     def __new__(cls, block_size: int, seed: int, prefill_weight: float = 1.0,
                  queue_weight: float = 1.0, decode_weight: float = 1.0, kv_weight: float = 1.0,
                  max_blocks: int = 16_777_216, approx_ttl_s: float = 120.0) -> RouterCore: ...
     def set_weights(self, prefill_weight: float, queue_weight: float, decode_weight: float,
-                    kv_weight: float) -> None: ...
+                    kv_weight: float) -> None:
+        """Changes the default weights (calls without `weights`). Prefer per-call ScoreWeights."""
     def record_routed(self, engine_id: int, result: ScoreResult) -> None:
         """Approximate mode: remember that result's prompt blocks went to engine_id (TTL);
         same as index.record_routed(engine_id, result.hashes) without the round trip."""
-    def score(self, tokens: Sequence[int], role: str | None = None) -> ScoreResult:
+    def score(self, tokens: Sequence[int], role: str | None = None,
+              weights: ScoreWeights | None = None) -> ScoreResult:
         """Hash, match against every engine, score every healthy engine whose role is `role`
-        (None or "any" = all; an engine with role "any" serves every role). GIL released."""
+        (None or "any" = all; an engine with role "any" serves every role) with `weights` (None =
+        the default weights). GIL released."""
+    def predict(self, tokens: Sequence[int], tpot_slo_ms: float | None = None,
+                kv_watermark: float = 1.0) -> list[EnginePrediction]:
+        """Hash `tokens` (the request's current tokens: prompt + generated so far), match against
+        every engine, and predict every engine's times for it, by engine id (healthy or not, any
+        role). ValueError for empty tokens, tpot_slo_ms <= 0 or not finite, kv_watermark outside
+        (0, 1]. GIL released; microseconds."""
 
 # ---- detokenised streaming ----
 @final

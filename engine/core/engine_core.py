@@ -20,7 +20,8 @@ from engine.attention import resolve_backend_name
 from engine.attention.graph_buckets import capture_sizes
 from engine.config import EngineConfig
 from engine.core.errors import InvalidRequest, UnknownRequest
-from engine.core.latency_model import LatencyModel
+from engine.core.latency_model import VERSION as LATENCY_VERSION
+from engine.core.latency_model import LatencyModel, decode_knee
 from engine.core.outputs import Reservation, StepOutput, StepTimings
 from engine.core.request import OnLayer, Request
 from engine.core.reservations import ReservationTable
@@ -80,7 +81,11 @@ class EngineCore:
                                       config.max_kv_events)
         self.scheduler = Scheduler(self.cache, config.chunk_size, config.max_running)
         self.reservations = ReservationTable(self.cache, mc.num_layers)
-        self.latency = LatencyModel(config.latency_window)
+        # On CPU, fit CPU time and scale by live contention; on a GPU, host CPU time says nothing.
+        on_cpu = config.device == "cpu"
+        kv_bytes = 2 * mc.num_kv_heads * mc.head_dim * _DTYPES[config.dtype].itemsize
+        self.latency = LatencyModel(config.latency_window, clock="cpu" if on_cpu else "wall",
+                                    knee=decode_knee(kv_bytes) if on_cpu else None)
         self.detokenizer_vocab = _detokenizer_vocab(loaded.tokenizer)
         self._lock = threading.RLock()
         self._requests: dict[str, Request] = {}
@@ -264,23 +269,40 @@ class EngineCore:
                 raise UnknownRequest(f"no request {request_id!r}")
             return found
 
+    def set_chunk_size(self, chunk_size: int) -> int:
+        """Set the prefill token budget per step (DynaServe's C_i) from the next step on; returns
+        the previous one. Raises InvalidRequest outside [1, max_context]."""
+        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or not (
+                1 <= chunk_size <= self.max_context):
+            raise InvalidRequest(
+                f"prefill chunk size must be an int in [1, {self.max_context}], got {chunk_size!r}")
+        with self._lock:
+            previous, self.scheduler.chunk_size = self.scheduler.chunk_size, chunk_size
+            return previous
+
     def stats(self) -> EngineStats:
         with self._lock:
             waiting = list(self.scheduler.waiting)
             running = self.scheduler.running
+            decodes, decode_context = self.scheduler.decode_load()
+            latency = self.latency
             return EngineStats(
                 engine_id=self.config.engine_id, role=self.config.role,
                 queued_requests=len(waiting),
-                queued_prefill_tokens=sum(r.pending for r in waiting),
+                queued_prefill_tokens=self.scheduler.queued_prefill_tokens(),
                 running_requests=len(running),
                 unfinished_tokens=sum(r.remaining_tokens() for r in (*waiting, *running)),
                 kv_pages_used=self.pool.num_used, kv_pages_total=self.pool.num_pages,
                 cached_blocks=len(self.cache),
-                recent_step_ms=self.latency.recent_step_ms(),
-                decode_step_ms=self.latency.decode_step_ms(),
+                recent_step_ms=latency.recent_step_ms(),
+                decode_step_ms=latency.decode_step_ms(),
                 page_size=self.config.page_size, leases=len(self.reservations),
-                latency_coeffs=self.latency.coefficients(),
-                kv_event_seq=self.cache.events.last_seq)
+                kv_event_seq=self.cache.events.last_seq,
+                latency_model=latency.coefficients(), latency_model_version=LATENCY_VERSION,
+                latency_model_source=latency.source, latency_model_samples=len(latency),
+                latency_model_fit_error=latency.fit_error(),
+                prefill_chunk_size=self.scheduler.chunk_size,
+                decode_requests=decodes, decode_context_tokens=decode_context)
 
     def _forget(self, request: Request) -> None:
         self._requests.pop(request.request_id, None)

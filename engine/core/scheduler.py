@@ -14,6 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from engine.core.batch import ScheduledChunk
+from engine.core.latency_model import StepShape
 from engine.core.request import Request
 from engine.kvcache.page_pool import OutOfPages
 from engine.kvcache.radix_cache import RadixPrefixCache
@@ -34,17 +35,13 @@ class SchedulerOutput:
     too_long: list[Request] = field(default_factory=list)
     preempted: list[Request] = field(default_factory=list)
 
-    @property
-    def prefill_tokens(self) -> int:
-        return sum(len(w.chunk.token_ids) for w in self.work if not w.request.is_decode)
-
-    @property
-    def decode_seqs(self) -> int:
-        return sum(1 for w in self.work if w.request.is_decode)
-
-    @property
-    def context_tokens(self) -> int:
-        return sum(w.chunk.start_pos + len(w.chunk.token_ids) for w in self.work)
+    def shape(self) -> StepShape:
+        """What the latency model sees of this step (call before the step changes requests)."""
+        decodes = [w.chunk for w in self.work if w.request.is_decode]
+        return StepShape(
+            tuple((w.chunk.start_pos, len(w.chunk.token_ids)) for w in self.work
+                  if not w.request.is_decode),
+            len(decodes), sum(c.start_pos + 1 for c in decodes))
 
 
 class Scheduler:
@@ -52,6 +49,7 @@ class Scheduler:
         self.cache = cache
         self.pool = cache.pool
         self.page_size = cache.page_size
+        # The prefill token budget per step; EngineCore.set_chunk_size changes it at run time.
         self.chunk_size = chunk_size
         self.max_running = max_running
         self.waiting: deque[Request] = deque()
@@ -62,6 +60,16 @@ class Scheduler:
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
+
+    def queued_prefill_tokens(self) -> int:
+        """Prefill tokens not computed yet: waiting requests and running ones still prefilling."""
+        return (sum(r.pending for r in self.waiting)
+                + sum(r.pending for r in self.running if not r.is_decode))
+
+    def decode_load(self) -> tuple[int, int]:
+        """(decoding requests, KV positions their next step reads in all)."""
+        decodes = [r for r in self.running if r.is_decode]
+        return len(decodes), sum(r.num_computed + 1 for r in decodes)
 
     def find(self, request_id: str) -> Request | None:
         for request in (*self.running, *self.waiting):

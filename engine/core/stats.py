@@ -19,5 +19,13 @@ class EngineStats:
     decode_step_ms: float = 0.0
     page_size: int = 16
     leases: int = 0
-    latency_coeffs: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0])
     kv_event_seq: int = 0
+    # Step-time model (engine/core/latency_model.py): term -> ms per unit; {} = none yet.
+    latency_model: dict[str, float] = field(default_factory=dict)
+    latency_model_version: str = ""
+    latency_model_source: str = "none"
+    latency_model_samples: int = 0
+    latency_model_fit_error: float = 0.0
+    prefill_chunk_size: int = 0
+    decode_requests: int = 0
+    decode_context_tokens: int = 0

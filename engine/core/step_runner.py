@@ -65,6 +65,9 @@ class StepRunner:
     def step(self) -> list[StepOutput]:
         engine = self.engine
         with engine._lock:
+            # The step's time runs from scheduling to its outputs: what a decode token costs, and
+            # what the latency model predicts.
+            started, started_cpu = time.perf_counter(), time.process_time()
             outputs, self._pending = self._pending, []
             sched = engine.scheduler.schedule()
             outputs += [self._end(r, "length", 0.0) for r in sched.too_long]
@@ -76,14 +79,13 @@ class StepRunner:
                     request.cached_tokens = request.num_computed
             self._inflight = {w.request.request_id for w in sched.work}
             self._inflight |= {r.request_id for r in sched.no_compute}
-            shape = (sched.prefill_tokens, sched.decode_seqs, sched.context_tokens)
+            shape = sched.shape()
 
         for request in sched.no_compute:
             for layer in range(self.num_layers):
                 self._report(request, layer, None)
         logits: torch.Tensor | None = None
         failure: Exception | None = None
-        started = time.perf_counter()
         if sched.work:
             sends = [w for w in sched.work if w.request.kind == "send"]
             try:
@@ -91,13 +93,14 @@ class StepRunner:
                                          self._hook(sends) if sends else None)
             except Exception as exc:  # a failed step fails its requests, not the engine
                 failure = exc
-        step_ms = (time.perf_counter() - started) * 1e3
+        run_ms = (time.perf_counter() - started) * 1e3
 
         with engine._lock:
             self._inflight = set()
+            outputs += self._after_run(sched, logits, failure, run_ms)
             if sched.work and failure is None:
-                engine.latency.record(step_ms, *shape)
-            outputs += self._after_run(sched, logits, failure, step_ms)
+                engine.latency.record((time.perf_counter() - started) * 1e3, shape,
+                                      (time.process_time() - started_cpu) * 1e3)
         if not outputs and not sched.work and not sched.no_compute:
             # Work is queued but nothing can run (pages held by leases): don't let a step loop
             # spin on the lock; a lease expiring or a request finishing unblocks it soon.

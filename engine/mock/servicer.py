@@ -62,6 +62,7 @@ class MockEngineServicer(pb_grpc.EngineServicer):
         self.running: dict[str, int] = {}  # request id -> tokens still to generate
         self.aborted: set[str] = set()
         self.rng = random.Random(config.seed)
+        self.prefill_chunk_size = 512  # reported and settable; the mock has no chunked prefill
 
     async def PrepRecv(self, request: pb.PrepRecvRequest, context: grpc.aio.ServicerContext
                        ) -> pb.PrepRecvResponse:
@@ -151,11 +152,25 @@ class MockEngineServicer(pb_grpc.EngineServicer):
                     ) -> pb.StatsResponse:
         return pb.StatsResponse(
             engine_id=self.config.engine_id, role=self.config.role,
-            running_requests=len(self.running), unfinished_tokens=sum(self.running.values()),
+            running_requests=len(self.running), decode_requests=len(self.running),
+            unfinished_tokens=sum(self.running.values()),
             kv_pages_used=len(self.cache.held), kv_pages_total=1 << 20,
             cached_blocks=len(self.cache.held), page_size=self.config.page_size,
-            decode_step_ms=self.config.chunk_delay_ms, latency_coeffs=[0.0, 0.0, 0.0, 0.0],
-            kv_event_seq=self.cache.last_seq)
+            decode_step_ms=self.config.chunk_delay_ms, kv_event_seq=self.cache.last_seq,
+            prefill_chunk_size=self.prefill_chunk_size,
+            latency_model=pb.StepTimeModel(source="none"))  # no model: router predicts NaN
+
+    async def Configure(self, request: pb.ConfigureRequest, context: grpc.aio.ServicerContext
+                        ) -> pb.ConfigureResponse:
+        previous = self.prefill_chunk_size
+        if request.HasField("prefill_chunk_size"):
+            if request.prefill_chunk_size < 1:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                    f"prefill chunk size must be >= 1, got "
+                                    f"{request.prefill_chunk_size}")
+            self.prefill_chunk_size = request.prefill_chunk_size
+        return pb.ConfigureResponse(prefill_chunk_size=self.prefill_chunk_size,
+                                    previous_prefill_chunk_size=previous)
 
     async def KVEvents(self, request: pb.KVEventsRequest, context: grpc.aio.ServicerContext
                        ) -> AsyncIterator[pb.KVEventBatch]:

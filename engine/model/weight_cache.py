@@ -22,10 +22,14 @@ from safetensors.torch import load_file, save_file
 _FORMAT_VERSION = 2
 
 
-def cache_dir() -> str:
-    root = os.environ.get("SWITCHYARD_CACHE_DIR") or os.path.join(
+def cache_root() -> str:
+    """Switchyard's on-disk cache: $SWITCHYARD_CACHE_DIR or ~/.cache/switchyard."""
+    return os.environ.get("SWITCHYARD_CACHE_DIR") or os.path.join(
         os.path.expanduser("~"), ".cache", "switchyard")
-    return os.path.join(root, "weights")
+
+
+def cache_dir() -> str:
+    return os.path.join(cache_root(), "weights")
 
 
 def cache_key(source: str, dtype: torch.dtype, variant: str = "") -> str:
@@ -55,7 +59,7 @@ def load_cached(source: str, dtype: torch.dtype,
         return None
 
 
-def _atomic_write(path: str, write: Any) -> None:
+def atomic_write(path: str, write: Any) -> None:
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
     os.close(fd)
     try:
@@ -75,12 +79,12 @@ def store(source: str, dtype: torch.dtype, weights: dict[str, torch.Tensor],
     try:
         os.makedirs(os.path.dirname(weights_path), exist_ok=True)
         contiguous = {k: v.contiguous() for k, v in weights.items()}
-        _atomic_write(weights_path, lambda tmp: save_file(contiguous, tmp))
+        atomic_write(weights_path, lambda tmp: save_file(contiguous, tmp))
 
         def write_meta(tmp: str) -> None:
             with open(tmp, "w", encoding="utf-8") as f:
                 json.dump(extra, f)
 
-        _atomic_write(meta_path, write_meta)
+        atomic_write(meta_path, write_meta)
     except OSError:
         return

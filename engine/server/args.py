@@ -22,6 +22,10 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--page-size", type=int, default=16, help="tokens per KV page")
     parser.add_argument("--chunk-size", type=int, default=None,
                         help="prefill tokens per step (the router may change it at run time)")
+    parser.add_argument("--latency-profile", default=None, choices=["off", "auto", "force"],
+                        help="step-time profile at start: auto = cached or measured once "
+                        "(default; env SWITCHYARD_LATENCY_PROFILE), force = measure again, "
+                        "off = none")
 
 
 def add_mock_arguments(parser: argparse.ArgumentParser) -> None:

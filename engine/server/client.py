@@ -125,6 +125,17 @@ class EngineClient:
                                                         timeout=timeout_s or self.timeout_s)
         return resp
 
+    async def configure(self, prefill_chunk_size: int | None = None,
+                        timeout_s: float | None = None) -> pb.ConfigureResponse:
+        """Change run-time settings (None = leave as is); the response says what is in force.
+        grpc.aio.AioRpcError with INVALID_ARGUMENT for a value out of range."""
+        request = pb.ConfigureRequest()
+        if prefill_chunk_size is not None:
+            request.prefill_chunk_size = prefill_chunk_size
+        resp: pb.ConfigureResponse = await self._stub.Configure(
+            request, timeout=timeout_s or self.timeout_s)
+        return resp
+
     async def model_info(self, timeout_s: float | None = None) -> pb.ModelInfoResponse:
         resp: pb.ModelInfoResponse = await self._stub.ModelInfo(
             pb.ModelInfoRequest(), timeout=timeout_s or self.timeout_s)

@@ -77,10 +77,16 @@ def stats_to_proto(stats: EngineStats, bytes_received: int, bytes_sent: int) -> 
         decode_step_ms=stats.decode_step_ms,
         page_size=stats.page_size,
         leases=stats.leases,
-        latency_coeffs=stats.latency_coeffs,
         kv_event_seq=stats.kv_event_seq,
         kv_bytes_received=bytes_received,
         kv_bytes_sent=bytes_sent,
+        latency_model=pb.StepTimeModel(
+            version=stats.latency_model_version, coeffs_ms=stats.latency_model,
+            source=stats.latency_model_source, samples=stats.latency_model_samples,
+            fit_error=stats.latency_model_fit_error),
+        prefill_chunk_size=stats.prefill_chunk_size,
+        decode_requests=stats.decode_requests,
+        decode_context_tokens=stats.decode_context_tokens,
     )
 
 

@@ -43,6 +43,7 @@ class EngineSpec:
     num_pages: int | None = None
     page_size: int = 16
     chunk_size: int | None = None
+    latency_profile: str | None = None  # off | auto | force (None: the engine's default)
     threads: int | None = None      # torch threads (SWITCHYARD_TORCH_THREADS); None: inherit
     port: int = 0                   # 0: a free port
     host: str = "127.0.0.1"
@@ -54,7 +55,8 @@ class EngineSpec:
                 "--host", self.host, "--role", self.role, "--engine-id", self.name,
                 "--device", self.device, "--page-size", str(self.page_size)]
         for flag, value in (("--model", self.model), ("--dtype", self.dtype),
-                            ("--num-pages", self.num_pages), ("--chunk-size", self.chunk_size)):
+                            ("--num-pages", self.num_pages), ("--chunk-size", self.chunk_size),
+                            ("--latency-profile", self.latency_profile)):
             if value is not None:
                 argv += [flag, str(value)]
         if self.mock:

@@ -7,7 +7,11 @@ NOT_SERVING, in-flight RPCs get a short grace period, threads and links are clos
 Environment knobs (not flags, so `switchyard serve` and tests can set them per process):
 SWITCHYARD_TRANSFER_PORT (default: any free port), SWITCHYARD_ADVERTISE_HOST (address peers use
 for this engine's transfer listener when bound to 0.0.0.0), SWITCHYARD_KV_TRANSPORT (force
-shm|tcp for this engine's sends), SWITCHYARD_LEASE_S, SWITCHYARD_TORCH_THREADS.
+shm|tcp for this engine's sends), SWITCHYARD_LEASE_S, SWITCHYARD_TORCH_THREADS,
+SWITCHYARD_LATENCY_PROFILE (off|auto|force when --latency-profile is not given).
+
+Before serving, the engine profiles its step time or loads a cached profile
+(engine/core/latency_cache.py); a failed profile is logged and the engine serves without one.
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import logging
 import os
 import signal
 import socket
+import time
 from typing import Any
 
 log = logging.getLogger("switchyard.engine")
@@ -41,7 +46,22 @@ def engine_config_from_args(args: argparse.Namespace) -> Any:
         fields["chunk_size"] = args.chunk_size
     if os.environ.get("SWITCHYARD_LEASE_S"):
         fields["lease_s"] = float(os.environ["SWITCHYARD_LEASE_S"])
+    profile = getattr(args, "latency_profile", None) or os.environ.get("SWITCHYARD_LATENCY_PROFILE")
+    if profile:
+        fields["latency_profile"] = profile
     return EngineConfig(**fields)
+
+
+def _prepare_latency_model(core: Any) -> None:
+    from engine.core.latency_cache import prepare_latency_model
+
+    started = time.perf_counter()
+    try:
+        source = prepare_latency_model(core, core.config.latency_profile)
+    except Exception:  # noqa: BLE001 - a failed profile costs predictions, never the engine
+        log.exception("latency profile failed; serving without one")
+        return
+    log.info("latency model: %s in %.1f s", source, time.perf_counter() - started)
 
 
 def _advertised_host(bind_host: str) -> str:
@@ -69,6 +89,7 @@ async def serve_async(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     # Loading the model takes seconds: keep the loop free while it happens.
     core = await asyncio.to_thread(EngineCore, config)
+    await asyncio.to_thread(_prepare_latency_model, core)
     layout = kv_layout(core)
     listener = TransferListener(receiving_sink(core, core.kv.device), layout, host=args.host,
                                 port=int(os.environ.get("SWITCHYARD_TRANSFER_PORT", "0")),

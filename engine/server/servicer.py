@@ -145,6 +145,17 @@ class EngineServicer(pb_grpc.EngineServicer):  # type: ignore[misc]
     async def ModelInfo(self, request: pb.ModelInfoRequest, context: Any) -> pb.ModelInfoResponse:
         return self._info
 
+    async def Configure(self, request: pb.ConfigureRequest, context: Any) -> pb.ConfigureResponse:
+        def configure(core: Any) -> pb.ConfigureResponse:
+            previous = current = core.scheduler.chunk_size
+            if request.HasField("prefill_chunk_size"):
+                previous = core.set_chunk_size(request.prefill_chunk_size)
+                current = request.prefill_chunk_size
+            return pb.ConfigureResponse(prefill_chunk_size=current,
+                                        previous_prefill_chunk_size=previous)
+
+        return await self._guarded(context, self._steps.call(configure))
+
 
 def _events_since(seq: int) -> Callable[[Any], list[Any]]:
     return lambda core: list(core.kv_events_since(seq))

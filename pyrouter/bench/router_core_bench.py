@@ -22,6 +22,9 @@ import router_core
 
 BLOCK = 16
 SEED = 0x5EED
+# The same step-time model as router_core/benches/common/mod.rs (ms per unit of each term).
+_LATENCY_MODEL = {"const": 2.0, "prefill_tokens": 0.05, "prefill_attention": 1e-6,
+                  "decode_seqs": 0.5, "decode_context": 1e-4}
 VOCAB = 49_152
 SHARED_TOKENS = 512
 TARGET_SCORE_P99_US = 20.0
@@ -90,7 +93,8 @@ class Workload:
         for e in range(engines):
             core.table.upsert(e, "any")
             core.table.update_stats(e, (e % 7) * 100, e % 5, (e % 11) * 50, (e % 13) * 100,
-                                    4096, 10.0, [2.0, 0.05, 0.5, 0.001])
+                                    4096, 10.0, latency_model=_LATENCY_MODEL,
+                                    prefill_chunk_size=512, decode_context_tokens=(e % 5) * 1500)
             core.index.add_engine(e)
         seq = [0] * engines
         for doc, hashes in enumerate(self.doc_hashes):

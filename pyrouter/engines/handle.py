@@ -191,7 +191,7 @@ class GenerationStream:
             self.finished = True
             self._timing[3] = time.perf_counter()
             try:
-                self.engine.core.table.on_complete(self.engine.num, self._prefill, self._decode)
+                self.engine.core.table.on_complete(self.engine.num)
             except (KeyError, ValueError, LookupError):
                 pass  # engine removed meanwhile
 

@@ -161,12 +161,15 @@ class EngineSet:
                     info_known = True
                 serving = await handle.client.healthy()
                 if serving:
+                    self.core.table.stats_requested(handle.num)
                     s = await handle.client.stats(timeout_s=2.0)
                     handle.cached_blocks = int(s.cached_blocks)
                     self.core.table.update_stats(
-                        handle.num, int(s.queued_prefill_tokens), int(s.running_requests),
+                        handle.num, int(s.queued_prefill_tokens), int(s.decode_requests),
                         int(s.unfinished_tokens), int(s.kv_pages_used), int(s.kv_pages_total),
-                        float(s.decode_step_ms), list(s.latency_coeffs) or [0.0] * 4)
+                        float(s.decode_step_ms), latency_model=dict(s.latency_model.coeffs_ms),
+                        prefill_chunk_size=int(s.prefill_chunk_size),
+                        decode_context_tokens=int(s.decode_context_tokens))
             except grpc.aio.AioRpcError as exc:
                 serving = False
                 log.debug("engine %s (%s) unreachable: %s", handle.id, handle.address,

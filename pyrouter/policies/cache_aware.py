@@ -1,7 +1,8 @@
 """cache_aware: data parallel to the engine whose cached prefix saves most, balanced against load.
 
-router_core's scorer weighs uncached prefill tokens, queued prefill, decode load and KV pressure
-(its weights are this policy's parameters), so the whole decision is one Rust call.
+router_core's scorer weighs uncached prefill tokens, queued prefill, decode load and KV pressure;
+the weights are this policy's parameters (passed per call), so the whole decision is one Rust
+call.
 """
 from __future__ import annotations
 
@@ -10,15 +11,11 @@ from pyrouter.engines.handle import GenerationStream
 from pyrouter.policy_registry import policy
 from pyrouter.request import RouterRequest
 
-_WEIGHT_KEYS = ("prefill_weight", "queue_weight", "decode_weight", "kv_weight")
+WEIGHTS = ("prefill_weight", "queue_weight", "decode_weight", "kv_weight")
 
 
-@policy("cache_aware", params={k: 1.0 for k in _WEIGHT_KEYS})
+@policy("cache_aware", params={k: 1.0 for k in WEIGHTS})
 async def route(req: RouterRequest, cluster: ClusterView) -> GenerationStream:
-    weights = tuple(float(cluster.params[k]) for k in _WEIGHT_KEYS)
-    if cluster.state.get("weights") != weights and hasattr(cluster.core, "set_weights"):
-        cluster.core.set_weights(*weights)
-        cluster.state["weights"] = weights
     engine = cluster.best("any", req)
     req.note_route("cache_aware", engine=engine.id, matched=cluster.matched(engine, req))
     return engine.start_generate(req, begin=0)

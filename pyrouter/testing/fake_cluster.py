@@ -13,7 +13,7 @@ policy makes — which engine, which pattern, which split — gets a fast unit t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import router_core
@@ -43,7 +43,11 @@ class FakeEngine:
     kv_pages_used: int = 0
     kv_pages_total: int = 4096
     decode_step_ms: float = 0.0
-    latency_coeffs: Sequence[float] = ()
+    # The engine's step-time model, term -> ms per unit (router_core's terms: const,
+    # prefill_tokens, prefill_attention, decode_seqs, decode_context, ...); {} = none yet.
+    latency_model: dict[str, float] = field(default_factory=dict)
+    prefill_chunk_size: int = 0
+    decode_context_tokens: int = 0
     faults: Sequence[Fault] = ()
 
 
@@ -91,7 +95,8 @@ class FakeCluster:
         self.core.table.update_stats(
             handle.num, spec.queued_prefill_tokens, spec.running_decodes, spec.unfinished_tokens,
             spec.kv_pages_used, spec.kv_pages_total, spec.decode_step_ms,
-            list(spec.latency_coeffs))
+            latency_model=dict(spec.latency_model), prefill_chunk_size=spec.prefill_chunk_size,
+            decode_context_tokens=spec.decode_context_tokens)
 
     def request(self, tokens: Sequence[int], max_tokens: int = 8, slo: SloSpec | None = None,
                 **sampling: Any) -> RouterRequest:
@@ -116,8 +121,7 @@ class FakeCluster:
         assert self.counters.inflight == 0, f"{self.counters.inflight} requests still counted"
         for handle in self.engines.values():
             load = self.core.table.get(handle.num)
-            assert load.inflight == 0 and load.router_tokens == 0, (handle.id, load.inflight,
-                                                                    load.router_tokens)
+            assert load.inflight == 0, (handle.id, load.inflight)
             assert not handle.active, (handle.id, handle.active)
             client = self._clients[handle.id]
             assert client.holds_nothing, (handle.id, client.reservations, client.generations)

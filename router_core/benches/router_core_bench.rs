@@ -1,5 +1,5 @@
-//! `cargo bench -p router_core`: per-request hash+match+score at 8/64/256 engines over ~1M
-//! indexed blocks, KV event ingestion, and detokenise+encode per token. First a percentile pass
+//! `cargo bench -p router_core`: per-request hash+match+score and hash+match+predict at 8/64/256
+//! engines over ~1M indexed blocks, KV event ingestion, and detokenise+encode per token. First a percentile pass
 //! prints p50/p99 against the targets; then criterion measures means (kept short: 3 s each).
 
 mod common;
@@ -8,6 +8,7 @@ use common::*;
 use criterion::{black_box, BenchmarkId, Criterion, Throughput};
 use router_core::detok::{DetokenizerVocab, IncrementalDetokenizer};
 use router_core::hashing::block_hashes;
+use router_core::prediction::PredictParams;
 use router_core::prefix_index::PrefixIndex;
 use router_core::router::{lock, RouterCore};
 use router_core::sse::{SseEncoder, StreamKind};
@@ -20,33 +21,52 @@ const TARGET_EVENTS_PER_S: f64 = 2.0e6;
 const TARGET_NS_PER_TOKEN: f64 = 1000.0;
 
 fn score_once(core: &RouterCore, prompt: &[u32]) -> usize {
-    let result = core.score(prompt, None, 0.0).expect("valid prompt");
+    let result = core.score(prompt, None, None, 0.0).expect("valid prompt");
     result.candidates.len()
+}
+
+fn predict_once(core: &RouterCore, prompt: &[u32]) -> usize {
+    let params = PredictParams::new(Some(50.0), 0.9).expect("valid params");
+    core.predict(prompt, &params, 0.0)
+        .expect("valid prompt")
+        .len()
+}
+
+/// (p50, p99) in µs of `call` over the prompts, after a warm-up.
+fn time_calls(
+    core: &RouterCore,
+    prompts: &[Vec<u32>],
+    call: fn(&RouterCore, &[u32]) -> usize,
+) -> (f64, f64) {
+    for p in &prompts[..200] {
+        black_box(call(core, p));
+    }
+    let mut samples: Vec<u64> = prompts
+        .iter()
+        .map(|p| {
+            let t = Instant::now();
+            black_box(call(core, p));
+            t.elapsed().as_nanos() as u64
+        })
+        .collect();
+    let (p50, p99) = percentiles(&mut samples);
+    (p50 as f64 / 1000.0, p99 as f64 / 1000.0)
 }
 
 fn percentile_pass(cores: &[(u32, RouterCore, u64)]) {
     println!("router_core percentiles (2048-token prompts, {TOTAL_BLOCKS} indexed blocks)");
     for (engines, core, docs) in cores {
         let prompts: Vec<Vec<u32>> = (0..2000).map(|i| request(i, *docs)).collect();
-        for p in &prompts[..200] {
-            black_box(score_once(core, p));
+        for (what, call) in [
+            ("score", score_once as fn(&RouterCore, &[u32]) -> usize),
+            ("predict", predict_once),
+        ] {
+            let (p50, p99) = time_calls(core, &prompts, call);
+            println!(
+                "  hash+match+{what:<7} {engines:>3} engines: p50 {p50:>6.2} us  p99 {p99:>6.2} us  (target p99 < {TARGET_SCORE_P99_US} us: {:.2}x of target)",
+                p99 / TARGET_SCORE_P99_US
+            );
         }
-        let mut samples: Vec<u64> = prompts
-            .iter()
-            .map(|p| {
-                let t = Instant::now();
-                black_box(score_once(core, p));
-                t.elapsed().as_nanos() as u64
-            })
-            .collect();
-        let (p50, p99) = percentiles(&mut samples);
-        let p99_us = p99 as f64 / 1000.0;
-        println!(
-            "  hash+match+score {engines:>3} engines: p50 {:>6.2} us  p99 {:>6.2} us  (target p99 < {TARGET_SCORE_P99_US} us: {:.2}x of target)",
-            p50 as f64 / 1000.0,
-            p99_us,
-            p99_us / TARGET_SCORE_P99_US
-        );
     }
     let (events_per_s, blocks) = ingestion_rate();
     println!(

@@ -1,8 +1,9 @@
 //! The engine table: per engine its role, health, load (from `Stats` polls and the router's own
-//! dispatch/completion events), KV use and fitted latency model; plus the two predictions the
-//! policies need: prefill time and TPOT slack.
+//! dispatch/completion events), KV use, prefill chunk size and fitted step-time model
+//! (latency_model.rs); the per-request predictions built on it are in prediction.rs.
 
 use crate::error::{Result, RouterCoreError};
+use crate::latency_model::{chunked_prefill, DecodeBatch, StepModel, StepWork};
 use std::collections::BTreeMap;
 
 /// What an engine serves. An `Any` engine serves every role.
@@ -42,27 +43,33 @@ impl Role {
     }
 }
 
-/// Step time model: step_ms = c0 + c_prefill*prefill_tokens + c_decode*decode_seqs + c_ctx*context.
-pub type LatencyCoeffs = [f64; 4];
-
 /// One engine's row.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EngineLoad {
     pub engine_id: u32,
     pub role: Role,
     pub healthy: bool,
+    /// Prefill tokens not yet computed: waiting requests and running ones still prefilling.
     pub queued_prefill_tokens: u64,
+    /// Sequences decoding (one token per step).
     pub running_decodes: u64,
+    /// KV positions the running decodes read per step (their context lengths summed).
+    pub decode_context_tokens: u64,
     pub unfinished_tokens: u64,
     pub kv_pages_used: u64,
     pub kv_pages_total: u64,
     pub decode_step_ms: f64,
-    pub latency_coeffs: LatencyCoeffs,
+    pub latency: StepModel,
+    /// The engine's prefill token budget per step (0 = not reported: a prefill is one step).
+    pub prefill_chunk_size: u64,
     /// Router-side: requests dispatched and not completed.
     pub inflight: u64,
-    /// Router-side: prefill + decode tokens dispatched and not completed (seen before the
-    /// engine's next Stats reflects them).
+    /// Router-side: prefill + decode tokens dispatched that the engine's latest Stats cannot
+    /// include yet (sent after that Stats was asked for). Added to `unfinished_tokens`, it is
+    /// the engine's load with no request counted twice.
     pub router_tokens: u64,
+    /// router_tokens at the moment the pending Stats was asked for: what its answer covers.
+    stats_mark: u64,
 }
 
 impl EngineLoad {
@@ -73,39 +80,41 @@ impl EngineLoad {
             healthy: true,
             queued_prefill_tokens: 0,
             running_decodes: 0,
+            decode_context_tokens: 0,
             unfinished_tokens: 0,
             kv_pages_used: 0,
             kv_pages_total: 0,
             decode_step_ms: 0.0,
-            latency_coeffs: [0.0; 4],
+            latency: StepModel::unknown(),
+            prefill_chunk_size: 0,
             inflight: 0,
             router_tokens: 0,
+            stats_mark: 0,
         }
     }
 
-    /// Predicted time of a prefill of `prefill_tokens` on top of `context_tokens` already in KV.
-    pub fn predict_prefill_ms(&self, prefill_tokens: u64, context_tokens: u64) -> f64 {
-        let [c0, c_prefill, _, c_ctx] = self.latency_coeffs;
-        let p = prefill_tokens as f64;
-        (c0 + c_prefill * p + c_ctx * (context_tokens as f64 + p)).max(0.0)
+    /// The decodes now running, as they ride along in every step.
+    pub fn decode_batch(&self) -> DecodeBatch {
+        self.latency
+            .decode_batch(self.running_decodes, self.decode_context_tokens)
     }
 
-    /// Current decode step time: measured when reported, else from the latency model.
-    pub fn decode_step_estimate_ms(&self) -> f64 {
-        if self.decode_step_ms > 0.0 {
-            return self.decode_step_ms;
-        }
-        let [c0, _, c_decode, _] = self.latency_coeffs;
-        (c0 + c_decode * self.running_decodes as f64).max(0.0)
+    /// Predicted time of prefilling `prefill_tokens` on top of `cached_tokens` already in KV,
+    /// chunked at this engine's chunk size with its running decodes in every step (no queue).
+    pub fn predict_prefill_ms(&self, prefill_tokens: u64, cached_tokens: u64) -> f64 {
+        let run = chunked_prefill(
+            cached_tokens,
+            prefill_tokens,
+            self.prefill_chunk_size,
+            self.decode_batch(),
+            0,
+        );
+        self.latency.time_ms(&run.total)
     }
 
-    /// How much one decode step may grow while running requests still meet `tpot_slo_ms`;
-    /// infinite when nothing is decoding (no one to slow down).
-    pub fn tpot_slack_ms(&self, tpot_slo_ms: f64) -> f64 {
-        if self.running_decodes == 0 {
-            return f64::INFINITY;
-        }
-        (tpot_slo_ms - self.decode_step_estimate_ms()).max(0.0)
+    /// Predicted time of one step of the given shape (NaN without a model).
+    pub fn predict_step_ms(&self, work: &StepWork) -> f64 {
+        self.latency.time_ms(work)
     }
 
     /// Fraction of KV pages in use once `extra_pages` more are allocated (0 when unknown).
@@ -126,8 +135,11 @@ pub struct StatsUpdate {
     pub kv_pages_used: u64,
     pub kv_pages_total: u64,
     pub decode_step_ms: f64,
-    /// Empty (engine has no model yet: zeros) or the four coefficients.
-    pub latency_coeffs: Vec<f64>,
+    pub decode_context_tokens: u64,
+    /// (term, ms) pairs of the engine's step-time model; empty = no model yet.
+    pub latency_model: Vec<(String, f64)>,
+    /// 0 = not reported.
+    pub prefill_chunk_size: u64,
 }
 
 /// All engines' rows, by engine id.
@@ -159,7 +171,12 @@ impl EngineTable {
     }
 
     pub fn update_stats(&mut self, engine_id: u32, stats: &StatsUpdate) -> Result<()> {
-        let coeffs = validate_coeffs(&stats.latency_coeffs)?;
+        let latency = StepModel::from_named(
+            stats
+                .latency_model
+                .iter()
+                .map(|(name, coeff)| (name.as_str(), *coeff)),
+        )?;
         if !(stats.decode_step_ms.is_finite() && stats.decode_step_ms >= 0.0) {
             return Err(RouterCoreError::InvalidArgument(format!(
                 "decode_step_ms must be a finite number >= 0, got {}",
@@ -173,7 +190,19 @@ impl EngineTable {
         row.kv_pages_used = stats.kv_pages_used;
         row.kv_pages_total = stats.kv_pages_total;
         row.decode_step_ms = stats.decode_step_ms;
-        row.latency_coeffs = coeffs;
+        row.decode_context_tokens = stats.decode_context_tokens;
+        row.latency = latency;
+        row.prefill_chunk_size = stats.prefill_chunk_size;
+        // The engine now counts everything dispatched before the Stats was asked for.
+        row.router_tokens = row.router_tokens.saturating_sub(row.stats_mark);
+        row.stats_mark = 0;
+        Ok(())
+    }
+
+    /// A Stats request is about to go out: its answer will include the work dispatched so far.
+    pub fn stats_requested(&mut self, engine_id: u32) -> Result<()> {
+        let row = self.row_mut(engine_id)?;
+        row.stats_mark = row.router_tokens;
         Ok(())
     }
 
@@ -192,38 +221,13 @@ impl EngineTable {
         Ok(())
     }
 
-    pub fn on_complete(
-        &mut self,
-        engine_id: u32,
-        prefill_tokens: u64,
-        decode_tokens: u64,
-    ) -> Result<()> {
+    /// The request ended: no longer in flight. Its tokens leave the load with the engine's
+    /// next Stats (they were, or will be, part of what that Stats covers), so the two sides
+    /// never count one request twice.
+    pub fn on_complete(&mut self, engine_id: u32) -> Result<()> {
         let row = self.row_mut(engine_id)?;
         row.inflight = row.inflight.saturating_sub(1);
-        row.router_tokens = row
-            .router_tokens
-            .saturating_sub(prefill_tokens + decode_tokens);
         Ok(())
-    }
-
-    pub fn predict_prefill_ms(
-        &self,
-        engine_id: u32,
-        prefill_tokens: u64,
-        context_tokens: u64,
-    ) -> Result<f64> {
-        Ok(self
-            .get(engine_id)?
-            .predict_prefill_ms(prefill_tokens, context_tokens))
-    }
-
-    pub fn tpot_slack_ms(&self, engine_id: u32, tpot_slo_ms: f64) -> Result<f64> {
-        if !(tpot_slo_ms.is_finite() && tpot_slo_ms > 0.0) {
-            return Err(RouterCoreError::InvalidArgument(format!(
-                "tpot_slo_ms must be a positive number, got {tpot_slo_ms}"
-            )));
-        }
-        Ok(self.get(engine_id)?.tpot_slack_ms(tpot_slo_ms))
     }
 
     pub fn get(&self, engine_id: u32) -> Result<&EngineLoad> {
@@ -252,29 +256,15 @@ impl EngineTable {
     }
 }
 
-fn validate_coeffs(coeffs: &[f64]) -> Result<LatencyCoeffs> {
-    let out = match coeffs.len() {
-        0 => [0.0; 4],
-        4 => [coeffs[0], coeffs[1], coeffs[2], coeffs[3]],
-        n => {
-            return Err(RouterCoreError::InvalidArgument(format!(
-            "latency_coeffs needs 4 values [c0, c_prefill_tok, c_decode_seq, c_ctx_tok], got {n}"
-        )))
-        }
-    };
-    if out.iter().any(|c| !c.is_finite()) {
-        return Err(RouterCoreError::InvalidArgument(format!(
-            "latency_coeffs must be finite, got {coeffs:?}"
-        )));
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn stats(running: u64, step: f64, coeffs: Vec<f64>) -> StatsUpdate {
+    fn named(pairs: &[(&str, f64)]) -> Vec<(String, f64)> {
+        pairs.iter().map(|(n, c)| (n.to_string(), *c)).collect()
+    }
+
+    fn stats(running: u64, step: f64, model: Vec<(String, f64)>) -> StatsUpdate {
         StatsUpdate {
             queued_prefill_tokens: 10,
             running_decodes: running,
@@ -282,7 +272,9 @@ mod tests {
             kv_pages_used: 5,
             kv_pages_total: 10,
             decode_step_ms: step,
-            latency_coeffs: coeffs,
+            decode_context_tokens: 400,
+            latency_model: model,
+            prefill_chunk_size: 64,
         }
     }
 
@@ -290,25 +282,46 @@ mod tests {
     fn stats_dispatch_and_predictions() {
         let mut t = EngineTable::new();
         t.upsert(1, Role::Decode);
-        t.update_stats(1, &stats(4, 0.0, vec![2.0, 0.5, 1.0, 0.01]))
-            .unwrap();
+        assert!(t.get(1).unwrap().predict_prefill_ms(10, 0).is_nan());
+        let model = named(&[
+            ("const", 2.0),
+            ("prefill_tokens", 0.5),
+            ("decode_seqs", 1.0),
+        ]);
+        t.update_stats(1, &stats(4, 0.0, model)).unwrap();
         let row = t.get(1).unwrap();
-        assert_eq!(row.predict_prefill_ms(100, 900), 2.0 + 50.0 + 10.0);
-        assert_eq!(row.decode_step_estimate_ms(), 6.0);
-        assert_eq!(row.tpot_slack_ms(20.0), 14.0);
-        assert_eq!(row.tpot_slack_ms(5.0), 0.0);
+        assert_eq!(row.prefill_chunk_size, 64);
+        assert_eq!(row.decode_context_tokens, 400);
+        // 100 tokens at chunk 64 = 2 steps, each 2 ms + 4 decodes; 0.5 ms per prefill token.
+        assert_eq!(row.predict_prefill_ms(100, 900), 2.0 * (2.0 + 4.0) + 50.0);
+        assert_eq!(
+            row.predict_step_ms(&StepWork::one_step(&[], &DecodeBatch::new(5, 0))),
+            2.0 + 5.0
+        );
         assert_eq!(row.kv_pressure(5), 1.0);
         t.update_stats(1, &stats(4, 8.0, vec![])).unwrap();
-        assert_eq!(t.get(1).unwrap().tpot_slack_ms(20.0), 12.0);
-        t.update_stats(1, &stats(0, 8.0, vec![])).unwrap();
-        assert!(t.get(1).unwrap().tpot_slack_ms(20.0).is_infinite());
+        assert!(!t.get(1).unwrap().latency.is_known());
         t.on_dispatch(1, 30, 20).unwrap();
-        t.on_dispatch(1, 1, 1).unwrap();
-        t.on_complete(1, 30, 20).unwrap();
+        t.stats_requested(1).unwrap(); // the engine's answer will include those 50
+        t.on_dispatch(1, 1, 1).unwrap(); // ...but not these 2
+        t.on_complete(1).unwrap();
         let row = t.get(1).unwrap();
-        assert_eq!((row.inflight, row.router_tokens), (1, 2));
-        t.on_complete(1, 100, 100).unwrap();
-        t.on_complete(1, 100, 100).unwrap();
+        assert_eq!(
+            (row.inflight, row.router_tokens),
+            (1, 52),
+            "until Stats, the router counts"
+        );
+        t.update_stats(1, &stats(4, 8.0, vec![])).unwrap();
+        assert_eq!(
+            t.get(1).unwrap().router_tokens,
+            2,
+            "the engine now counts the first 50"
+        );
+        t.on_complete(1).unwrap();
+        t.on_complete(1).unwrap();
+        assert_eq!(t.get(1).unwrap().inflight, 0);
+        t.stats_requested(1).unwrap();
+        t.update_stats(1, &stats(4, 8.0, vec![])).unwrap();
         assert_eq!(t.get(1).unwrap().router_tokens, 0);
         t.upsert(1, Role::Prefill);
         assert_eq!(t.get(1).unwrap().inflight, 0, "upsert keeps the row");
@@ -323,10 +336,12 @@ mod tests {
             Err(RouterCoreError::UnknownEngine(3))
         );
         t.upsert(3, Role::Any);
-        assert!(t.update_stats(3, &stats(1, 1.0, vec![1.0])).is_err());
+        assert!(t
+            .update_stats(3, &stats(1, 1.0, named(&[("warp", 1.0)])))
+            .is_err());
         assert!(t.update_stats(3, &stats(1, f64::NAN, vec![])).is_err());
         assert!(t
-            .update_stats(3, &stats(1, 1.0, vec![f64::INFINITY; 4]))
+            .update_stats(3, &stats(1, 1.0, named(&[("const", f64::INFINITY)])))
             .is_err());
         assert!(Role::parse("both").is_err());
         assert!(Role::Any.serves(Some(Role::Decode)));

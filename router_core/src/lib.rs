@@ -10,6 +10,8 @@ pub mod engine_table;
 pub mod error;
 pub mod hashing;
 pub mod identity_hash;
+pub mod latency_model;
+pub mod prediction;
 pub mod prefix_index;
 pub mod router;
 pub mod scoring;

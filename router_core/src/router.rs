@@ -1,11 +1,14 @@
 //! `RouterCore`: the prefix index, the engine table and the scorer behind one object, so the
-//! router makes one call per request: hash the prompt, match it on every engine, score every
-//! eligible engine. The index and table sit behind their own locks (shared with the Python
-//! wrappers of each); `score` holds each only while it reads it.
+//! router makes one call per request: hash the prompt, match it on every engine, then score
+//! every eligible engine (`score`) or predict every engine's times (`predict`). The index and
+//! table sit behind their own locks (shared with the Python wrappers of each); each call holds
+//! each lock only while it reads.
 
 use crate::engine_table::{EngineTable, Role};
 use crate::error::Result;
+use crate::error::RouterCoreError;
 use crate::hashing::{block_hashes, validate_block_size};
+use crate::prediction::{predict_engine, EnginePrediction, PredictParams};
 use crate::prefix_index::PrefixIndex;
 use crate::scoring::{rank, Candidate, ScoreWeights};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
@@ -80,7 +83,7 @@ impl MatchLookup {
     }
 }
 
-/// Index + table + weights.
+/// Index + table + default weights (a call may bring its own).
 #[derive(Debug)]
 pub struct RouterCore {
     block_size: usize,
@@ -124,10 +127,23 @@ impl RouterCore {
         *lock(&self.weights) = weights;
     }
 
-    /// Hash `tokens`, match on every engine, score the healthy engines serving `role`.
-    pub fn score(&self, tokens: &[u32], role: Option<Role>, now_s: f64) -> Result<ScoreResult> {
+    /// Hash `tokens`, match on every engine, score the healthy engines serving `role` with
+    /// `weights` (None = the core's default weights).
+    pub fn score(
+        &self,
+        tokens: &[u32],
+        role: Option<Role>,
+        weights: Option<&ScoreWeights>,
+        now_s: f64,
+    ) -> Result<ScoreResult> {
         let hashes = block_hashes(tokens, self.block_size, self.seed)?;
-        self.score_hashes(hashes, tokens.len() as u64, role, now_s)
+        self.score_hashes(hashes, tokens.len() as u64, role, weights, now_s)
+    }
+
+    fn match_all(&self, hashes: &[u64], now_s: f64) -> Vec<(u32, usize)> {
+        let mut index = lock(&self.index);
+        index.purge_expired(now_s);
+        index.match_prefix(hashes)
     }
 
     /// `score` for a prompt already hashed (`prompt_tokens` long).
@@ -136,14 +152,11 @@ impl RouterCore {
         hashes: Vec<u64>,
         prompt_tokens: u64,
         role: Option<Role>,
+        weights: Option<&ScoreWeights>,
         now_s: f64,
     ) -> Result<ScoreResult> {
-        let matches = {
-            let mut index = lock(&self.index);
-            index.purge_expired(now_s);
-            index.match_prefix(&hashes)
-        };
-        let weights = self.weights();
+        let matches = self.match_all(&hashes, now_s);
+        let weights = weights.copied().unwrap_or_else(|| self.weights());
         let blocks_by_engine = MatchLookup::new(&matches);
         let candidates = {
             let table = lock(&self.table);
@@ -163,6 +176,32 @@ impl RouterCore {
             matches,
             block_size: self.block_size,
         })
+    }
+
+    /// Hash `tokens` (the request's current tokens: prompt plus anything generated), match on
+    /// every engine, and predict every engine's times for it (prediction.rs), by engine id.
+    pub fn predict(
+        &self,
+        tokens: &[u32],
+        params: &PredictParams,
+        now_s: f64,
+    ) -> Result<Vec<EnginePrediction>> {
+        if tokens.is_empty() {
+            return Err(RouterCoreError::InvalidArgument(
+                "predict needs at least one token".into(),
+            ));
+        }
+        let hashes = block_hashes(tokens, self.block_size, self.seed)?;
+        let blocks_by_engine = MatchLookup::new(&self.match_all(&hashes, now_s));
+        let block = self.block_size as u64;
+        let table = lock(&self.table);
+        Ok(table
+            .all()
+            .map(|load| {
+                let matched = blocks_by_engine.get(load.engine_id).saturating_mul(block);
+                predict_engine(load, tokens.len() as u64, matched, block, params)
+            })
+            .collect())
     }
 }
 
@@ -185,7 +224,7 @@ mod tests {
         lock(&core.index)
             .record_routed(2, &hashes[..1], 0.0)
             .unwrap();
-        let result = core.score(&tokens, None, 1.0).unwrap();
+        let result = core.score(&tokens, None, None, 1.0).unwrap();
         assert_eq!(result.hashes, hashes);
         assert_eq!(result.best, Some(1));
         assert_eq!(result.matched_tokens(1), 12);
@@ -194,16 +233,63 @@ mod tests {
         assert_eq!(result.candidates.len(), 3);
         assert_eq!(result.candidates[0].prefill_cost, 6.0);
         // Past the TTL the approximate engine's block is forgotten.
-        let later = core.score(&tokens, None, 1000.0).unwrap();
+        let later = core.score(&tokens, None, None, 1000.0).unwrap();
         assert_eq!(later.matched_tokens(2), 0);
         // No engine serves the role.
         lock(&core.table).set_health(1, false).unwrap();
-        let result = core.score(&tokens, Some(Role::Prefill), 1.0).unwrap();
+        let result = core.score(&tokens, Some(Role::Prefill), None, 1.0).unwrap();
         assert_eq!(result.candidates.len(), 2);
         assert_eq!(
             result.matched_tokens(1),
             12,
             "matches cover ineligible engines too"
         );
+    }
+
+    #[test]
+    fn per_call_weights_leave_the_default_alone() {
+        let core = RouterCore::new(4, 9, ScoreWeights::default(), 1000, 60.0).unwrap();
+        for id in 0..2 {
+            lock(&core.table).upsert(id, Role::Any);
+            lock(&core.index).add_engine(id, false);
+        }
+        let tokens: Vec<u32> = (0..16).collect();
+        let hashes = block_hashes(&tokens, 4, 9).unwrap();
+        lock(&core.index)
+            .apply_events(1, 1, 1, &hashes, &[])
+            .unwrap();
+        lock(&core.table).on_dispatch(1, 0, 100).unwrap();
+        // Default weights: engine 1's 100 dispatched tokens outweigh its 16 cached ones.
+        assert_eq!(core.score(&tokens, None, None, 0.0).unwrap().best, Some(0));
+        let cache_only = ScoreWeights::new(1.0, 0.0, 0.0, 0.0).unwrap();
+        let result = core.score(&tokens, None, Some(&cache_only), 0.0).unwrap();
+        assert_eq!(result.best, Some(1));
+        assert_eq!(core.weights(), ScoreWeights::default());
+    }
+
+    #[test]
+    fn predict_covers_every_engine_with_its_match() {
+        let core = RouterCore::new(4, 9, ScoreWeights::default(), 1000, 60.0).unwrap();
+        for id in 0..3 {
+            lock(&core.table).upsert(id, Role::Any);
+            lock(&core.index).add_engine(id, false);
+        }
+        lock(&core.table).set_health(2, false).unwrap();
+        let tokens: Vec<u32> = (0..18).collect();
+        let hashes = block_hashes(&tokens, 4, 9).unwrap();
+        lock(&core.index)
+            .apply_events(1, 1, 1, &hashes[..2], &[])
+            .unwrap();
+        let params = PredictParams::new(None, 1.0).unwrap();
+        let preds = core.predict(&tokens, &params, 0.0).unwrap();
+        assert_eq!(
+            preds.iter().map(|p| p.engine_id).collect::<Vec<_>>(),
+            [0, 1, 2]
+        );
+        assert_eq!(preds[1].matched_tokens, 8);
+        assert_eq!(preds[1].prefill_tokens, 10);
+        assert_eq!(preds[0].prefill_tokens, 18);
+        assert!(!preds[2].healthy);
+        assert!(core.predict(&[], &params, 0.0).is_err());
     }
 }

@@ -12,7 +12,8 @@
 //! `kv_pressure` is the fraction of the engine's KV pages in use once this prompt's uncached
 //! pages are allocated, so new KV costs more where KV is scarce (up to double at weight 1 on a
 //! full engine, more when it would have to evict). `router_tokens` is work the router dispatched
-//! that the engine's last Stats may not show yet, so back-to-back requests spread out.
+//! that the engine's last Stats cannot include yet (so back-to-back requests spread out, and
+//! no request is counted on both sides once Stats shows it).
 
 use crate::engine_table::{EngineLoad, Role};
 use crate::error::{Result, RouterCoreError};
@@ -163,7 +164,9 @@ mod tests {
                 kv_pages_used: 0,
                 kv_pages_total: 100,
                 decode_step_ms: 0.0,
-                latency_coeffs: vec![],
+                decode_context_tokens: 0,
+                latency_model: vec![],
+                prefill_chunk_size: 0,
             };
             t.update_stats(id, &stats).unwrap();
         }

@@ -115,10 +115,15 @@ def test_stats_track_queue_running_and_latency(core: EngineCore,
     core.step()
     stats = core.stats()
     assert (stats.queued_requests, stats.running_requests) == (0, 2)
+    assert (stats.decode_requests, stats.queued_prefill_tokens) == (2, 0)
+    assert stats.decode_context_tokens == (len(prompt) + 1) + (2 * len(prompt) + 1)
     assert stats.kv_pages_used > 0 and stats.kv_pages_total == core.pool.num_pages
     drain(core)
     stats = core.stats()
     assert stats.unfinished_tokens == 0 and stats.running_requests == 0
-    assert len(stats.latency_coeffs) == 4 and stats.recent_step_ms and stats.decode_step_ms > 0
+    assert {t.split(":")[0] for t in stats.latency_model} == set(core.latency.terms)
+    assert stats.recent_step_ms
+    assert stats.latency_model_source == "online" and stats.decode_step_ms > 0
+    assert stats.prefill_chunk_size == core.config.chunk_size
     assert stats.cached_blocks == len(core.cache) and stats.page_size == 16
     assert stats.engine_id == "e0" and stats.role == "any" and stats.leases == 0

@@ -3,6 +3,7 @@ appended per logits row), which is all the scheduler observes."""
 from __future__ import annotations
 
 import router_core
+from engine.core.latency_model import StepShape
 from engine.core.request import Request
 from engine.core.scheduler import Scheduler, SchedulerOutput
 from engine.kvcache.page_pool import PagePool
@@ -107,3 +108,19 @@ def test_send_with_everything_cached_needs_no_compute() -> None:
     out = sched.schedule()
     assert out.no_compute == [send] and not out.work
     assert send.unreported_cached == (2, 8) and send.page_table == pages
+
+
+def test_step_shape_and_load_for_the_latency_model() -> None:
+    sched = _scheduler(chunk_size=8)
+    sched.add(_req("short", 3))
+    _advance(sched.schedule())  # "short" now decodes: 3 positions computed, 1 token to go
+    sched.add(_req("long", 30, first=50))
+    assert sched.queued_prefill_tokens() == 30
+    assert sched.decode_load() == (1, 4)
+    out = sched.schedule()
+    assert out.shape() == StepShape(prefill_chunks=((0, 8),), decode_seqs=1, decode_context=4)
+    _advance(out)
+    assert sched.queued_prefill_tokens() == 22, "a running prefill's rest still counts"
+    assert sched.decode_load() == (1, 5)
+    out = sched.schedule()
+    assert out.shape() == StepShape(((8, 8),), 1, 5)

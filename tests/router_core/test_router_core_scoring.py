@@ -11,6 +11,8 @@ import pytest
 import router_core
 
 BLOCK = 16
+_TERMS = ("const", "prefill_tokens", "prefill_seqs", "prefill_attention", "prefill_context",
+          "decode_seqs", "decode_context")
 
 
 def _core(engines: int = 3) -> router_core.RouterCore:
@@ -42,15 +44,21 @@ def test_load_outweighs_overlap_and_dispatch_spreads_requests() -> None:
     core = _core(engines=2)
     prompt = list(range(64))
     core.index.apply_events(0, 1, 1, router_core.block_hashes(prompt, BLOCK, core.seed), [])
-    core.table.update_stats(0, 0, 3, 5000, 10, 100, 12.0, [1.0, 0.1, 0.5, 0.001])
+    core.table.update_stats(0, 0, 3, 5000, 10, 100, 12.0)
     assert core.score(prompt).best == 1
     # Router-side dispatches count before the next Stats poll.
     core.table.on_dispatch(1, 64, 10_000)
     assert core.score(prompt).best == 0
     load = core.table.get(1)
     assert (load.inflight, load.router_tokens) == (1, 10_064)
-    core.table.on_complete(1, 64, 10_000)
-    assert core.table.get(1).router_tokens == 0
+    # Once a Stats asked for after the dispatch arrives, the engine's own count carries the
+    # request: it is not counted twice.
+    core.table.stats_requested(1)
+    core.table.update_stats(1, 0, 1, 10_064, 10, 100, 12.0)
+    load = core.table.get(1)
+    assert (load.unfinished_tokens, load.router_tokens) == (10_064, 0)
+    core.table.on_complete(1)
+    assert core.table.get(1).inflight == 0
 
 
 def test_roles_and_health_filter_candidates() -> None:
@@ -106,14 +114,19 @@ def test_index_is_memory_bounded() -> None:
 def test_table_predictions() -> None:
     table = router_core.EngineTable()
     table.upsert(0, "decode")
-    assert math.isinf(table.tpot_slack_ms(0, 50.0))
-    table.update_stats(0, 0, 8, 100, 1, 10, 20.0, [2.0, 0.5, 1.0, 0.01])
-    assert table.tpot_slack_ms(0, 50.0) == 30.0
-    assert table.tpot_slack_ms(0, 10.0) == 0.0
-    assert table.predict_prefill_ms(0, 100, 900) == pytest.approx(2.0 + 50.0 + 10.0)
+    assert math.isnan(table.predict_prefill_ms(0, 100, 0)), "no model yet"
+    model = {"const": 2.0, "prefill_tokens": 0.5, "decode_seqs": 1.0, "decode_context": 0.01}
+    table.update_stats(0, 0, 8, 100, 1, 10, 20.0, latency_model=model, prefill_chunk_size=64,
+                       decode_context_tokens=800)
+    # 100 tokens at chunk 64: 2 steps of (2 + 8 decodes + 0.01 * their context, growing by 8).
+    steps = sum(2.0 + 8.0 + 0.01 * (800 + 8 * k) for k in range(2))
+    assert table.predict_prefill_ms(0, 100, 900) == pytest.approx(steps + 50.0)
+    assert table.predict_step_ms(0, [(0, 10)], 3, 300) == pytest.approx(2.0 + 5.0 + 3.0 + 3.0)
+    assert table.predict_step_ms(0) == pytest.approx(2.0)
     load = table.all()[0]
-    assert (load.role, load.running_decodes, load.latency_coeffs) == (
-        "decode", 8, [2.0, 0.5, 1.0, 0.01])
+    assert (load.role, load.running_decodes, load.prefill_chunk_size) == ("decode", 8, 64)
+    assert load.latency_model == {**dict.fromkeys(_TERMS, 0.0), **model}
+    assert load.decode_context_tokens == 800
     assert len(table) == 1
 
 
@@ -123,11 +136,14 @@ def test_table_predictions() -> None:
         (lambda t: t.get(99), KeyError),
         (lambda t: t.set_health(99, True), KeyError),
         (lambda t: t.upsert(1, "leader"), ValueError),
-        (lambda t: t.update_stats(0, -1, 0, 0, 0, 0, 0.0, []), OverflowError),
-        (lambda t: t.update_stats(0, 0, 0, 0, 0, 0, float("nan"), []), ValueError),
-        (lambda t: t.update_stats(0, 0, 0, 0, 0, 0, 1.0, [1.0, 2.0]), ValueError),
-        (lambda t: t.tpot_slack_ms(0, 0.0), ValueError),
-        (lambda t: t.tpot_slack_ms(0, float("inf")), ValueError),
+        (lambda t: t.update_stats(0, -1, 0, 0, 0, 0, 0.0), OverflowError),
+        (lambda t: t.update_stats(0, 0, 0, 0, 0, 0, float("nan")), ValueError),
+        (lambda t: t.update_stats(0, 0, 0, 0, 0, 0, 1.0, latency_model={"warp": 1.0}), ValueError),
+        (lambda t: t.update_stats(0, 0, 0, 0, 0, 0, 1.0, latency_model={"const": math.inf}),
+         ValueError),
+        (lambda t: t.update_stats(0, 0, 0, 0, 0, 0, 1.0, prefill_chunk_size=-1), OverflowError),
+        (lambda t: t.update_stats(0, 0, 0, 0, 0, 0, 1.0, [1.0]), TypeError),  # old positional form
+        (lambda t: t.predict_step_ms(7), KeyError),
     ],
 )
 def test_table_bad_input_raises(call: object, exc: type[Exception]) -> None:

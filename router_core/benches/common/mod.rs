@@ -53,7 +53,18 @@ pub fn populated_core(engines: u32, total_blocks: usize) -> (RouterCore, u64) {
                 kv_pages_used: u64::from(e % 13) * 100,
                 kv_pages_total: 4096,
                 decode_step_ms: 10.0,
-                latency_coeffs: vec![2.0, 0.05, 0.5, 0.001],
+                decode_context_tokens: u64::from(e % 5) * 1500,
+                latency_model: [
+                    ("const", 2.0),
+                    ("prefill_tokens", 0.05),
+                    ("prefill_attention", 1e-6),
+                    ("decode_seqs", 0.5),
+                    ("decode_context", 1e-4),
+                ]
+                .iter()
+                .map(|(t, c)| (t.to_string(), *c))
+                .collect(),
+                prefill_chunk_size: 512,
             };
             table.update_stats(e, &stats).expect("known engine");
             index.add_engine(e, false);

@@ -6,6 +6,7 @@ mod detok;
 mod hashing;
 mod index;
 mod ints;
+mod prediction;
 mod router;
 mod table;
 
@@ -18,9 +19,11 @@ fn _router_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<index::PyPrefixIndex>()?;
     m.add_class::<table::PyEngineLoad>()?;
     m.add_class::<table::PyEngineTable>()?;
+    m.add_class::<router::PyScoreWeights>()?;
     m.add_class::<router::PyCandidate>()?;
     m.add_class::<router::PyScoreResult>()?;
     m.add_class::<router::PyRouterCore>()?;
+    m.add_class::<prediction::PyEnginePrediction>()?;
     m.add_class::<detok::PyDetokenizerVocab>()?;
     m.add_class::<detok::PyIncrementalDetokenizer>()?;
     m.add_class::<detok::PySseEncoder>()?;

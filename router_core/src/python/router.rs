@@ -1,10 +1,12 @@
-//! `RouterCore`, `ScoreResult` and `Candidate` for Python: one `score` call per request, with
-//! the GIL released while it hashes, matches and scores.
+//! `RouterCore`, `ScoreWeights`, `ScoreResult` and `Candidate` for Python: one `score` or
+//! `predict` call per request, with the GIL released while it hashes, matches and computes.
 
 use super::convert::extract_u32s;
 use super::index::PyPrefixIndex;
+use super::prediction::PyEnginePrediction;
 use super::table::PyEngineTable;
 use crate::engine_table::Role;
+use crate::prediction::PredictParams;
 use crate::router::{lock, monotonic_s, RouterCore, ScoreResult};
 use crate::scoring::{Candidate, ScoreWeights};
 use pyo3::prelude::*;
@@ -54,6 +56,58 @@ impl PyCandidate {
             self.prefill_cost,
             self.decode_cost,
             self.kv_cost
+        )
+    }
+}
+
+/// Scoring weights, validated once: a policy builds one from its parameters and passes it to
+/// every `score` call (no shared state to mutate).
+#[pyclass(name = "ScoreWeights", module = "router_core._router_core", frozen, eq)]
+#[derive(PartialEq)]
+pub struct PyScoreWeights {
+    inner: ScoreWeights,
+}
+
+#[pymethods]
+impl PyScoreWeights {
+    #[new]
+    #[pyo3(signature = (prefill_weight = 1.0, queue_weight = 1.0, decode_weight = 1.0,
+                        kv_weight = 1.0))]
+    fn new(
+        prefill_weight: f64,
+        queue_weight: f64,
+        decode_weight: f64,
+        kv_weight: f64,
+    ) -> PyResult<Self> {
+        let inner = ScoreWeights::new(prefill_weight, queue_weight, decode_weight, kv_weight)?;
+        Ok(PyScoreWeights { inner })
+    }
+
+    #[getter]
+    fn prefill_weight(&self) -> f64 {
+        self.inner.prefill
+    }
+
+    #[getter]
+    fn queue_weight(&self) -> f64 {
+        self.inner.queue
+    }
+
+    #[getter]
+    fn decode_weight(&self) -> f64 {
+        self.inner.decode
+    }
+
+    #[getter]
+    fn kv_weight(&self) -> f64 {
+        self.inner.kv
+    }
+
+    fn __repr__(&self) -> String {
+        let w = &self.inner;
+        format!(
+            "ScoreWeights(prefill_weight={}, queue_weight={}, decode_weight={}, kv_weight={})",
+            w.prefill, w.queue, w.decode, w.kv
         )
     }
 }
@@ -204,17 +258,39 @@ impl PyRouterCore {
     }
 
     /// Hash, match against every engine, score every healthy engine whose role is `role`
-    /// (None or "any" = all; an engine with role "any" serves every role).
-    #[pyo3(signature = (tokens, role = None))]
+    /// (None or "any" = all; an engine with role "any" serves every role) with `weights`
+    /// (None = the core's default weights).
+    #[pyo3(signature = (tokens, role = None, weights = None))]
     fn score(
         &self,
         py: Python<'_>,
         tokens: &Bound<'_, PyAny>,
         role: Option<&str>,
+        weights: Option<&PyScoreWeights>,
     ) -> PyResult<PyScoreResult> {
         let tokens = extract_u32s(tokens)?;
         let role = role.map(Role::parse).transpose()?;
-        let inner = py.allow_threads(|| self.core.score(&tokens, role, monotonic_s()))?;
+        let weights = weights.map(|w| w.inner);
+        let inner = py.allow_threads(|| {
+            self.core
+                .score(&tokens, role, weights.as_ref(), monotonic_s())
+        })?;
         Ok(PyScoreResult { inner })
+    }
+
+    /// Hash `tokens` (prompt plus tokens generated so far), match against every engine and
+    /// predict every engine's times for this request, by engine id (prediction.rs).
+    #[pyo3(signature = (tokens, tpot_slo_ms = None, kv_watermark = 1.0))]
+    fn predict(
+        &self,
+        py: Python<'_>,
+        tokens: &Bound<'_, PyAny>,
+        tpot_slo_ms: Option<f64>,
+        kv_watermark: f64,
+    ) -> PyResult<Vec<PyEnginePrediction>> {
+        let tokens = extract_u32s(tokens)?;
+        let params = PredictParams::new(tpot_slo_ms, kv_watermark)?;
+        let preds = py.allow_threads(|| self.core.predict(&tokens, &params, monotonic_s()))?;
+        Ok(preds.iter().map(PyEnginePrediction::from).collect())
     }
 }

@@ -1,8 +1,10 @@
 //! `EngineTable` and `EngineLoad` for Python: a handle on the shared, locked engine table.
 
 use crate::engine_table::{EngineLoad, EngineTable, Role, StatsUpdate};
+use crate::latency_model::StepWork;
 use crate::router::lock;
 use pyo3::prelude::*;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 /// A snapshot of one engine's row (a copy: later updates do not change it).
@@ -18,11 +20,13 @@ pub struct PyEngineLoad {
     healthy: bool,
     queued_prefill_tokens: u64,
     running_decodes: u64,
+    decode_context_tokens: u64,
     unfinished_tokens: u64,
     kv_pages_used: u64,
     kv_pages_total: u64,
     decode_step_ms: f64,
-    latency_coeffs: Vec<f64>,
+    latency_model: HashMap<String, f64>,
+    prefill_chunk_size: u64,
     inflight: u64,
     router_tokens: u64,
 }
@@ -35,11 +39,13 @@ impl From<&EngineLoad> for PyEngineLoad {
             healthy: row.healthy,
             queued_prefill_tokens: row.queued_prefill_tokens,
             running_decodes: row.running_decodes,
+            decode_context_tokens: row.decode_context_tokens,
             unfinished_tokens: row.unfinished_tokens,
             kv_pages_used: row.kv_pages_used,
             kv_pages_total: row.kv_pages_total,
             decode_step_ms: row.decode_step_ms,
-            latency_coeffs: row.latency_coeffs.to_vec(),
+            latency_model: row.latency.named().into_iter().collect(),
+            prefill_chunk_size: row.prefill_chunk_size,
             inflight: row.inflight,
             router_tokens: row.router_tokens,
         }
@@ -93,6 +99,9 @@ impl PyEngineTable {
         Ok(py.allow_threads(|| lock(&self.inner).set_health(engine_id, healthy))?)
     }
 
+    #[pyo3(signature = (engine_id, queued_prefill_tokens, running_decodes, unfinished_tokens,
+                        kv_pages_used, kv_pages_total, decode_step_ms, *, latency_model = None,
+                        prefill_chunk_size = 0, decode_context_tokens = 0))]
     #[allow(clippy::too_many_arguments)]
     fn update_stats(
         &self,
@@ -104,7 +113,9 @@ impl PyEngineTable {
         kv_pages_used: u64,
         kv_pages_total: u64,
         decode_step_ms: f64,
-        latency_coeffs: Vec<f64>,
+        latency_model: Option<HashMap<String, f64>>,
+        prefill_chunk_size: u64,
+        decode_context_tokens: u64,
     ) -> PyResult<()> {
         let stats = StatsUpdate {
             queued_prefill_tokens,
@@ -113,7 +124,9 @@ impl PyEngineTable {
             kv_pages_used,
             kv_pages_total,
             decode_step_ms,
-            latency_coeffs,
+            decode_context_tokens,
+            latency_model: latency_model.unwrap_or_default().into_iter().collect(),
+            prefill_chunk_size,
         };
         Ok(py.allow_threads(|| lock(&self.inner).update_stats(engine_id, &stats))?)
     }
@@ -130,16 +143,12 @@ impl PyEngineTable {
         })?)
     }
 
-    fn on_complete(
-        &self,
-        py: Python<'_>,
-        engine_id: u32,
-        prefill_tokens: u64,
-        decode_tokens: u64,
-    ) -> PyResult<()> {
-        Ok(py.allow_threads(|| {
-            lock(&self.inner).on_complete(engine_id, prefill_tokens, decode_tokens)
-        })?)
+    fn on_complete(&self, py: Python<'_>, engine_id: u32) -> PyResult<()> {
+        Ok(py.allow_threads(|| lock(&self.inner).on_complete(engine_id))?)
+    }
+
+    fn stats_requested(&self, py: Python<'_>, engine_id: u32) -> PyResult<()> {
+        Ok(py.allow_threads(|| lock(&self.inner).stats_requested(engine_id))?)
     }
 
     fn get(&self, py: Python<'_>, engine_id: u32) -> PyResult<PyEngineLoad> {
@@ -150,22 +159,41 @@ impl PyEngineTable {
         py.allow_threads(|| lock(&self.inner).all().map(PyEngineLoad::from).collect())
     }
 
+    /// This engine's prefill of `prefill_tokens` on top of `cached_tokens` (ms), chunked at its
+    /// chunk size with its running decodes in every step; NaN without a latency model.
     fn predict_prefill_ms(
         &self,
         py: Python<'_>,
         engine_id: u32,
         prefill_tokens: u64,
-        context_tokens: u64,
+        cached_tokens: u64,
     ) -> PyResult<f64> {
         Ok(py.allow_threads(|| {
-            lock(&self.inner).predict_prefill_ms(engine_id, prefill_tokens, context_tokens)
+            lock(&self.inner)
+                .get(engine_id)
+                .map(|row| row.predict_prefill_ms(prefill_tokens, cached_tokens))
         })?)
     }
 
-    /// How much one decode step on this engine may grow while running requests still meet the
-    /// SLO (inf when nothing is decoding).
-    fn tpot_slack_ms(&self, py: Python<'_>, engine_id: u32, tpot_slo_ms: f64) -> PyResult<f64> {
-        Ok(py.allow_threads(|| lock(&self.inner).tpot_slack_ms(engine_id, tpot_slo_ms))?)
+    /// One step of the given shape on this engine (ms): prefill chunks as (cached_before,
+    /// new_tokens) pairs plus decodes; NaN without a latency model.
+    #[pyo3(signature = (engine_id, prefill_chunks = None, decode_seqs = 0,
+                        decode_context_tokens = 0))]
+    fn predict_step_ms(
+        &self,
+        py: Python<'_>,
+        engine_id: u32,
+        prefill_chunks: Option<Vec<(u64, u64)>>,
+        decode_seqs: u64,
+        decode_context_tokens: u64,
+    ) -> PyResult<f64> {
+        let chunks = prefill_chunks.unwrap_or_default();
+        Ok(py.allow_threads(|| {
+            lock(&self.inner).get(engine_id).map(|row| {
+                let decode = row.latency.decode_batch(decode_seqs, decode_context_tokens);
+                row.predict_step_ms(&StepWork::one_step(&chunks, &decode))
+            })
+        })?)
     }
 
     fn __len__(&self, py: Python<'_>) -> usize {
