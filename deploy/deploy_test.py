@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -211,24 +212,34 @@ def check_prometheus(stack: Stack) -> None:
         text = f.read().replace("127.0.0.1:8000", f"127.0.0.1:{stack.ports['SWITCHYARD_ROUTER_PORT']}")
     with open(config, "w", encoding="utf-8") as f:
         f.write(text)
+    log = open(os.path.join(os.path.dirname(config), "prometheus.log"), "wb")
     prom = subprocess.Popen(["prometheus", f"--config.file={config}",
                              f"--storage.tsdb.path={os.path.dirname(config)}/data",
                              f"--web.listen-address=127.0.0.1:{port}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=log, stderr=subprocess.STDOUT)
     try:
-        query = (f"http://127.0.0.1:{port}/api/v1/query?query="
-                 "switchyard:e2e_request_latency_seconds_count")
+        # The router is up for Prometheus, and its switchyard metrics (the requests sent so far)
+        # arrived: count the series whose name starts with "switchyard".
+        query = (f"http://127.0.0.1:{port}/api/v1/query?query=" + urllib.parse.quote(
+            'count({__name__=~"switchyard.+", job="switchyard-router"}) '
+            'and on() up{job="switchyard-router"} == 1'))
 
-        def scraped() -> list[Any] | None:
+        def scraped() -> int:
             status, _, body = http("GET", query, timeout_s=5)
-            return body["data"]["result"] if status == 200 and body["data"]["result"] else None
+            result = body["data"]["result"] if status == 200 else []
+            return int(float(result[0]["value"][1])) if result else 0
 
-        result = wait_for("Prometheus to scrape the router", scraped, timeout_s=60)
-        step(f"prometheus ok (Debian's package): {len(result)} series of "
-             "switchyard:e2e_request_latency_seconds_count scraped from the router")
+        series = wait_for("Prometheus to scrape the router", scraped, timeout_s=60)
+        step(f"prometheus ok (Debian's package): up == 1, {series} switchyard series scraped")
+    except BaseException:
+        log.flush()
+        with open(log.name, encoding="utf-8", errors="replace") as f:
+            print(f.read()[-3000:], flush=True)
+        raise
     finally:
         prom.terminate()
         prom.wait(timeout=30)
+        log.close()
         shutil.rmtree(os.path.dirname(config), ignore_errors=True)
 
 
