@@ -28,6 +28,7 @@ if [[ "${REBUILD:-0}" != 1 ]] && docker image inspect "$TAG" >/dev/null 2>&1; th
 fi
 command -v debootstrap >/dev/null || {
     echo "installing debootstrap from Debian's archive"
+    apt-get update -q
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends debootstrap
 }
 
