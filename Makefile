@@ -11,7 +11,8 @@ EXT_STAMP := .stamp-ext
 DEPS_STAMP := .stamp-deps
 export PYO3_PYTHON := $(abspath $(PY))
 
-.PHONY: install serve test lint rust-test py-test bench proto clean gpu-bundle
+.PHONY: install serve test lint rust-test py-test bench proto clean gpu-bundle \
+	deploy-images deploy-image-cuda deploy-test
 
 $(PY):
 	$(PYTHON_BOOT) -m venv $(VENV)
@@ -64,6 +65,26 @@ test: install lint rust-test py-test
 # image lacks, the abi3 router_core extension, generated stubs; into .gpu-bundle/ (< 64 MiB).
 gpu-bundle: install
 	$(PY) tests/gpu/bundle.py --out .gpu-bundle
+
+# Container images (docs/deploy.md): a Debian bookworm base made with debootstrap, then the
+# Dockerfile's stages, built on the host network so only the package registries are contacted.
+DEPLOY_VERSION := 0.1.0
+DOCKER_BUILD := nice -n 5 docker build --network host
+
+deploy-images:
+	deploy/base-image.sh
+	$(DOCKER_BUILD) -f deploy/Dockerfile --target builder -t switchyard/builder:$(DEPLOY_VERSION) .
+	$(DOCKER_BUILD) -f deploy/Dockerfile --target router -t switchyard/router:$(DEPLOY_VERSION) .
+	$(DOCKER_BUILD) -f deploy/Dockerfile --target engine -t switchyard/engine:$(DEPLOY_VERSION) .
+	docker image ls 'switchyard/*'
+
+deploy-image-cuda: deploy-images
+	$(DOCKER_BUILD) -f deploy/Dockerfile.cuda -t switchyard/engine-cuda:$(DEPLOY_VERSION) .
+
+# Not part of `make test`: installs and starts Docker when absent, builds the images, runs the
+# compose stack and checks it (deploy/deploy_test.py), then tears it down.
+deploy-test:
+	python3 deploy/deploy_test.py
 
 clean:
 	rm -rf target $(EXT_STAMP) switchyard_rpc router_core/*.so .gpu-bundle

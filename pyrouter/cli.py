@@ -60,6 +60,16 @@ def build_parser() -> argparse.ArgumentParser:
     rtr.add_argument("--policy", default="round_robin")
     rtr.add_argument("--policy-file", default=None,
                      help="a .py file or a module name whose @policy functions to register")
+    rtr.add_argument("--engine-dns", action="append", default=[], metavar="NAME:PORT[@ROLE]",
+                     help="engines behind a DNS name (a Kubernetes headless Service: one record "
+                     "per pod), re-resolved every --engine-dns-interval-s; repeatable")
+    rtr.add_argument("--engine-dns-interval-s", type=float, default=5.0,
+                     help="seconds between re-resolving each --engine-dns name")
+    rtr.add_argument("--policy-dir", default=None, metavar="DIR",
+                     help="load every *.py policy file in DIR at start and reload one when it "
+                     "changes (a mounted ConfigMap)")
+    rtr.add_argument("--policy-dir-poll-s", type=float, default=2.0,
+                     help="seconds between checks of --policy-dir for changed files")
     rtr.add_argument("--port", type=int, default=8000)
     rtr.add_argument("--host", default="127.0.0.1")
     rtr.add_argument("--model", default=None, help="model whose tokenizer the router uses")

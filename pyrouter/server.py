@@ -13,6 +13,7 @@ from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.membership import EngineSet
 from pyrouter.errors import BadRequest
 from pyrouter.http.app import make_app
+from pyrouter.live_config import LiveConfig
 from pyrouter.policy_registry import ActivePolicy, get_policy, load_policy_source
 from pyrouter.state import RouterConfig, RouterState
 from pyrouter.tokenizer import load_router_tokenizer, model_display_id
@@ -68,7 +69,9 @@ async def build_state(args: argparse.Namespace) -> RouterState:
 
 async def serve_router(args: argparse.Namespace, stop: asyncio.Event,
                        banner: str | None = None) -> None:
+    live = LiveConfig.from_args(args)  # --policy-dir loads first: --policy may name its policies
     state = await build_state(args)
+    await live.start(state)
     runner = web.AppRunner(make_app(state), handler_cancellation=True, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, args.host, args.port, backlog=4096, reuse_address=True)
@@ -79,6 +82,7 @@ async def serve_router(args: argparse.Namespace, stop: asyncio.Event,
         await stop.wait()
     finally:
         await runner.cleanup()
+        await live.close()
         await state.engines.close()
         if state.tracer is not None:
             state.tracer.close()

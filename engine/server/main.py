@@ -8,7 +8,8 @@ Environment knobs (not flags, so `switchyard serve` and tests can set them per p
 SWITCHYARD_TRANSFER_PORT (default: any free port), SWITCHYARD_ADVERTISE_HOST (address peers use
 for this engine's transfer listener when bound to 0.0.0.0), SWITCHYARD_KV_TRANSPORT (force
 shm|tcp for this engine's sends), SWITCHYARD_LEASE_S, SWITCHYARD_TORCH_THREADS,
-SWITCHYARD_LATENCY_PROFILE (off|auto|force when --latency-profile is not given).
+SWITCHYARD_LATENCY_PROFILE (off|auto|force when --latency-profile is not given),
+SWITCHYARD_DRAIN_S (engine/server/drain.py: how long a SIGTERM waits for the work in flight).
 
 Before serving, the engine profiles its step time or loads a cached profile
 (engine/core/latency_cache.py); a failed profile is logged and the engine serves without one.
@@ -23,6 +24,8 @@ import signal
 import socket
 import time
 from typing import Any
+
+from engine.server.drain import drain_seconds, wait_idle
 
 log = logging.getLogger("switchyard.engine")
 _GRACE_S = 5.0
@@ -86,6 +89,7 @@ async def serve_async(args: argparse.Namespace) -> None:
     from switchyard_rpc import engine_pb2_grpc as pb_grpc
 
     config = engine_config_from_args(args)
+    drain_s = drain_seconds()  # read now: a bad value fails at start, not at shutdown
     loop = asyncio.get_running_loop()
     # Loading the model takes seconds: keep the loop free while it happens.
     core = await asyncio.to_thread(EngineCore, config)
@@ -121,6 +125,9 @@ async def serve_async(args: argparse.Namespace) -> None:
     log.info("engine %s shutting down", config.engine_id)
     for name in ("", "switchyard.v1.Engine"):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+    if drain_s > 0 and not await wait_idle(core, drain_s):
+        log.warning("engine %s: work still in flight after %.0f s of draining; stopping anyway",
+                    config.engine_id, drain_s)
     await server.stop(_GRACE_S)
     listener.close()
     servicer.sender.close()

@@ -1,0 +1,293 @@
+"""`make deploy-test`: build the images, run the compose stack on this machine, and check it.
+
+Steps (each prints one line, with its time):
+  1. Docker: installs Debian's docker.io (and docker-compose) when absent, and starts dockerd
+     when none answers (no bridge, no iptables: every container uses the host network).
+  2. Images: deploy/base-image.sh (debootstrap) and the Dockerfile's builder, router and engine
+     stages (`docker build --network host`), i.e. `make deploy-images`.
+  3. The stack up (deploy/compose.yaml) on free loopback ports, until the router is ready.
+  4. A chat completion under `pd`: 200, and the route header names the prefill engine and the
+     decode engine, each the container listening on that engine's port.
+  5. Policy switch at run time to `long_prompts_pd` (from deploy/policies/, mounted), and back.
+  6. Prometheus from Debian's package scrapes the router (skip: DEPLOY_TEST_PROMETHEUS=0).
+  7. Kill the decode container: the router answers an OpenAI error body; start it again: the
+     router serves `pd` again.
+  8. Tear down the stack (containers, volumes) and stop the dockerd this script started.
+Only the standard library: it runs with the system python3 before any venv exists.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEPLOY = os.path.join(ROOT, "deploy")
+PROJECT = "switchyard-deploy-test"
+_T0 = time.monotonic()
+
+
+def step(message: str) -> None:
+    print(f"[deploy-test {time.monotonic() - _T0:7.1f} s] {message}", flush=True)
+
+
+def run(*argv: str, check: bool = True, quiet: bool = False, **kw: Any) -> subprocess.CompletedProcess[str]:
+    if not quiet:
+        step("$ " + " ".join(argv))
+    return subprocess.run(argv, check=check, text=True, **kw)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# ---- 1. docker ----
+
+def apt_install(*packages: str) -> None:
+    run("apt-get", "update", "-q")
+    run("apt-get", "install", "-y", "-q", "--no-install-recommends", *packages,
+        env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+
+
+def docker_answers() -> bool:
+    return run("docker", "info", check=False, quiet=True, capture_output=True).returncode == 0
+
+
+@contextlib.contextmanager
+def docker_daemon() -> Iterator[None]:
+    """A dockerd to talk to: the running one, or one started here (and stopped at the end)."""
+    missing = [p for p, exe in (("docker.io", "dockerd"), ("docker.io", "docker"))
+               if shutil.which(exe) is None]
+    if missing:
+        apt_install("docker.io")
+    if docker_answers():
+        yield
+        return
+    log = open(os.path.join(tempfile.gettempdir(), "switchyard-dockerd.log"), "wb")
+    step("starting dockerd (host networking only: --bridge=none --iptables=false)")
+    daemon = subprocess.Popen(["dockerd", "--bridge=none", "--iptables=false",
+                               "--ip6tables=false"], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while not docker_answers():
+            if daemon.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"dockerd did not start; see {log.name}")
+            time.sleep(0.5)
+        yield
+    finally:
+        step("stopping the dockerd this test started")
+        daemon.terminate()
+        try:
+            daemon.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+        log.close()
+
+
+def compose_command() -> list[str]:
+    if run("docker", "compose", "version", check=False, quiet=True,
+           capture_output=True).returncode == 0:
+        return ["docker", "compose"]
+    if shutil.which("docker-compose") is None:
+        apt_install("docker-compose")
+    return ["docker-compose"]
+
+
+# ---- HTTP ----
+
+def http(method: str, url: str, body: dict[str, Any] | None = None,
+         timeout_s: float = 300) -> tuple[int, dict[str, str], Any]:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            status, headers, raw = resp.status, dict(resp.headers), resp.read()
+    except urllib.error.HTTPError as err:
+        status, headers, raw = err.code, dict(err.headers), err.read()
+    try:
+        payload = json.loads(raw)
+    except ValueError:
+        payload = raw.decode(errors="replace")
+    return status, headers, payload
+
+
+def wait_for(what: str, check: Any, timeout_s: float, every_s: float = 1.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            result = check()
+        except (OSError, urllib.error.URLError, ValueError):
+            result = None
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(every_s)
+
+
+def chat(base: str, text: str, max_tokens: int = 8) -> tuple[int, dict[str, str], Any]:
+    return http("POST", f"{base}/v1/chat/completions",
+                {"model": "default", "max_tokens": max_tokens, "temperature": 0,
+                 "messages": [{"role": "user", "content": text}]})
+
+
+# ---- the checks ----
+
+class Stack:
+    def __init__(self, compose: list[str], ports: dict[str, int]) -> None:
+        self.compose = [*compose, "-p", PROJECT, "-f", os.path.join(DEPLOY, "compose.yaml")]
+        self.ports = ports
+        self.env = {**os.environ, **{k: str(v) for k, v in ports.items()}}
+        self.base = f"http://127.0.0.1:{ports['SWITCHYARD_ROUTER_PORT']}"
+
+    def __call__(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return run(*self.compose, *args, check=check, env=self.env)
+
+    def engines(self) -> dict[str, dict[str, Any]]:
+        return {e["id"]: e for e in http("GET", f"{self.base}/admin/engines")[2]["engines"]}
+
+    def container_on(self, address: str) -> str:
+        """The compose container whose engine listens on `address` (its --port argument)."""
+        port = address.rsplit(":", 1)[1]
+        for name in ("switchyard-engine-prefill", "switchyard-engine-decode"):
+            args = json.loads(run("docker", "inspect", "--format", "{{json .Args}}", name,
+                                  quiet=True, capture_output=True).stdout)
+            if args[args.index("--port") + 1] == port:
+                return name
+        raise SystemExit(f"no engine container listens on {address}")
+
+    def ready(self) -> bool:
+        status, _, body = http("GET", f"{self.base}/ready", timeout_s=5)
+        return status == 200 and body["healthy_engines"] == 2
+
+
+def check_pd(stack: Stack) -> None:
+    status, headers, body = chat(stack.base, "Name three primary colors.")
+    assert status == 200, (status, body)
+    route = headers["X-Switchyard-Route"]
+    fields = dict(f.split("=", 1) for f in route.split()[1:])
+    assert route.startswith("pd ") and fields["prefill"] != "-", route
+    engines = stack.engines()
+    prefill = stack.container_on(engines[fields["prefill"]]["address"])
+    decode = stack.container_on(engines[fields["decode"]]["address"])
+    assert (prefill, decode) == ("switchyard-engine-prefill", "switchyard-engine-decode"), route
+    text = body["choices"][0]["message"]["content"]
+    step(f"pd ok: route '{route}' = {prefill} -> {decode}; "
+         f"{body['usage']['completion_tokens']} tokens: {text!r}")
+
+
+def check_policy_switch(stack: Stack) -> None:
+    status, _, body = http("PUT", f"{stack.base}/admin/policy", {"policy": "long_prompts_pd"})
+    assert status == 200 and body["policy"] == "long_prompts_pd", body
+    status, headers, _ = chat(stack.base, "Hi")
+    route = headers["X-Switchyard-Route"]
+    assert status == 200 and route.startswith("dp ") and "via=long_prompts_pd" in route, route
+    decode = stack.container_on(stack.engines()[route.split()[1].split("=")[1]]["address"])
+    assert decode == "switchyard-engine-decode", route
+    status, _, body = http("PUT", f"{stack.base}/admin/policy", {"policy": "pd"})
+    assert status == 200 and body["policy"] == "pd", body
+    step(f"policy switch ok: long_prompts_pd answered with '{route}' on {decode}; back to pd")
+
+
+def check_prometheus(stack: Stack) -> None:
+    if shutil.which("prometheus") is None:
+        apt_install("prometheus")
+    port = free_port()
+    config = os.path.join(tempfile.mkdtemp(prefix="switchyard-prom-"), "prometheus.yml")
+    with open(os.path.join(DEPLOY, "observability", "prometheus.yml"), encoding="utf-8") as f:
+        text = f.read().replace("127.0.0.1:8000", f"127.0.0.1:{stack.ports['SWITCHYARD_ROUTER_PORT']}")
+    with open(config, "w", encoding="utf-8") as f:
+        f.write(text)
+    log = open(os.path.join(os.path.dirname(config), "prometheus.log"), "wb")
+    prom = subprocess.Popen(["prometheus", f"--config.file={config}",
+                             f"--storage.tsdb.path={os.path.dirname(config)}/data",
+                             f"--web.listen-address=127.0.0.1:{port}"],
+                            stdout=log, stderr=subprocess.STDOUT)
+    try:
+        # The router is up for Prometheus, and its switchyard metrics (the requests sent so far)
+        # arrived: count the series whose name starts with "switchyard".
+        query = (f"http://127.0.0.1:{port}/api/v1/query?query=" + urllib.parse.quote(
+            'count({__name__=~"switchyard.+", job="switchyard-router"}) '
+            'and on() up{job="switchyard-router"} == 1'))
+
+        def scraped() -> int:
+            status, _, body = http("GET", query, timeout_s=5)
+            result = body["data"]["result"] if status == 200 else []
+            return int(float(result[0]["value"][1])) if result else 0
+
+        series = wait_for("Prometheus to scrape the router", scraped, timeout_s=60)
+        step(f"prometheus ok (Debian's package): up == 1, {series} switchyard series scraped")
+    except BaseException:
+        log.flush()
+        with open(log.name, encoding="utf-8", errors="replace") as f:
+            print(f.read()[-3000:], flush=True)
+        raise
+    finally:
+        prom.terminate()
+        prom.wait(timeout=30)
+        log.close()
+        shutil.rmtree(os.path.dirname(config), ignore_errors=True)
+
+
+def check_decode_failure(stack: Stack) -> None:
+    run("docker", "kill", "switchyard-engine-decode")
+    decode_ids = [i for i, e in stack.engines().items() if e["role"] == "decode"]
+    wait_for("the router to see the decode engine down",
+             lambda: not any(stack.engines()[i]["healthy"] for i in decode_ids), timeout_s=60)
+    status, _, body = chat(stack.base, "Are you there?")
+    error = body.get("error") if isinstance(body, dict) else None
+    assert status >= 500 and error and set(error) == {"message", "type", "param", "code"}, body
+    step(f"decode down ok: HTTP {status} {json.dumps(body)}")
+    run("docker", "start", "switchyard-engine-decode")
+    wait_for("the decode engine to come back", stack.ready, timeout_s=600, every_s=2)
+    status, headers, _ = chat(stack.base, "Welcome back.")
+    assert status == 200 and headers["X-Switchyard-Route"].startswith("pd "), headers
+    step(f"recovered ok: '{headers['X-Switchyard-Route']}'")
+
+
+def main() -> int:
+    if os.geteuid() != 0:
+        raise SystemExit("make deploy-test installs and starts Docker: run it as root")
+    with docker_daemon():
+        compose = compose_command()
+        step("building images (make deploy-images)")
+        run("make", "-C", ROOT, "deploy-images")
+        ports = {name: free_port() for name in (
+            "SWITCHYARD_ROUTER_PORT", "SWITCHYARD_PREFILL_PORT", "SWITCHYARD_DECODE_PORT",
+            "SWITCHYARD_PREFILL_KV_PORT", "SWITCHYARD_DECODE_KV_PORT")}
+        stack = Stack(compose, ports)
+        stack("down", "--volumes", "--remove-orphans", check=False)  # leftovers of a killed run
+        try:
+            stack("up", "-d")
+            wait_for("the router with 2 healthy engines", stack.ready, timeout_s=900, every_s=2)
+            step(f"stack up: router {stack.base}, engines {stack.engines()}")
+            check_pd(stack)
+            check_policy_switch(stack)
+            if os.environ.get("DEPLOY_TEST_PROMETHEUS", "1") != "0":
+                check_prometheus(stack)
+            check_decode_failure(stack)
+        except BaseException:
+            stack("logs", "--tail", "60", check=False)
+            raise
+        finally:
+            stack("down", "--volumes", "--remove-orphans", check=False)
+    step(f"deploy-test passed in {time.monotonic() - _T0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
