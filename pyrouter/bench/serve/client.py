@@ -10,40 +10,12 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import aiohttp
 
+from pyrouter.bench.serve.request_body import Slo, completion_body
 from pyrouter.bench.serve.stream_record import RequestRecord, StreamObserver
 from pyrouter.bench.workloads import WorkItem
-
-
-@dataclass(frozen=True, slots=True)
-class Slo:
-    ttft_ms: float | None = None
-    tpot_ms: float | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("ttft_ms", "tpot_ms"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise ValueError(f"slo {name} must be > 0, got {value}")
-
-    def __bool__(self) -> bool:
-        return self.ttft_ms is not None or self.tpot_ms is not None
-
-    def body(self) -> dict[str, float]:
-        return {k: v for k, v in (("ttft_ms", self.ttft_ms), ("tpot_ms", self.tpot_ms))
-                if v is not None}
-
-    def met_by(self, record: RequestRecord) -> bool:
-        """A completed request meets the SLO when TTFT <= ttft_ms and TPOT <= tpot_ms (a
-        one-token output has no TPOT and meets that half); a failed one never does."""
-        if not record.ok or record.ttft_ms is None:
-            return False
-        if self.ttft_ms is not None and record.ttft_ms > self.ttft_ms:
-            return False
-        return self.tpot_ms is None or record.tpot_ms is None or record.tpot_ms <= self.tpot_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,16 +29,6 @@ class ClientConfig:
 
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-
-
-def completion_body(item: WorkItem, cfg: ClientConfig) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "model": cfg.model, "prompt": item.prompt, "max_tokens": item.max_tokens,
-        "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True,
-        "temperature": cfg.temperature}
-    if cfg.slo:
-        body["slo"] = cfg.slo.body()
-    return body
 
 
 def _error_message(text: str) -> str:
@@ -85,7 +47,8 @@ async def send_request(session: aiohttp.ClientSession, cfg: ClientConfig, item: 
     observer = StreamObserver(sent_at)
     try:
         async with session.post(f"{cfg.base_url}/v1/completions",
-                                json=completion_body(item, cfg), headers=cfg.headers(),
+                                json=completion_body(item.prompt, item.max_tokens, cfg.model,
+                                                     cfg.temperature, cfg.slo), headers=cfg.headers(),
                                 timeout=aiohttp.ClientTimeout(total=cfg.timeout_s)) as resp:
             record.request_id = resp.headers.get("X-Request-Id", "")
             record.route = resp.headers.get("X-Switchyard-Route", "")

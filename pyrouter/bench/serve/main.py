@@ -18,8 +18,9 @@ from typing import Any
 
 import uvloop
 
-from pyrouter.bench.serve.client import ClientConfig, Slo
+from pyrouter.bench.serve.client import ClientConfig
 from pyrouter.bench.serve.report import header_lines, slo_capacity, table, write_summary
+from pyrouter.bench.serve.request_body import Slo
 from pyrouter.bench.serve.sweep import SweepConfig, SweepResult, run_sweep
 from pyrouter.bench.workloads import (
     ArrivalProcess,
@@ -139,7 +140,11 @@ def run(args: argparse.Namespace) -> int:
                      a.api_key),
         a.num_prompts, a.policies, a.rates, a.burstiness, a.time_scale, a.seed, a.salt,
         a.idle_timeout_s, result_dir, not a.no_progress)
-    result = uvloop.run(_main(cfg, workload))
+    try:
+        result = uvloop.run(_main(cfg, workload))
+    except KeyboardInterrupt:  # the second Ctrl-C
+        print("interrupted twice: stopped without a summary", file=sys.stderr)
+        return 130
     if result.runs:
         print(table(result.runs))
         if slo and a.rates:

@@ -58,10 +58,13 @@ def table(runs: Sequence[dict[str, Any]]) -> str:
 
 
 def slo_capacity(runs: Sequence[dict[str, Any]], target: float) -> dict[str, float | None]:
-    """Per policy, the highest swept rate whose SLO attainment is >= target (None: none)."""
+    """Per policy, the highest swept rate whose SLO attainment is >= target (None: none).
+    Runs cut short by Ctrl-C do not count."""
     out: dict[str, float | None] = {}
     for r in runs:
         out.setdefault(r["policy"], None)
+        if r.get("interrupted"):
+            continue
         attained, rate = r.get("slo_attainment"), r.get("rate")
         if attained is not None and rate is not None and attained >= target and (
                 out[r["policy"]] is None or rate > (out[r["policy"]] or 0.0)):
