@@ -29,7 +29,9 @@ def _load(paths: Sequence[str]) -> tuple[list[dict[str, Any]], str]:
             raise ValueError(f"{path} is not a `switchyard bench serve` summary.json")
         runs.extend(body["runs"])
         workload = ", ".join(f"{k}={v}" for k, v in body.get("workload", {}).items())
-        captions.append(f"{workload}; {body.get('arrivals', '')}")
+        slo = ", ".join(f"{k}<={v:g}" for k, v in (body.get("slo") or {}).items())
+        captions.append(f"{workload}; {body.get('arrivals', '')}" + (f"; SLO {slo}" if slo
+                                                                    else ""))
     return runs, " | ".join(dict.fromkeys(captions))
 
 
@@ -57,38 +59,33 @@ def plot_summaries(paths: Sequence[str], out_dir: str, prefix: str = "") -> list
 
     runs, caption = _load(paths)
     os.makedirs(out_dir, exist_ok=True)
-    written = []
-    fig, axes = plt.subplots(2, 3, figsize=(13, 7), squeeze=False)
-    for ax, (stat, name) in zip(axes.flat, _LATENCY_PANELS, strict=True):
-        for policy, (xs, ys) in _series(runs, f"{stat}_{name}_ms").items():
-            ax.plot(xs, ys, marker="o", label=policy)
-        ax.set_title(f"{'Mean' if stat == 'mean' else 'P99'} {_NAMES[name]}")
-        ax.set_xlabel("request rate (req/s)")
-        ax.set_ylabel("ms")
+
+    def draw(ax: Any, key: str, scale: float, title: str, ylabel: str) -> None:
+        for policy, (xs, ys) in _series(runs, key).items():
+            ax.plot(xs, [scale * y for y in ys], marker="o", label=policy)
+        ax.set(title=title, xlabel="request rate (req/s)", ylabel=ylabel)
         ax.grid(alpha=0.3)
-    axes[0][0].legend()
-    fig.suptitle(f"latency vs request rate\n{caption}", fontsize=9)
-    fig.tight_layout()
-    path = os.path.join(out_dir, f"{prefix}latency_vs_rate.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    written.append(path)
-    attainment = _series(runs, "slo_attainment")
-    if attainment:
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for policy, (xs, ys) in attainment.items():
-            ax.plot(xs, [100 * y for y in ys], marker="o", label=policy)
-        ax.set_xlabel("request rate (req/s)")
-        ax.set_ylabel("SLO attainment (%)")
-        ax.set_ylim(0, 102)
-        ax.grid(alpha=0.3)
-        ax.legend()
-        ax.set_title(f"SLO attainment vs request rate\n{caption}", fontsize=8)
+
+    def save(fig: Any, name: str, title: str) -> str:
+        fig.suptitle(f"{title}\n{caption}", fontsize=9)
         fig.tight_layout()
-        path = os.path.join(out_dir, f"{prefix}slo_attainment_vs_rate.png")
+        path = os.path.join(out_dir, f"{prefix}{name}")
         fig.savefig(path, dpi=110)
         plt.close(fig)
-        written.append(path)
+        return path
+
+    fig, axes = plt.subplots(2, 3, figsize=(13, 7), squeeze=False)
+    for ax, (stat, name) in zip(axes.flat, _LATENCY_PANELS, strict=True):
+        draw(ax, f"{stat}_{name}_ms", 1.0,
+             f"{'Mean' if stat == 'mean' else 'P99'} {_NAMES[name]}", "ms")
+    axes[0][0].legend()
+    written = [save(fig, "latency_vs_rate.png", "latency vs request rate")]
+    if _series(runs, "slo_attainment"):
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        draw(ax, "slo_attainment", 100.0, "", "SLO attainment (%)")
+        ax.set_ylim(0, 102)
+        ax.legend()
+        written.append(save(fig, "slo_attainment_vs_rate.png", "SLO attainment vs request rate"))
     return written
 
 

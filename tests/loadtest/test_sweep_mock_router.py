@@ -95,6 +95,10 @@ def test_unknown_policy_and_unreachable_router_are_clear_errors(router: str, tmp
     assert bench_serve(argparse.Namespace(rest=["--url", router, "--burstiness", "0",
                                                 *base])) == 2
     assert "burstiness" in capsys.readouterr().err
+    assert bench_serve(argparse.Namespace(rest=["--url", router, "--workload", "azure-code",
+                                                "--trace-start", "8800", "--num-prompts",
+                                                "50", "--no-progress"])) == 2
+    assert "num-prompts must be in 1..19" in capsys.readouterr().err
 
 
 async def _sweep(router: str, vocab: RealVocabulary, salt: int) -> list[dict[str, object]]:

@@ -17,10 +17,12 @@ from pyrouter.bench.workloads import (
     build_workload,
     schedule,
 )
-from pyrouter.bench.workloads.azure import AzureCodeWorkload, AzureConfig
-from pyrouter.bench.workloads.mooncake import MooncakeConfig, MooncakeWorkload
+from pyrouter.bench.workloads.azure import AzureCodeWorkload
+from pyrouter.bench.workloads.data_files import AZURE_CODE, MOONCAKE_CONVERSATION
+from pyrouter.bench.workloads.mooncake import MooncakeWorkload
 from pyrouter.bench.workloads.shifting import ShiftingConfig, ShiftingWorkload
 from pyrouter.bench.workloads.sonnet import SALT_TOKENS, SonnetConfig, SonnetWorkload
+from pyrouter.bench.workloads.trace_replay import TraceConfig
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
@@ -47,7 +49,7 @@ def test_sonnet_lengths_follow_the_targets(vocab: RealVocabulary):
     ins = np.array([len(s.prompt) for s in shapes])
     outs = np.array([s.max_tokens for s in shapes])
     for i in range(20):  # each prompt holds exactly its drawn number of tokens
-        assert len(shapes[i].prompt) == w.lengths(i)[0]
+        assert len(shapes[i].prompt) == w.target_lengths(i)[0]
     assert ins.mean() == pytest.approx(300, rel=0.03) and ins.std() == pytest.approx(40, rel=0.15)
     assert outs.mean() == pytest.approx(50, rel=0.03) and outs.std() == pytest.approx(10, rel=0.15)
     text = vocab.tokenizer.decode(shapes[0].prompt[SALT_TOKENS:])
@@ -80,7 +82,7 @@ def test_mooncake_equal_hash_ids_are_equal_blocks(tmp_path, vocab: RealVocabular
         {"timestamp": 1500, "input_length": 1536, "output_length": 10, "hash_ids": [7, 8, 4]},
         {"timestamp": 4000, "input_length": 600, "output_length": 1, "hash_ids": [5, 8]},
     ])
-    w = MooncakeWorkload(vocab, MooncakeConfig(path, length_scale=1 / 16, output_scale=0.1))
+    w = MooncakeWorkload(vocab, TraceConfig(path, length_scale=1 / 16, output_scale=0.1))
     assert w.block_tokens == 32 and w.size() == 3
     a, b, c = (w.shape(i, salt=5) for i in range(3))
     assert len(a.prompt) == round(1100 / 16) == 69 and len(b.prompt) == 96
@@ -98,12 +100,12 @@ def test_mooncake_scaled_length_never_exceeds_its_blocks(tmp_path, vocab: RealVo
     # 14 full blocks at scale 0.01: round(7168 * 0.01) = 72 > 14 blocks * round(5.12) = 70
     path = _trace(tmp_path, [{"timestamp": 0, "input_length": 7168, "output_length": 5,
                               "hash_ids": list(range(14))}])
-    w = MooncakeWorkload(vocab, MooncakeConfig(path, length_scale=0.01))
+    w = MooncakeWorkload(vocab, TraceConfig(path, length_scale=0.01))
     assert len(w.shape(0, 0).prompt) == 70
 
 
 def test_bundled_mooncake_trace_shares_real_prefixes(vocab: RealVocabulary):
-    w = MooncakeWorkload(vocab, MooncakeConfig(length_scale=1 / 32))
+    w = MooncakeWorkload(vocab, TraceConfig(MOONCAKE_CONVERSATION, length_scale=1 / 32))
     rows = [w.shape(i, salt=9) for i in range(3)]
     # the first trace rows all start with hash id 0: one equal 16-token block
     assert rows[0].prompt[:16] == rows[1].prompt[:16] == rows[2].prompt[:16]
@@ -117,18 +119,18 @@ def test_azure_trace_lengths_and_timestamps(tmp_path, vocab: RealVocabulary):
                     "2023-11-16 18:17:03.9799600,4808,10\n"
                     "2023-11-16 18:17:04.0319600,3180,8\n"
                     "2023-11-16 18:17:06.5000000,110,27\n")
-    w = AzureCodeWorkload(vocab, AzureConfig(str(path), length_scale=0.1, output_scale=2.0))
+    w = AzureCodeWorkload(vocab, TraceConfig(str(path), length_scale=0.1, output_scale=2.0))
     shapes = [w.shape(i, 1) for i in range(3)]
     assert [len(s.prompt) for s in shapes] == [481, 318, 11]
     assert [s.max_tokens for s in shapes] == [20, 16, 54]
     assert w.trace_offsets(3) == pytest.approx([0.0, 0.052, 2.52004], abs=1e-6)
     assert _common_prefix(shapes[0].prompt, w.shape(0, 2).prompt) == 0
-    bundled = AzureCodeWorkload(vocab, AzureConfig())
+    bundled = AzureCodeWorkload(vocab, TraceConfig(AZURE_CODE))
     assert bundled.size() == 8819
     bad = tmp_path / "bad.csv"
     bad.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,1,1\n")
     with pytest.raises(WorkloadError, match="bad.csv:2"):
-        AzureCodeWorkload(vocab, AzureConfig(str(bad)))
+        AzureCodeWorkload(vocab, TraceConfig(str(bad)))
 
 
 def test_shifting_phases_alternate(vocab: RealVocabulary):
@@ -150,7 +152,7 @@ def test_schedule_joins_shapes_and_arrivals(tmp_path, vocab: RealVocabulary):
         schedule(w, 5, salt=1, arrivals=None)
     path = _trace(tmp_path, [{"timestamp": t, "input_length": 10, "output_length": 2,
                               "hash_ids": [0]} for t in (0, 1000, 3000)])
-    trace = MooncakeWorkload(vocab, MooncakeConfig(path))
+    trace = MooncakeWorkload(vocab, TraceConfig(path))
     replay = schedule(trace, 3, salt=1, arrivals=None, time_scale=0.5)
     assert [i.arrival_s for i in replay] == [0.0, 0.5, 1.5]
     with pytest.raises(WorkloadError, match="has 3 requests"):

@@ -125,6 +125,10 @@ def run(args: argparse.Namespace) -> int:
         for rate in a.rates:
             ArrivalProcess(rate, a.burstiness)  # checks rate and burstiness
         workload = build_workload(a)
+        size = workload.size()
+        if a.num_prompts < 1 or (size is not None and a.num_prompts > size):
+            raise WorkloadError(f"num-prompts must be in 1..{size or 'inf'} for the "
+                                f"{workload.name} workload, got {a.num_prompts}")
     except (WorkloadError, ValueError) as exc:
         print(f"switchyard bench serve: {exc}", file=sys.stderr)
         return 2

@@ -8,18 +8,12 @@ requests share a prefix. Outputs are round(GeneratedTokens * output_scale), at l
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-from pyrouter.bench.workloads.base import (
-    RequestShape,
-    Workload,
-    WorkloadError,
-    check_positive,
-    scaled_length,
-)
-from pyrouter.bench.workloads.data_files import AZURE_CODE, data_path
+from pyrouter.bench.workloads.base import RequestShape, WorkloadError, scaled_length
+from pyrouter.bench.workloads.data_files import data_path
+from pyrouter.bench.workloads.trace_replay import TraceConfig, TraceWorkload
 from pyrouter.bench.workloads.vocabulary import RealVocabulary
 
 
@@ -27,19 +21,6 @@ class AzureRequest(NamedTuple):
     timestamp_s: float
     context_tokens: int
     generated_tokens: int
-
-
-@dataclass(frozen=True, slots=True)
-class AzureConfig:
-    path: str = AZURE_CODE
-    length_scale: float = 1.0
-    output_scale: float = 1.0
-    start: int = 0
-
-    def __post_init__(self) -> None:
-        check_positive(length_scale=self.length_scale, output_scale=self.output_scale)
-        if self.start < 0:
-            raise WorkloadError(f"trace start must be >= 0, got {self.start}")
 
 
 def _seconds(stamp: str) -> float:
@@ -62,30 +43,19 @@ def read_azure(path: str) -> list[AzureRequest]:
     return out
 
 
-class AzureCodeWorkload(Workload):
+class AzureCodeWorkload(TraceWorkload[AzureRequest]):
     name = "azure-code"
 
-    def __init__(self, vocab: RealVocabulary, config: AzureConfig) -> None:
-        self.config = config
+    def __init__(self, vocab: RealVocabulary, config: TraceConfig) -> None:
+        super().__init__(config, read_azure(config.path))
         self._vocab = vocab
-        self._rows = read_azure(config.path)[config.start:]
-        if not self._rows:
-            raise WorkloadError(f"{config.path} has no requests from row {config.start}")
 
-    def size(self) -> int:
-        return len(self._rows)
+    @staticmethod
+    def timestamp_s(row: AzureRequest) -> float:
+        return row.timestamp_s
 
     def shape(self, index: int, salt: int) -> RequestShape:
         row = self._rows[index]
         length = scaled_length(row.context_tokens, self.config.length_scale)
         return RequestShape(self._vocab.block(length, "azure", salt, index),
                             scaled_length(row.generated_tokens, self.config.output_scale))
-
-    def trace_offsets(self, count: int) -> list[float]:
-        rows = self._rows[:count]
-        return [r.timestamp_s - rows[0].timestamp_s for r in rows]
-
-    def describe(self) -> dict[str, Any]:
-        c = self.config
-        return {"workload": self.name, "trace": c.path, "trace_start": c.start,
-                "length_scale": c.length_scale, "output_scale": c.output_scale}

@@ -11,17 +11,11 @@ start; `trace_offsets` returns them in seconds from the first request replayed.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from pyrouter.bench.workloads.base import (
-    RequestShape,
-    Workload,
-    WorkloadError,
-    check_positive,
-    scaled_length,
-)
-from pyrouter.bench.workloads.data_files import MOONCAKE_CONVERSATION, data_path
+from pyrouter.bench.workloads.base import RequestShape, WorkloadError, scaled_length
+from pyrouter.bench.workloads.data_files import data_path
+from pyrouter.bench.workloads.trace_replay import TraceConfig, TraceWorkload
 from pyrouter.bench.workloads.vocabulary import RealVocabulary
 
 TRACE_BLOCK_TOKENS = 512
@@ -32,19 +26,6 @@ class MooncakeRequest(NamedTuple):
     input_length: int
     output_length: int
     hash_ids: list[int]
-
-
-@dataclass(frozen=True, slots=True)
-class MooncakeConfig:
-    path: str = MOONCAKE_CONVERSATION
-    length_scale: float = 1.0
-    output_scale: float = 1.0
-    start: int = 0  # first trace line replayed
-
-    def __post_init__(self) -> None:
-        check_positive(length_scale=self.length_scale, output_scale=self.output_scale)
-        if self.start < 0:
-            raise WorkloadError(f"trace start must be >= 0, got {self.start}")
 
 
 def read_mooncake(path: str) -> list[MooncakeRequest]:
@@ -63,21 +44,19 @@ def read_mooncake(path: str) -> list[MooncakeRequest]:
     return out
 
 
-class MooncakeWorkload(Workload):
+class MooncakeWorkload(TraceWorkload[MooncakeRequest]):
     name = "mooncake"
 
-    def __init__(self, vocab: RealVocabulary, config: MooncakeConfig) -> None:
-        self.config = config
+    def __init__(self, vocab: RealVocabulary, config: TraceConfig) -> None:
+        super().__init__(config, read_mooncake(config.path))
         self._vocab = vocab
-        self._rows = read_mooncake(config.path)[config.start:]
-        if not self._rows:
-            raise WorkloadError(f"{config.path} has no requests from line {config.start}")
         self.block_tokens = scaled_length(TRACE_BLOCK_TOKENS, config.length_scale)
         self._blocks: dict[int, list[int]] = {}
         self._blocks_salt: int | None = None
 
-    def size(self) -> int:
-        return len(self._rows)
+    @staticmethod
+    def timestamp_s(row: MooncakeRequest) -> float:
+        return row.timestamp_ms / 1000.0
 
     def _block(self, hash_id: int, salt: int) -> list[int]:
         if salt != self._blocks_salt:  # a new run: the old run's blocks are never needed again
@@ -100,12 +79,5 @@ class MooncakeWorkload(Workload):
         return RequestShape(prompt[:length],
                             scaled_length(row.output_length, self.config.output_scale))
 
-    def trace_offsets(self, count: int) -> list[float]:
-        rows = self._rows[:count]
-        return [(r.timestamp_ms - rows[0].timestamp_ms) / 1000.0 for r in rows]
-
     def describe(self) -> dict[str, Any]:
-        c = self.config
-        return {"workload": self.name, "trace": c.path, "trace_start": c.start,
-                "length_scale": c.length_scale, "output_scale": c.output_scale,
-                "block_tokens": self.block_tokens}
+        return {**super().describe(), "block_tokens": self.block_tokens}

@@ -6,12 +6,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from pyrouter.bench.workloads.azure import AzureCodeWorkload, AzureConfig
+from pyrouter.bench.workloads.azure import AzureCodeWorkload
 from pyrouter.bench.workloads.base import Workload, WorkloadError
 from pyrouter.bench.workloads.data_files import AZURE_CODE, MOONCAKE_CONVERSATION
-from pyrouter.bench.workloads.mooncake import MooncakeConfig, MooncakeWorkload
+from pyrouter.bench.workloads.mooncake import MooncakeWorkload
 from pyrouter.bench.workloads.shifting import ShiftingConfig, ShiftingWorkload
 from pyrouter.bench.workloads.sonnet import SonnetConfig, SonnetWorkload
+from pyrouter.bench.workloads.trace_replay import TraceConfig
 from pyrouter.bench.workloads.vocabulary import RealVocabulary
 
 WORKLOADS = ("sonnet", "mooncake", "azure-code", "shifting")
@@ -70,11 +71,11 @@ def build_workload(opts: argparse.Namespace, vocab: RealVocabulary | None = None
         return SonnetWorkload(vocab, SonnetConfig(opts.input_mean, opts.input_std,
                                                   opts.output_mean, opts.output_std, opts.seed))
     if opts.workload == "mooncake":
-        return MooncakeWorkload(vocab, MooncakeConfig(opts.trace or MOONCAKE_CONVERSATION,
-                                                      opts.length_scale, output_scale,
-                                                      opts.trace_start))
+        return MooncakeWorkload(vocab, TraceConfig(opts.trace or MOONCAKE_CONVERSATION,
+                                                   opts.length_scale, output_scale,
+                                                   opts.trace_start))
     if opts.workload == "azure-code":
-        return AzureCodeWorkload(vocab, AzureConfig(opts.trace or AZURE_CODE, opts.length_scale,
+        return AzureCodeWorkload(vocab, TraceConfig(opts.trace or AZURE_CODE, opts.length_scale,
                                                     output_scale, opts.trace_start))
     if opts.workload == "shifting":
         return ShiftingWorkload(vocab, ShiftingConfig(opts.phase_requests, *opts.prefill_heavy,

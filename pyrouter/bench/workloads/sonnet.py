@@ -58,15 +58,21 @@ class SonnetWorkload(Workload):
         return self._vocab.tokenizer.encode(_INSTRUCTION.format(n=output_tokens),
                                             add_special_tokens=False)
 
-    def lengths(self, index: int) -> tuple[int, int, np.random.Generator]:
+    def _draw(self, index: int) -> tuple[int, int, np.random.Generator]:
+        """Request `index`'s target input and output lengths, and the generator that then
+        shuffles its lines: a function of (seed, index) only."""
         cfg = self.config
         rng = np.random.default_rng((cfg.seed, index))
         n_in = max(1, round(rng.normal(cfg.input_mean, cfg.input_std)))
         n_out = max(1, round(rng.normal(cfg.output_mean, cfg.output_std)))
         return n_in, n_out, rng
 
+    def target_lengths(self, index: int) -> tuple[int, int]:
+        n_in, n_out, _ = self._draw(index)
+        return n_in, n_out
+
     def shape(self, index: int, salt: int) -> RequestShape:
-        n_in, n_out, rng = self.lengths(index)
+        n_in, n_out, rng = self._draw(index)
         prompt = self._vocab.block(SALT_TOKENS, "sonnet-salt", salt) + self._instruction(n_out)
         target = max(n_in, len(prompt) + 1)  # a draw below the fixed prefix keeps one line token
         order = rng.permutation(len(self._line_tokens))
