@@ -16,7 +16,7 @@ _ROWS: list[tuple[str, str, str]] = [
     ("duration (s)", "duration_s", "{:.2f}"),
     ("request throughput (req/s)", "request_throughput", "{:.3f}"),
     ("output throughput (tok/s)", "output_throughput", "{:.1f}"),
-    ("cached prompt tokens", "cached_tokens", "{:.0f}"),
+    ("prompt tokens not prefilled", "cached_tokens", "{:.0f}"),
 ]
 for _name, _label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("jct", "JCT")):
     for _stat, _stat_label in (("mean", "mean"), ("median", "median"), ("p90", "P90"),
