@@ -21,9 +21,9 @@ from engine.core.sampling_params import SamplingParams
 from pyrouter.cluster import ClusterView
 from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.handle import EngineHandle
+from pyrouter.outcomes import RecentOutcomes
 from pyrouter.policy_registry import ActivePolicy, PolicySpec, get_policy
 from pyrouter.request import RouterRequest, SloSpec
-from pyrouter.outcomes import RecentOutcomes
 from pyrouter.scope import RouterCounters
 from pyrouter.testing.drive import FakeRun, OnTokens, drive
 from pyrouter.testing.fake_engine import FakeEngineClient, Fault, next_token
