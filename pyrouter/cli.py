@@ -26,6 +26,8 @@ _BENCH_DISPATCH: dict[str, str] = {
     "transfer": "engine.bench.transfer_bench:run",
     "router-core": "pyrouter.bench.router_core_bench:run",
     "router": "pyrouter.bench.router_bench:run",
+    "serve": "pyrouter.bench.serve.main:run",
+    "plot": "pyrouter.bench.plot:run",
 }
 
 
