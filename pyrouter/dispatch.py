@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from pyrouter.cluster import ClusterView, EngineDirectory
+from pyrouter.cluster import ClusterView, EngineDirectory, EventSink
 from pyrouter.engines.handle import CALLER_MISTAKES, EngineHandle, GenerationStream
 from pyrouter.errors import (
     BadRequest,
@@ -253,7 +253,7 @@ class RequestRun:
 
 class Dispatcher:
     def __init__(self, engines: EngineDirectory, slot: PolicySlot, retries: int = 1,
-                 policy_timeout_s: float = 300.0) -> None:
+                 policy_timeout_s: float = 300.0, events: EventSink | None = None) -> None:
         self.engines = engines
         self.slot = slot
         self.retries = retries
@@ -261,6 +261,7 @@ class Dispatcher:
         # on CPU can legitimately take a while, hence minutes, not seconds).
         self.policy_timeout_s = policy_timeout_s
         self.outcomes = RecentOutcomes()
+        self.events = events  # policies' decisions worth counting (metrics)
 
     def record(self, req: RouterRequest, ok: bool, started: float, first_token: float | None,
                ended: float) -> None:
@@ -293,7 +294,7 @@ class Dispatcher:
 
     async def _attempt(self, req: RouterRequest, active: ActivePolicy) -> RequestRun:
         started_at = len(req.scope.verbs)
-        session = PolicySession(active, req, ClusterView(self.engines, active, self.outcomes),
+        session = PolicySession(active, req, ClusterView(self.engines, active, self.outcomes, self.events),
                                 self.policy_timeout_s)
         try:
             stream = await session.first()

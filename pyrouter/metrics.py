@@ -29,6 +29,9 @@ class RouterMetrics:
         self.inflight = Gauge("switchyard_router_inflight", "Requests in flight", registry=r)
         self.policy_errors = Counter("switchyard_router_policy_errors",
                                      "Requests failed by a policy bug", ["policy"], registry=r)
+        self.policy_events = Counter("switchyard_router_policy_events",
+                                     "Policy decisions worth counting (pattern and role switches)",
+                                     ["kind", "detail"], registry=r)
         self.engine_healthy = Gauge("switchyard_router_engine_healthy", "1 = in rotation",
                                     ["engine", "address"], registry=r)
         # Labelled children by label values: labels() validates and locks on every call.
@@ -43,6 +46,9 @@ class RouterMetrics:
 
     def count_route(self, pattern: str) -> None:
         self._child(self.routes, pattern).inc()
+
+    def count_event(self, kind: str, detail: str) -> None:
+        self._child(self.policy_events, kind, detail).inc()
 
     def count_request(self, policy: str, status: str) -> None:
         self._child(self.requests, policy, status).inc()

@@ -14,6 +14,7 @@ from pyrouter.engines.membership import EngineSet
 from pyrouter.errors import BadRequest
 from pyrouter.http.app import make_app
 from pyrouter.live_config import LiveConfig
+from pyrouter.metrics import RouterMetrics
 from pyrouter.policy_registry import ActivePolicy, get_policy, load_policy_source
 from pyrouter.state import RouterConfig, RouterState
 from pyrouter.tokenizer import load_router_tokenizer, model_display_id
@@ -62,9 +63,12 @@ async def build_state(args: argparse.Namespace) -> RouterState:
         engines.add(*parse_engine_arg(spec))
     slot = PolicySlot(initial_policy(args.policy, args.policy_file))
     timeout_s = float(getattr(args, "policy_timeout_s", None) or 300.0)
+    metrics = RouterMetrics()
     return RouterState(config, tokenizer, engines, slot,
-                       Dispatcher(engines, slot, policy_timeout_s=timeout_s),
-                       DetokenizerVocab.from_tokenizer_json(tokenizer.to_json()))
+                       Dispatcher(engines, slot, policy_timeout_s=timeout_s,
+                                  events=metrics.count_event),
+                       DetokenizerVocab.from_tokenizer_json(tokenizer.to_json()),
+                       metrics=metrics)
 
 
 async def serve_router(args: argparse.Namespace, stop: asyncio.Event,

@@ -97,6 +97,7 @@ class FakeEngineClient:
     generations: dict[str, FakeGeneration] = field(default_factory=dict)
     finished: list[FakeGeneration] = field(default_factory=list)
     aborts: int = 0
+    prefill_chunk_size: int = 0
     _counts: dict[str, int] = field(default_factory=dict)
     _kv_seq: int = 0
 
@@ -195,6 +196,15 @@ class FakeEngineClient:
                 gen.done = True
         self.aborts += int(not handoff)
         return found
+
+    async def configure(self, prefill_chunk_size: int | None = None,
+                        timeout_s: float | None = None) -> pb.ConfigureResponse:
+        previous = self.prefill_chunk_size
+        if prefill_chunk_size is not None:
+            self.calls.append(("configure", str(prefill_chunk_size)))
+            self.prefill_chunk_size = prefill_chunk_size
+        return pb.ConfigureResponse(prefill_chunk_size=self.prefill_chunk_size,
+                                    previous_prefill_chunk_size=previous)
 
     async def close(self) -> None:
         return None

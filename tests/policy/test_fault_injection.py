@@ -29,6 +29,9 @@ CASES: list[tuple[str, tuple[str, ...], dict[str, Any]]] = [
     ("pd", ("prefill", "decode"), {}),
     ("balanced_pd", ("prefill", "decode"), {"ratio": 0.5}),
     ("lead_follow", ("any", "any"), {"k": 2}),
+    ("tandem", ("any", "any"), {}),
+    ("slo_mux", ("prefill", "decode"), {}),
+    ("adaptive", ("any", "any"), {"start": "pd"}),
 ]
 KINDS: list[dict[str, Any]] = [
     {"kind": "rpc", "code": grpc.StatusCode.UNAVAILABLE},

@@ -1,0 +1,84 @@
+"""Tropical's SLO-aware multiplexing checks: may this prefill run on a multiplexing engine (next
+to its decodes), and when do engines change role?
+
+A prefill fits a multiplexing engine when, by the latency model, (1) each step carrying one of
+its chunks still fits the TPOT SLO of the requests decoding there (the TPOT slack of an
+iteration absorbs it), (2) the engine's decode step with this request added stays below
+`margin` × the TPOT SLO (not approaching it), (3) its KV use stays under the watermark, and
+(4) its TTFT (queue + prefill) meets the TTFT SLO.
+
+Roles: a prefill engine becomes multiplexing when every multiplexing engine is over the KV
+watermark (decoding is short of memory); a multiplexing engine becomes prefill when prefills
+keep waiting past their TTFT slack (most recent disaggregated prefills predicted late).
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from router_core import EnginePrediction
+
+PREFILL, MUX = "prefill", "mux"
+_LATE_WINDOW = 20  # recent disaggregated prefills whose TTFT was predicted late
+
+
+def mux_fit(pred: EnginePrediction, running_decodes: int, ttft_ms: float, tpot_ms: float,
+            margin: float) -> str | None:
+    """None when the prefill fits this multiplexing engine, else why not."""
+    if not pred.kv_ok:
+        return "kv_over_watermark"
+    if not pred.has_latency_model:
+        return None  # nothing to predict with: trust the watermark alone
+    if running_decodes and pred.prefill_step_ms > tpot_ms:
+        return "prefill_step_over_tpot"
+    if pred.decode_step_ms > margin * tpot_ms:
+        return "decode_near_tpot"
+    if pred.ttft_ms > ttft_ms:
+        return "ttft"
+    return None
+
+
+@dataclass(slots=True)
+class MuxRoles:
+    """The policy's view of who does what; lives in its private state."""
+
+    roles: dict[str, str] = field(default_factory=dict)      # engine id -> prefill | mux
+    late: deque[bool] = field(default_factory=lambda: deque(maxlen=_LATE_WINDOW))
+    last_switch: float = 0.0
+    switches: list[str] = field(default_factory=list)        # "e1:mux->prefill (reason)"
+
+    def sync(self, engines: dict[str, str]) -> None:
+        """Adopt new engines (declared role prefill -> prefill, else mux); forget gone ones."""
+        for engine_id, declared in engines.items():
+            self.roles.setdefault(engine_id, PREFILL if declared == "prefill" else MUX)
+        for gone in set(self.roles) - set(engines):
+            del self.roles[gone]
+
+    def of(self, role: str) -> list[str]:
+        return sorted(e for e, r in self.roles.items() if r == role)
+
+    def maybe_switch(self, kv_over: dict[str, bool], decodes: dict[str, int],
+                     queued: dict[str, int], interval_s: float, wait_ratio: float,
+                     now: float | None = None) -> str | None:
+        """At most one role change per interval; returns "e1:mux->prefill (reason)" or None."""
+        now = time.monotonic() if now is None else now
+        if now - self.last_switch < interval_s:
+            return None
+        mux, prefill = self.of(MUX), self.of(PREFILL)
+        change = None
+        if prefill and mux and all(kv_over.get(e, False) for e in mux):
+            engine = min(prefill, key=lambda e: (queued.get(e, 0), e))
+            change = (engine, PREFILL, MUX, "decode_kv_over_watermark")
+        elif (len(mux) > 1 and len(self.late) >= _LATE_WINDOW // 2
+              and sum(self.late) / len(self.late) >= wait_ratio):
+            engine = min(mux, key=lambda e: (decodes.get(e, 0), e))
+            change = (engine, MUX, PREFILL, "prefill_waiting")
+        if change is None:
+            return None
+        engine, old, new, reason = change
+        self.roles[engine], self.last_switch = new, now
+        self.late.clear()
+        note = f"{engine}:{old}->{new} ({reason})"
+        self.switches.append(note)
+        return note

@@ -1,0 +1,99 @@
+"""slo_mux: Tropical's SLO-aware multiplexing. Engines are prefill or multiplexing engines.
+
+A request goes straight to a multiplexing engine (prefill and decode colocated) when its prefill
+fits that engine's TPOT slack this iteration, KV stays under the watermark and its TTFT SLO
+holds (pyrouter/planning/slo_fit.py); otherwise a prefill engine prefills it and a multiplexing
+engine decodes it (KV crosses, as in pd). Roles switch at run time: a prefill engine turns
+multiplexing when every multiplexing engine is over the KV watermark, a multiplexing engine
+turns prefill when prefills keep waiting past their TTFT slack. The request's own `slo` wins
+over the `ttft_ms` / `tpot_ms` parameters.
+"""
+from __future__ import annotations
+
+import logging
+
+from pyrouter.cluster import ClusterView
+from pyrouter.engines.handle import EngineHandle, GenerationStream
+from pyrouter.errors import NoCapacity, TransferFailed
+from pyrouter.planning.slo_fit import MUX, PREFILL, MuxRoles, mux_fit
+from pyrouter.policy_registry import policy
+from pyrouter.request import RouterRequest
+
+log = logging.getLogger("switchyard.router")
+PARAMS = {"ttft_ms": 2000.0, "tpot_ms": 200.0, "kv_watermark": 0.9, "tpot_margin": 0.9,
+          "switch_interval_s": 5.0, "wait_ratio": 0.5}
+
+
+def _switch_roles(cluster: ClusterView, roles: MuxRoles, req: RouterRequest) -> None:
+    loads = {e.id: cluster.load(e) for e in cluster.engines("any")}
+    watermark = float(cluster.params["kv_watermark"])
+    note = roles.maybe_switch(
+        {e: bool(load.kv_pages_total) and load.kv_pages_used / load.kv_pages_total > watermark
+         for e, load in loads.items()},
+        {e: load.running_decodes for e, load in loads.items()},
+        {e: load.queued_prefill_tokens for e, load in loads.items()},
+        float(cluster.params["switch_interval_s"]), float(cluster.params["wait_ratio"]))
+    if note is not None:
+        log.info("slo_mux role switch %s", note)
+        cluster.note_event("role_switch", note)
+        req.route.params["switched"] = note.split(" ")[0]
+
+
+@policy("slo_mux", roles=("decode", "prefill", "decode"), params=PARAMS)
+async def route(req: RouterRequest, cluster: ClusterView) -> GenerationStream:
+    engines = {e.id: e for e in cluster.engines("any")}
+    if not engines:
+        raise NoCapacity("no healthy engine", code="no_capacity")
+    roles: MuxRoles = cluster.state.setdefault("roles", MuxRoles())
+    roles.sync({e.id: e.role for e in engines.values()})
+    slo = cluster.slo(req)
+    ttft_ms = float(slo.ttft_ms or cluster.params["ttft_ms"])
+    tpot_ms = float(slo.tpot_ms or cluster.params["tpot_ms"])
+    preds = cluster.predict(req)
+    mux = [engines[e] for e in roles.of(MUX)]
+    fits = {e.id: mux_fit(preds[e.id], cluster.load(e).running_decodes, ttft_ms, tpot_ms,
+                          float(cluster.params["tpot_margin"])) for e in mux}
+    fitting = [e for e in mux if fits[e.id] is None]
+    if fitting:  # path 2: straight to a multiplexing engine, prefill next to its decodes
+        engine = min(fitting, key=lambda e: (preds[e.id].ttft_ms, -preds[e.id].matched_tokens,
+                                             e.num))
+        req.note_route("slo_mux", path="mux", engine=engine.id,
+                       ttft_ms=round(preds[engine.id].ttft_ms, 1),
+                       slack_ms=round(preds[engine.id].tpot_slack_ms, 1))
+        _switch_roles(cluster, roles, req)
+        return engine.start_generate(req)
+    # path 1: prefill engine, then decode on the multiplexing engine with the most slack
+    prefill_engines = [engines[e] for e in roles.of(PREFILL)]
+    decoders = mux or prefill_engines
+    decode = max(decoders, key=lambda e: (preds[e.id].kv_ok, _finite(preds[e.id].tpot_slack_ms),
+                                          -e.num))
+    candidates = [e for e in prefill_engines if e is not decode]
+    why = ",".join(sorted({str(r) for r in fits.values()})) or "no_mux_engine"
+    if not candidates:
+        req.note_route("slo_mux", path="mux_forced", engine=decode.id, reason=why)
+        return decode.start_generate(req)
+    prefill = min(candidates, key=lambda e: (preds[e.id].ttft_ms, e.num))
+    roles.late.append(preds[prefill.id].ttft_ms > ttft_ms)
+    begin = await _disaggregate(req, prefill, decode)
+    req.note_route("slo_mux", path="pd", prefill=prefill.id, decode=decode.id,
+                   decode_start=begin, reason=why)
+    _switch_roles(cluster, roles, req)
+    return decode.start_generate(req, begin=begin)
+
+
+async def _disaggregate(req: RouterRequest, prefill: EngineHandle, decode: EngineHandle) -> int:
+    end = len(req.tokens) - 1
+    if end <= 0:
+        return 0
+    kv = await decode.prep_recv(req, end=end)
+    if kv.matched < kv.end:
+        try:
+            await prefill.remote_send(req, kv, begin=kv.matched, end=kv.end)
+        except TransferFailed:
+            req.route.params["fallback"] = "transfer_failed"
+            return kv.matched
+    return kv.end
+
+
+def _finite(value: float) -> float:
+    return value if value == value else float("-inf")  # NaN (no model) sorts last

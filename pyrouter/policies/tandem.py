@@ -1,0 +1,72 @@
+"""tandem: DynaServe's elastic split execution — a lead engine computes the first part of each
+request (part of the prompt, or all of it plus the first k tokens), a follow engine receives
+that KV, computes the rest and does the bulk of the decoding.
+
+The split point and the pair come per request from the latency model and live load
+(pyrouter/planning/tandem_split.py); each engine's prefill chunk is kept at its latency-
+constrained utilisation point for the ITL SLO (pyrouter/planning/chunk_control.py). `tpot_ms`
+is the ITL SLO (a request's own `slo.tpot_ms` wins); `k_default` tokens come from the lead when
+that does not delay the first token, `k_max` when the follow's batch is over the SLO.
+"""
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from pyrouter.cluster import ClusterView
+from pyrouter.engines.handle import EngineHandle, GenerationStream
+from pyrouter.errors import NoCapacity, TransferFailed
+from pyrouter.planning.chunk_control import ChunkController
+from pyrouter.planning.tandem_split import plan_tandem
+from pyrouter.policy_registry import policy
+from pyrouter.request import RouterRequest
+
+PARAMS = {"tpot_ms": 200.0, "ttft_ms": 2000.0, "k_default": 1, "k_max": 8, "align": 16,
+          "kv_watermark": 0.95, "chunk_control": True, "chunk_min": 32, "chunk_max": 2048,
+          "chunk_interval_s": 1.0}
+
+
+async def _send(req: RouterRequest, lead: EngineHandle, follow: EngineHandle,
+                end: int | None = None) -> int:
+    """KV of tokens[:end] from lead into follow; the begin the follow's generation gets."""
+    kv = await follow.prep_recv(req, end=end)
+    if kv.matched < kv.end:
+        try:
+            await lead.remote_send(req, kv, begin=kv.matched, end=kv.end)
+        except TransferFailed:
+            req.route.params["fallback"] = "transfer_failed"
+            return kv.matched  # the follow computes the rest itself
+    return kv.end
+
+
+@policy("tandem", params=PARAMS)
+async def route(req: RouterRequest, cluster: ClusterView) -> AsyncIterator[GenerationStream]:
+    engines = cluster.engines("any")
+    if not engines:
+        raise NoCapacity("no healthy engine", code="no_capacity")
+    if len(engines) == 1:
+        req.note_route("tandem", lead="-", follow=engines[0].id, s=0, k=0,
+                       fallback="one_engine")
+        yield engines[0].start_generate(req)
+        return
+    params = cluster.params
+    itl_ms = float(cluster.slo(req).tpot_ms or params["tpot_ms"])
+    plan = plan_tandem(len(req.tokens), req.sampling.max_tokens, engines, cluster.predict(req),
+                       cluster.core.table,
+                       itl_ms, int(params["k_default"]), int(params["k_max"]),
+                       int(params["align"]))
+    if params["chunk_control"]:
+        chunks: ChunkController = cluster.state.setdefault(
+            "chunks", ChunkController(float(params["chunk_interval_s"])))
+        for engine in (plan.lead, plan.follow):
+            chunks.update(engine, cluster.core.table, itl_ms, len(req.tokens) // 2,
+                          int(params["chunk_min"]), int(params["chunk_max"]))
+    req.note_route("tandem", lead=plan.lead.id, follow=plan.follow.id, s=plan.split,
+                   k=plan.lead_tokens, ttft_ms=round(plan.ttft_ms, 1), reason=plan.reason)
+    if plan.lead_tokens:
+        yield plan.lead.start_generate(req, begin=0, max_new_tokens_here=plan.lead_tokens)
+        begin = await _send(req, plan.lead, plan.follow)
+    elif plan.split > 0:
+        begin = await _send(req, plan.lead, plan.follow, end=plan.split)
+    else:
+        begin = 0
+    yield plan.follow.start_generate(req, begin=begin)

@@ -1,0 +1,140 @@
+"""The seeds' patterns on constructed engine states (FakeCluster): tandem's split point and chunk
+control, slo_mux's slack fit, watermark and role switches, adaptive's choices with hysteresis.
+Every run also gives the single-engine tokens and leaves nothing behind."""
+from __future__ import annotations
+
+from typing import Any
+
+from pyrouter.testing import FakeCluster, FakeEngine
+
+# ms per unit: a 512-token prefill ~261 ms; a step of 8 decodes ~21 ms.
+MODEL = {"const": 5.0, "prefill_tokens": 0.5, "decode_seqs": 2.0, "decode_context": 0.001}
+PROMPT = list(range(5000, 5200))  # 200 tokens
+
+
+def _engine(**kw: Any) -> FakeEngine:
+    return FakeEngine(latency_model=dict(MODEL), prefill_chunk_size=256, **kw)
+
+
+def _params(route: str) -> dict[str, str]:
+    return dict(kv.split("=", 1) for kv in route.split()[1:])
+
+
+async def _run(cluster: FakeCluster, policy: str, prompt: list[int] = PROMPT, max_tokens: int = 8,
+               **params: Any) -> tuple[str, dict[str, str], list[tuple[str, str]]]:
+    run = await cluster.run(policy, prompt, params=params, max_tokens=max_tokens)
+    assert run.error is None, run.error
+    assert run.tokens == cluster.reference(prompt, max_tokens)
+    cluster.assert_clean()
+    return run.route.split()[0], _params(run.route), run.verbs
+
+
+# ---- tandem ----
+async def test_tandem_idle_pair_lead_emits_the_first_token() -> None:
+    cluster = FakeCluster([_engine(), _engine()])
+    pattern, p, verbs = await _run(cluster, "tandem")
+    assert pattern == "tandem" and p["k"] == "1" and p["reason"] == "lead_first_tokens"
+    assert p["lead"] != p["follow"]
+    assert verbs == [("start_generate", p["lead"]), ("prep_recv", p["follow"]),
+                     ("remote_send", p["lead"]), ("start_generate", p["follow"])]
+
+
+async def test_tandem_backlogged_prefill_engine_gets_a_smaller_share_of_the_prompt() -> None:
+    # the prefill engine is far behind, the decode engine idle: the follow takes the prompt
+    cluster = FakeCluster([_engine(role="prefill", queued_prefill_tokens=4000),
+                           _engine(role="decode")])
+    _, p, verbs = await _run(cluster, "tandem", k_default=0)
+    assert p["reason"] == "balanced_prefill" and p["k"] == "0"
+    assert (p["lead"], p["follow"]) == ("e0", "e1") and int(p["s"]) < len(PROMPT) - 1
+    assert verbs[-1] == ("start_generate", "e1")
+    # ...and with the decode engine further behind, the split inside a long prompt leaves the
+    # two equally busy: 55 + 0.5 s = 210 + 0.5 (1000 - s) + decoding  =>  s ~ 680
+    both = FakeCluster([_engine(role="prefill", queued_prefill_tokens=100),
+                        _engine(role="decode", queued_prefill_tokens=400)])
+    _, p, _ = await _run(both, "tandem", list(range(9000, 10000)), k_default=0)
+    assert 600 <= int(p["s"]) <= 760, p
+
+
+async def test_tandem_follow_over_the_itl_slo_makes_the_lead_decode_longer() -> None:
+    cluster = FakeCluster([_engine(role="prefill"),
+                           _engine(role="decode", running_decodes=120,
+                                   decode_context_tokens=120 * 300)])
+    _, p, _ = await _run(cluster, "tandem", max_tokens=12, k_max=6)
+    assert (p["lead"], p["follow"], p["k"], p["reason"]) == ("e0", "e1", "6",
+                                                             "follow_decode_over_itl")
+
+
+async def test_tandem_without_a_latency_model_still_splits_and_matches() -> None:
+    cluster = FakeCluster([FakeEngine(), FakeEngine()])
+    _, p, _ = await _run(cluster, "tandem")
+    assert p["reason"] == "no_latency_model"
+
+
+async def test_tandem_sets_each_engines_chunk_at_its_lcu_point() -> None:
+    cluster = FakeCluster([_engine(running_decodes=4, decode_context_tokens=2000), _engine()])
+    await _run(cluster, "tandem", tpot_ms=100.0)
+    chunks = {e: int(c) for e in ("e0", "e1")
+              for verb, c in cluster.client(e).calls if verb == "configure"}
+    # 5 + 0.5 c + (2 x 4 decodes + 0.001 x 2000 ctx) <= 100  =>  c ~ 170 on e0; ~ 190 on e1
+    assert 150 <= chunks["e0"] < chunks["e1"] <= 200, chunks
+
+
+# ---- slo_mux ----
+async def test_slo_mux_short_prefill_fits_the_multiplexing_engine() -> None:
+    cluster = FakeCluster([_engine(role="prefill"), _engine(role="decode", running_decodes=2)])
+    _, p, verbs = await _run(cluster, "slo_mux")
+    assert p["path"] == "mux" and p["engine"] == "e1" and verbs == [("start_generate", "e1")]
+
+
+async def test_slo_mux_prefill_that_would_break_tpot_goes_to_the_prefill_engine() -> None:
+    long_prompt = list(range(6000, 7000))
+    cluster = FakeCluster([_engine(role="prefill"), _engine(role="decode", running_decodes=6)])
+    _, p, verbs = await _run(cluster, "slo_mux", long_prompt, tpot_ms=60.0)
+    assert p["path"] == "pd" and (p["prefill"], p["decode"]) == ("e0", "e1")
+    assert "prefill_step_over_tpot" in p["reason"]
+    assert ("remote_send", "e0") in verbs
+
+
+async def test_slo_mux_kv_watermark_and_the_role_switch_it_triggers() -> None:
+    cluster = FakeCluster([_engine(role="prefill"),
+                           _engine(role="decode", kv_pages_used=990, kv_pages_total=1000)])
+    _, p, _ = await _run(cluster, "slo_mux", switch_interval_s=0.0)
+    assert p["path"] == "pd" and "kv_over_watermark" in p["reason"]
+    assert p["switched"] == "e0:prefill->mux"  # every multiplexing engine was over the mark
+    _, p, _ = await _run(cluster, "slo_mux", PROMPT[:100], switch_interval_s=0.0)
+    assert p["path"] == "mux" and p["engine"] == "e0"  # the new multiplexing engine
+
+
+async def test_slo_mux_prefills_waiting_turn_a_multiplexing_engine_into_prefill() -> None:
+    mux = dict(role="decode", running_decodes=6, queued_prefill_tokens=20_000)
+    cluster = FakeCluster([_engine(role="prefill", queued_prefill_tokens=20_000),
+                           _engine(**mux), _engine(**mux)])
+    switched = []
+    for i in range(12):
+        _, p, _ = await _run(cluster, "slo_mux", [7] + PROMPT[:60] + [i], switch_interval_s=0.0,
+                             ttft_ms=500.0)
+        if "switched" in p:
+            switched.append(p["switched"])
+    assert switched == ["e1:mux->prefill"]
+
+
+# ---- adaptive ----
+async def test_adaptive_moves_to_tandem_on_decode_heavy_traffic_with_hysteresis() -> None:
+    cluster = FakeCluster([_engine(), _engine()])
+    chosen = []
+    for i in range(5):
+        _, p, _ = await _run(cluster, "adaptive", PROMPT[:40] + [i], max_tokens=64, eval_s=0.0,
+                             hysteresis=2, min_dwell_s=0.0)
+        chosen.append((p["chose"], p["reason"]))
+    assert chosen[0] == ("cache_aware", "start")
+    assert chosen[-1] == ("tandem", "decode_heavy")
+    # evaluated at every request: the proposal wins at requests 0 and 1, so request 1 switches
+    assert [c for c, _ in chosen] == ["cache_aware", "tandem", "tandem", "tandem", "tandem"]
+
+
+async def test_adaptive_prefill_heavy_with_slack_multiplexes() -> None:
+    cluster = FakeCluster([_engine(role="prefill"), _engine(role="decode")])
+    prompt = list(range(8000, 9500))
+    chosen = [(await _run(cluster, "adaptive", prompt[i:] + [i], max_tokens=2, eval_s=0.0,
+                          hysteresis=1, min_dwell_s=0.0))[1]["chose"] for i in range(3)]
+    assert chosen[-1] == "slo_mux"
