@@ -49,11 +49,16 @@ class MuxRoles:
     switches: list[str] = field(default_factory=list)        # "e1:mux->prefill (reason)"
 
     def sync(self, engines: dict[str, str]) -> None:
-        """Adopt new engines (declared role prefill -> prefill, else mux); forget gone ones."""
+        """Adopt new engines (declared prefill -> prefill, else mux); forget gone ones. With no
+        prefill engine among two or more, the first undeclared (`any`) one becomes prefill."""
         for engine_id, declared in engines.items():
             self.roles.setdefault(engine_id, PREFILL if declared == "prefill" else MUX)
         for gone in set(self.roles) - set(engines):
             del self.roles[gone]
+        if not self.of(PREFILL) and len(self.roles) >= 2:
+            undeclared = sorted(e for e, declared in engines.items() if declared == "any")
+            if undeclared:
+                self.roles[undeclared[0]] = PREFILL
 
     def of(self, role: str) -> list[str]:
         return sorted(e for e, r in self.roles.items() if r == role)

@@ -11,18 +11,22 @@ that does not delay the first token, `k_max` when the follow's batch is over the
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 from pyrouter.cluster import ClusterView
 from pyrouter.engines.handle import EngineHandle, GenerationStream
-from pyrouter.errors import NoCapacity, TransferFailed
+from pyrouter.errors import BadRequest, NoCapacity, TransferFailed
 from pyrouter.planning.chunk_control import ChunkController
-from pyrouter.planning.tandem_split import plan_tandem
+from pyrouter.planning.tandem_split import TandemPlan, plan_tandem
 from pyrouter.policy_registry import policy
 from pyrouter.request import RouterRequest
 
 PARAMS = {"tpot_ms": 200.0, "ttft_ms": 2000.0, "k_default": 1, "k_max": 8, "align": 16,
           "kv_watermark": 0.95, "chunk_control": True, "chunk_min": 32, "chunk_max": 2048,
-          "chunk_interval_s": 1.0}
+          "chunk_interval_s": 1.0,
+          # A fixed split instead of the planned one (baselines, experiments): the lead computes
+          # split_ratio of the prompt, or all of it and lead_tokens tokens.
+          "split_ratio": None, "lead_tokens": None}
 
 
 async def _send(req: RouterRequest, lead: EngineHandle, follow: EngineHandle,
@@ -36,6 +40,21 @@ async def _send(req: RouterRequest, lead: EngineHandle, follow: EngineHandle,
             req.route.params["fallback"] = "transfer_failed"
             return kv.matched  # the follow computes the rest itself
     return kv.end
+
+
+def _fixed(plan: TandemPlan, params: dict[str, object], tokens_len: int) -> TandemPlan:
+    """The plan with a fixed split when the parameters ask for one."""
+    ratio, k = params["split_ratio"], params["lead_tokens"]
+    if isinstance(k, int) and not isinstance(k, bool) and k > 0:
+        return replace(plan, split=tokens_len - 1, lead_tokens=k, reason="fixed")
+    if isinstance(ratio, int | float) and not isinstance(ratio, bool):
+        if not 0.0 <= ratio <= 1.0:
+            raise BadRequest("tandem split_ratio must be in [0, 1]", param="split_ratio")
+        align = int(str(params["align"]))
+        split = int((tokens_len - 1) * ratio)
+        split = split if split == tokens_len - 1 or align <= 1 else split - split % align
+        return replace(plan, split=split, lead_tokens=0, reason="fixed")
+    return plan
 
 
 @policy("tandem", params=PARAMS)
@@ -60,6 +79,7 @@ async def route(req: RouterRequest, cluster: ClusterView) -> AsyncIterator[Gener
         for engine in (plan.lead, plan.follow):
             chunks.update(engine, cluster.core.table, itl_ms, len(req.tokens) // 2,
                           int(params["chunk_min"]), int(params["chunk_max"]))
+    plan = _fixed(plan, params, len(req.tokens))
     req.note_route("tandem", lead=plan.lead.id, follow=plan.follow.id, s=plan.split,
                    k=plan.lead_tokens, ttft_ms=round(plan.ttft_ms, 1), reason=plan.reason)
     if plan.lead_tokens:

@@ -48,3 +48,6 @@ def test_role_switch_rules_and_interval() -> None:
         "e1:mux->prefill (prefill_waiting)"
     roles.sync({"e0": "prefill", "e2": "any"})  # e1 left the cluster
     assert "e1" not in roles.roles
+    undeclared = MuxRoles()
+    undeclared.sync({"e0": "any", "e1": "any", "e2": "any"})  # someone must prefill
+    assert undeclared.of(PREFILL) == ["e0"] and undeclared.of(MUX) == ["e1", "e2"]

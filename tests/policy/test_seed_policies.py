@@ -138,3 +138,12 @@ async def test_adaptive_prefill_heavy_with_slack_multiplexes() -> None:
     chosen = [(await _run(cluster, "adaptive", prompt[i:] + [i], max_tokens=2, eval_s=0.0,
                           hysteresis=1, min_dwell_s=0.0))[1]["chose"] for i in range(3)]
     assert chosen[-1] == "slo_mux"
+
+
+async def test_tandem_fixed_splits_for_baselines_and_experiments() -> None:
+    cluster = FakeCluster([_engine(), _engine()])
+    _, p, verbs = await _run(cluster, "tandem", split_ratio=0.5)
+    assert (p["s"], p["k"], p["reason"]) == ("96", "0", "fixed")  # 199 * 0.5 aligned to 16
+    assert [v for v, _ in verbs] == ["prep_recv", "remote_send", "start_generate"]
+    _, p, verbs = await _run(cluster, "tandem", list(range(20, 90)), lead_tokens=5)
+    assert (p["k"], p["reason"]) == ("5", "fixed") and verbs[0][0] == "start_generate"
