@@ -35,6 +35,10 @@ def _load(target: str) -> Callable[[argparse.Namespace], int]:
     return func
 
 
+_MODE_HELP = ('"fast" (default on CPU): block-quantised weights, int8 activations and batch-invariant kernels, identical tokens across patterns; "exact": float32 reference numerics (or --dtype)')
+_KV_MEMORY_HELP = "KV cache budget per engine, e.g. 512MiB or 2G (default 512MiB)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="switchyard", description="Switchyard LLM serving")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -47,7 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--device", default="cpu")
-    serve.add_argument("--dtype", default=None)
+    serve.add_argument("--dtype", default=None, help="exact mode's dtype (implies --mode exact)")
+    serve.add_argument("--mode", default=None, choices=["fast", "exact"], help=_MODE_HELP)
+    serve.add_argument("--kv-memory", default=None, help=_KV_MEMORY_HELP)
     serve.add_argument("--mock-engines", action="store_true",
                        help="start mock engines (synthetic tokens, no model): router tests and "
                        "overhead benchmarks only")
@@ -59,8 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
     eng.add_argument("--device", default="cpu", help="cpu | cuda:K")
     eng.add_argument("--role", default="any", choices=["any", "prefill", "decode"])
     eng.add_argument("--engine-id", default=None)
-    eng.add_argument("--dtype", default=None, help="float32 | bfloat16 (default: engine's choice)")
-    eng.add_argument("--num-pages", type=int, default=None)
+    eng.add_argument("--dtype", default=None,
+                     help="float32 | bfloat16: the exact mode's dtype (implies --mode exact)")
+    eng.add_argument("--mode", default=None, choices=["fast", "exact"], help=_MODE_HELP)
+    eng.add_argument("--kv-memory", default=None, help=_KV_MEMORY_HELP)
+    eng.add_argument("--num-pages", type=int, default=None, help="KV pages (overrides --kv-memory)")
     eng.add_argument("--page-size", type=int, default=16)
     eng.add_argument("--chunk-size", type=int, default=None, help="prefill tokens per step")
     eng.add_argument(

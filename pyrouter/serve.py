@@ -63,8 +63,9 @@ def start_engines(args: argparse.Namespace, roles: list[str], log_dir: str) -> l
                 "--role", role, "--device", args.device, "--engine-id", f"engine-{i}"]
         if args.model:
             argv += ["--model", args.model]
-        if getattr(args, "dtype", None):
-            argv += ["--dtype", args.dtype]
+        for flag in ("mode", "dtype", "kv_memory"):
+            if getattr(args, flag, None):
+                argv += ["--" + flag.replace("_", "-"), getattr(args, flag)]
         if getattr(args, "mock_engines", False):
             argv.append("--mock")
         log_path = os.path.join(log_dir, f"engine-{i}.log")

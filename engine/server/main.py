@@ -23,8 +23,16 @@ log = logging.getLogger("switchyard.engine")
 _GRACE_S = 5.0
 
 
+def engine_mode(args: argparse.Namespace) -> str:
+    """--mode, else fast on CPU unless an exact-mode --dtype was asked for."""
+    mode = getattr(args, "mode", None)
+    if mode:
+        return str(mode)
+    return "exact" if args.dtype or not args.device.startswith("cpu") else "fast"
+
+
 def engine_config_from_args(args: argparse.Namespace) -> Any:
-    from engine.config import EngineConfig
+    from engine.config import EngineConfig, EngineConfigError, parse_memory
 
     fields: dict[str, Any] = {
         "model_path": args.model,
@@ -33,8 +41,14 @@ def engine_config_from_args(args: argparse.Namespace) -> Any:
         "page_size": args.page_size,
         "engine_id": args.engine_id or f"engine-{args.port}",
     }
+    fields["mode"] = engine_mode(args)
     if args.dtype:
+        if fields["mode"] == "fast":
+            raise EngineConfigError("--dtype sets the exact mode's precision; the fast mode has "
+                                    "its own (drop --dtype or use --mode exact)")
         fields["dtype"] = args.dtype
+    if getattr(args, "kv_memory", None):
+        fields["kv_memory"] = parse_memory(args.kv_memory)
     if args.num_pages:
         fields["num_pages"] = args.num_pages
     if args.chunk_size:
@@ -119,6 +133,13 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(int(threads))
     import uvloop
 
+    from engine.config import EngineConfigError
+
+    try:
+        engine_config_from_args(args)  # bad flags end here, with a message, before any load
+    except EngineConfigError as err:
+        print(f"switchyard engine: {err}", flush=True)
+        return 2
     uvloop.install()
     asyncio.run(serve_async(args))
     return 0
