@@ -77,54 +77,58 @@ void tile_portable(const float* q, const float* kt, const float* vt, int valid, 
   }
 }
 
-__attribute__((target("avx512f")))
-inline __m512 exp_neg_avx512(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), x);
-  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
-  const __m512i e = _mm512_slli_epi32(_mm512_cvtps_epi32(n), 23);
-  return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(p), e));
-}
 
+// The same tile for N queries at once with AVX-512: each query's operations are exactly the
+// portable ones (16 keys per vector); the N queries only interleave their independent
+// dependency chains.
+template <int N>
 __attribute__((target("avx512f")))
-inline float tree_sum16_avx512(__m512 v) {
-  alignas(64) float lanes[kLanes];
-  _mm512_store_ps(lanes, v);
-  return tree_sum16(lanes);
-}
-
-// The same tile for one query with AVX-512: identical operations, 16 keys per vector.
-__attribute__((target("avx512f")))
-void tile_avx512(const float* q, const float* kt, const float* vt, int valid, float scale,
-                 int64_t dim, QueryState& st) {
-  __m512 s = _mm512_setzero_ps();
-  for (int64_t d = 0; d < dim; ++d)
-    s = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), _mm512_loadu_ps(kt + d * kLanes), s);
-  const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1u);
-  s = _mm512_mul_ps(s, _mm512_set1_ps(scale));
-  const float tmax = _mm512_mask_reduce_max_ps(mask, s);
-  const float m_new = std::fmax(st.m, tmax);
-  const float alpha = st.m == -INFINITY ? 0.0f : exp_neg(st.m - m_new);
-  const __m512 p = _mm512_maskz_mov_ps(mask, exp_neg_avx512(_mm512_sub_ps(s, _mm512_set1_ps(m_new))));
-  st.l = st.l * alpha + tree_sum16_avx512(p);
-  st.m = m_new;
-  alignas(64) float pl[kLanes];
-  _mm512_store_ps(pl, p);
-  const __m512 va = _mm512_set1_ps(alpha);
+void tile_avx512(const float* const* q, const float* kt, const float* vt, const int* valid,
+                 float scale, int64_t dim, QueryState* const* st) {
+  __m512 s[N];
+  for (int n = 0; n < N; ++n) s[n] = _mm512_setzero_ps();
+  for (int64_t d = 0; d < dim; ++d) {
+    const __m512 k = _mm512_loadu_ps(kt + d * kLanes);
+    for (int n = 0; n < N; ++n) s[n] = _mm512_fmadd_ps(_mm512_set1_ps(q[n][d]), k, s[n]);
+  }
+  alignas(64) float p[N][kLanes];
+  float alpha[N];
+  for (int n = 0; n < N; ++n) {
+    const __mmask16 mask = static_cast<__mmask16>((1u << valid[n]) - 1u);
+    const __m512 sc = _mm512_mul_ps(s[n], _mm512_set1_ps(scale));
+    const float tmax = _mm512_mask_reduce_max_ps(mask, sc);
+    const float m_new = std::fmax(st[n]->m, tmax);
+    alpha[n] = st[n]->m == -INFINITY ? 0.0f : exp_neg(st[n]->m - m_new);
+    const __m512 pn =
+        _mm512_maskz_mov_ps(mask, exp_neg_avx512(_mm512_sub_ps(sc, _mm512_set1_ps(m_new))));
+    _mm512_store_ps(p[n], pn);
+    st[n]->l = st[n]->l * alpha[n] + tree_sum16(p[n]);
+    st[n]->m = m_new;
+  }
   for (int64_t d0 = 0; d0 < dim; d0 += kLanes) {
-    __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(st.o + d0), va);
-    for (int j = 0; j < valid; ++j)
-      acc = _mm512_fmadd_ps(_mm512_set1_ps(pl[j]), _mm512_loadu_ps(vt + j * dim + d0), acc);
-    _mm512_storeu_ps(st.o + d0, acc);
+    __m512 acc[N];
+    for (int n = 0; n < N; ++n)
+      acc[n] = _mm512_mul_ps(_mm512_loadu_ps(st[n]->o + d0), _mm512_set1_ps(alpha[n]));
+    for (int j = 0; j < kLanes; ++j) {
+      const __m512 v = _mm512_loadu_ps(vt + j * dim + d0);
+      for (int n = 0; n < N; ++n)
+        if (j < valid[n]) acc[n] = _mm512_fmadd_ps(_mm512_set1_ps(p[n][j]), v, acc[n]);
+    }
+    for (int n = 0; n < N; ++n) _mm512_storeu_ps(st[n]->o + d0, acc[n]);
+  }
+}
+
+constexpr int kQueriesPerPass = 6;
+
+void tile_avx512_any(const float* const* q, const float* kt, const float* vt, const int* valid,
+                     float scale, int64_t dim, QueryState* const* st, int count) {
+  switch (count) {
+    case 6: return tile_avx512<6>(q, kt, vt, valid, scale, dim, st);
+    case 5: return tile_avx512<5>(q, kt, vt, valid, scale, dim, st);
+    case 4: return tile_avx512<4>(q, kt, vt, valid, scale, dim, st);
+    case 3: return tile_avx512<3>(q, kt, vt, valid, scale, dim, st);
+    case 2: return tile_avx512<2>(q, kt, vt, valid, scale, dim, st);
+    default: return tile_avx512<1>(q, kt, vt, valid, scale, dim, st);
   }
 }
 
@@ -197,6 +201,10 @@ void run_item(const Item& item, const Geometry& g, const float* q_roped, const i
         }
       }
     }
+    const float* qs[kQueriesPerPass];
+    QueryState* sts[kQueriesPerPass];
+    int valids[kQueriesPerPass];
+    int pending = 0;
     for (int64_t t = 0; t < item.count; ++t) {
       const int64_t token = item.first + t;
       const int64_t valid = std::min<int64_t>(kLanes, pos[token] + 1 - start);
@@ -204,13 +212,20 @@ void run_item(const Item& item, const Geometry& g, const float* q_roped, const i
       for (int64_t h = 0; h < group; ++h) {
         const float* q = q_roped + (token * g.heads + item.kv_head * group + h) * g.dim;
         QueryState& st = states[t * group + h];
-        if (avx512) {
-          tile_avx512(q, kt, vt, static_cast<int>(valid), scale, g.dim, st);
-        } else {
+        if (!avx512) {
           tile_portable(q, kt, vt, static_cast<int>(valid), scale, g.dim, st);
+          continue;
+        }
+        qs[pending] = q;
+        sts[pending] = &st;
+        valids[pending] = static_cast<int>(valid);
+        if (++pending == kQueriesPerPass) {
+          tile_avx512_any(qs, kt, vt, valids, scale, g.dim, sts, pending);
+          pending = 0;
         }
       }
     }
+    if (pending > 0) tile_avx512_any(qs, kt, vt, valids, scale, g.dim, sts, pending);
   }
   for (int64_t t = 0; t < item.count; ++t) {
     for (int64_t h = 0; h < group; ++h) {

@@ -16,6 +16,7 @@
 //   Q8_0 (576 bytes): 8 planes g of 64 bytes; byte g*64 + j*4 + i = column j's int8 code for
 //     k = 4g + i; then 16 fp16 d, 16 int16 sums of the block's codes (w = d * code).
 #include <ATen/Parallel.h>
+#include <ATen/ops/bitwise_xor.h>
 #include <immintrin.h>
 #include <torch/library.h>
 
@@ -98,19 +99,23 @@ void tile_portable(const Activations& x, int64_t row, const uint8_t* tile, int64
 
 // ---- AVX-512 VNNI path: R rows x one tile of 16 columns ----------------------------------
 
-template <int R>
+template <int R, int64_t fmt>
 __attribute__((target("avx512f,avx512bw,avx512vnni,f16c,fma")))
-void tile_avx512(const Activations& x, int64_t row, const uint8_t* tile, int64_t fmt,
+void tile_avx512(const Activations& x, int64_t row, const uint8_t* tile, const uint8_t* next,
                  __m512* acc) {
+  constexpr int64_t tb_bytes = fmt == kQ4_1 ? kQ4TileBlockBytes : kQ8TileBlockBytes;
   const int64_t blocks = x.k / kBlock;
   const __m512i low4 = _mm512_set1_epi8(0x0f);
-  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
+    if (next != nullptr) {  // the next tile streams in while this one computes
+      for (int64_t line = 0; line < tb_bytes; line += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(next + b * tb_bytes + line), _MM_HINT_T0);
+    }
     __m512i isum[R];
     for (int r = 0; r < R; ++r) isum[r] = _mm512_setzero_si512();
     __m512 dw, mw = _mm512_setzero_ps();
-    if (fmt == kQ4_1) {
+    if constexpr (fmt == kQ4_1) {
       const uint8_t* tb = tile + b * kQ4TileBlockBytes;
       for (int p = 0; p < 4; ++p) {
         const __m512i w = _mm512_loadu_si512(tb + p * 64);
@@ -132,12 +137,11 @@ void tile_avx512(const Activations& x, int64_t row, const uint8_t* tile, int64_t
       for (int g = 0; g < 8; ++g) {
         const __m512i w = _mm512_loadu_si512(tb + g * 64);
         for (int r = 0; r < R; ++r) {
+          // x.q holds x + 128 as unsigned bytes here (see qmatmul); times the signed codes,
+          // minus 128 * sum(codes) below, isum is exactly sum(x * code).
           int32_t x0;
           std::memcpy(&x0, x.q + (row + r) * x.k + b * kBlock + 4 * g, 4);
-          // (x + 128) as unsigned bytes times the signed codes; the 128 * sum(codes) term
-          // is taken off below, so isum is exactly sum(x * code).
-          const __m512i xu = _mm512_xor_si512(_mm512_set1_epi32(x0), flip);
-          isum[r] = _mm512_dpbusd_epi32(isum[r], xu, w);
+          isum[r] = _mm512_dpbusd_epi32(isum[r], _mm512_set1_epi32(x0), w);
         }
       }
       dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(tb + 512)));
@@ -150,19 +154,19 @@ void tile_avx512(const Activations& x, int64_t row, const uint8_t* tile, int64_t
       const float dx = x.d[(row + r) * blocks + b];
       const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(dx));
       acc[r] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(isum[r]), acc[r]);
-      if (fmt == kQ4_1) {
+      if constexpr (fmt == kQ4_1) {
         acc[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(x.s[(row + r) * blocks + b]), acc[r]);
       }
     }
   }
 }
 
-template <int R>
+template <int R, int64_t fmt>
 __attribute__((target("avx512f,avx512bw,avx512vnni,f16c,fma")))
-void rows_avx512(const Activations& x, int64_t row, const uint8_t* tile, int64_t fmt,
+void rows_avx512(const Activations& x, int64_t row, const uint8_t* tile, const uint8_t* next,
                  int64_t n0, int64_t n, const float* residual, float* out) {
   __m512 acc[R];
-  tile_avx512<R>(x, row, tile, fmt, acc);
+  tile_avx512<R, fmt>(x, row, tile, next, acc);
   const int64_t valid = std::min<int64_t>(kLanes, n - n0);
   const __mmask16 mask = static_cast<__mmask16>((1u << valid) - 1u);
   for (int r = 0; r < R; ++r) {
@@ -186,7 +190,20 @@ void rows_portable(const Activations& x, int64_t row, const uint8_t* tile, int64
   }
 }
 
+template <int64_t fmt>
+void rows_dispatch(int64_t rows, const Activations& x, int64_t row, const uint8_t* tile,
+                   const uint8_t* next, int64_t n0, int64_t n, const float* residual,
+                   float* out) {
+  switch (rows) {
+    case 4: return rows_avx512<4, fmt>(x, row, tile, next, n0, n, residual, out);
+    case 3: return rows_avx512<3, fmt>(x, row, tile, next, n0, n, residual, out);
+    case 2: return rows_avx512<2, fmt>(x, row, tile, next, n0, n, residual, out);
+    default: return rows_avx512<1, fmt>(x, row, tile, next, n0, n, residual, out);
+  }
+}
+
 constexpr int64_t kRowBlock = 4;
+constexpr int64_t kRowChunk = 32;  // rows whose activations stay in L1 while tiles stream by
 
 at::Tensor qmatmul(const at::Tensor& xq, const at::Tensor& xd, const at::Tensor& xs,
                    const at::Tensor& packed, int64_t fmt, int64_t n,
@@ -219,24 +236,34 @@ at::Tensor qmatmul(const at::Tensor& xq, const at::Tensor& xd, const at::Tensor&
   const uint8_t* w = packed.data_ptr<uint8_t>();
   float* o = out.data_ptr<float>();
   const bool avx512 = isa_level() == 2;
-  const int64_t row_blocks = (m + kRowBlock - 1) / kRowBlock;
-  // Work units are (tile, row block), tile-major: a thread keeps a tile's weights in cache
-  // while it walks the rows. Which thread computes a unit never changes its result.
-  at::parallel_for(0, tiles * row_blocks, 1, [&](int64_t begin, int64_t end) {
+  // The Q8_0 kernel multiplies unsigned bytes: give it x + 128 (x ^ 0x80), once per call.
+  at::Tensor shifted;
+  Activations xa = x;
+  if (avx512 && fmt == kQ8_0) {
+    shifted = at::bitwise_xor(xq, -128);
+    xa.q = shifted.data_ptr<int8_t>();
+  }
+  const int64_t chunks = (m + kRowChunk - 1) / kRowChunk;
+  // Work units are (chunk of up to 32 rows, tile), chunk-major: the chunk's activations stay
+  // in L1 while the tiles stream through, each tile reused for every row of the chunk. Which
+  // thread computes a unit never changes its result.
+  at::parallel_for(0, chunks * tiles, 1, [&](int64_t begin, int64_t end) {
     for (int64_t unit = begin; unit < end; ++unit) {
-      const int64_t t = unit / row_blocks;
-      const int64_t row = (unit % row_blocks) * kRowBlock;
-      const int64_t rows = std::min(kRowBlock, m - row);
+      const int64_t t = unit % tiles;
+      const int64_t chunk_end = std::min(m, (unit / tiles + 1) * kRowChunk);
       const uint8_t* tile = w + t * tile_bytes;
-      if (!avx512) {
-        for (int64_t r = 0; r < rows; ++r) rows_portable(x, row + r, tile, fmt, t * kLanes, n, res, o);
-        continue;
-      }
-      switch (rows) {
-        case 4: rows_avx512<4>(x, row, tile, fmt, t * kLanes, n, res, o); break;
-        case 3: rows_avx512<3>(x, row, tile, fmt, t * kLanes, n, res, o); break;
-        case 2: rows_avx512<2>(x, row, tile, fmt, t * kLanes, n, res, o); break;
-        default: rows_avx512<1>(x, row, tile, fmt, t * kLanes, n, res, o); break;
+      const uint8_t* next = t + 1 < tiles ? tile + tile_bytes : nullptr;
+      for (int64_t row = (unit / tiles) * kRowChunk; row < chunk_end; row += kRowBlock) {
+        const int64_t rows = std::min(kRowBlock, chunk_end - row);
+        if (!avx512) {
+          for (int64_t r = 0; r < rows; ++r)
+            rows_portable(x, row + r, tile, fmt, t * kLanes, n, res, o);
+        } else if (fmt == kQ4_1) {
+          rows_dispatch<kQ4_1>(rows, xa, row, tile, next, t * kLanes, n, res, o);
+        } else {
+          rows_dispatch<kQ8_0>(rows, xa, row, tile, next, t * kLanes, n, res, o);
+        }
+        next = nullptr;  // prefetched during the first row block
       }
     }
   });
