@@ -163,8 +163,10 @@ class StepRunner:
         engine = self.engine
         rows = [SampleRow(r.sampling, r.generator or torch.Generator(),
                           banned_ids(r, self.eos_token_ids)) for r, _ in to_sample]
-        index = torch.tensor([i for _, i in to_sample], dtype=torch.long)
-        tokens, logprobs = sample(logits.index_select(0, index), rows)
+        picked = [i for _, i in to_sample]
+        if picked != list(range(logits.shape[0])):  # usually every row, in order: no copy
+            logits = logits.index_select(0, torch.tensor(picked, dtype=torch.long))
+        tokens, logprobs = sample(logits, rows)
         now = time.monotonic()
         outputs: list[StepOutput] = []
         for n, ((request, _), token) in enumerate(zip(to_sample, tokens, strict=True)):

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.attention.context import ForwardContext
-from engine.kernels import ops
+from engine.kernels import keep_freed_memory, ops
 from engine.model.config import ModelConfig
 from engine.model.quant_weights import (BlockWeight, RawBlocks, concat, dequantize, pack,
                                         quantize_q8_0)
@@ -105,6 +105,7 @@ class FastLlamaModel(nn.Module):
 
     def __init__(self, config: ModelConfig, state: dict[str, torch.Tensor]) -> None:
         super().__init__()
+        keep_freed_memory()
         self.config = config
         self.device = torch.device("cpu")
         self.layers_fast = [FastLlamaLayer(config, state, f"model.layers.{i}.")
