@@ -87,6 +87,7 @@ def _logits_per_step(runs: list) -> dict[str, list[torch.Tensor]]:  # type: igno
     return {seq.key: seq.logits for seq in runs}
 
 
+@pytest.mark.slow
 def test_fast_mode_is_batch_and_chunk_invariant(loaded_model_fast: LoadedModel,
                                                 chat_prompt_ids: list[list[int]],
                                                 run_staggered) -> None:  # type: ignore[no-untyped-def]
@@ -129,6 +130,7 @@ def _forced_logits(loaded: LoadedModel, prompt: list[int],
     return logits, fed
 
 
+@pytest.mark.slow
 def test_fast_mode_within_tolerance_of_fp32(loaded_model_fast: LoadedModel,
                                             loaded_model_fp32: LoadedModel,
                                             chat_prompt_ids: list[list[int]]) -> None:

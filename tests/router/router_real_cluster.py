@@ -14,9 +14,11 @@ from router_procs import SWITCHYARD, Proc, free_port, start_router, wait_ready
 ENGINE_ENV = {"SWITCHYARD_TORCH_THREADS": "1"}
 
 
-def start_engine(port: int, role: str = "any") -> Proc:
-    return Proc([*SWITCHYARD, "engine", "--port", str(port), "--role", role,
-                 "--dtype", "float32"], env=ENGINE_ENV, log_name=f"engine{port}")
+def start_engine(port: int, role: str = "any", mode: str = "exact") -> Proc:
+    """mode "exact": float32 reference numerics; "fast": the default fast CPU mode."""
+    numerics = ["--dtype", "float32"] if mode == "exact" else ["--mode", mode]
+    return Proc([*SWITCHYARD, "engine", "--port", str(port), "--role", role, *numerics],
+                env=ENGINE_ENV, log_name=f"engine{port}")
 
 
 def wait_engine(port: int, proc: Proc, timeout_s: float = 300) -> None:
@@ -36,9 +38,9 @@ def wait_engine(port: int, proc: Proc, timeout_s: float = 300) -> None:
 
 
 @contextmanager
-def real_engines(roles: Sequence[str]) -> Iterator[list[int]]:
+def real_engines(roles: Sequence[str], mode: str = "exact") -> Iterator[list[int]]:
     ports = [free_port() for _ in roles]
-    procs = [start_engine(p, r) for p, r in zip(ports, roles, strict=True)]
+    procs = [start_engine(p, r, mode) for p, r in zip(ports, roles, strict=True)]
     try:
         for port, proc in zip(ports, procs, strict=True):
             wait_engine(port, proc)
