@@ -17,8 +17,14 @@ from torch import nn
 from engine.attention.context import ForwardContext
 from engine.kernels import keep_freed_memory, ops
 from engine.model.config import ModelConfig
-from engine.model.quant_weights import (BlockWeight, RawBlocks, concat, dequantize, pack,
-                                        quantize_q8_0)
+from engine.model.quant_weights import (
+    BlockWeight,
+    RawBlocks,
+    concat,
+    dequantize,
+    pack,
+    quantize_q8_0,
+)
 from engine.model.rope import RopeTable
 
 _LINEARS = {
@@ -129,6 +135,17 @@ class FastLlamaModel(nn.Module):
             for name in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj"):
                 named[f"layers.{i}.{name}"] = getattr(layer, name).packed
         return named
+
+    def param_count(self) -> int:
+        """Weights the model computes with (block-quantised ones by their n x k)."""
+        total = self.lm_head.n * self.lm_head.k + self.final_norm.numel()
+        if self.embed is not None:
+            total += self.embed.numel()
+        for layer in self.layers_fast:
+            total += layer.input_norm.numel() + layer.post_norm.numel()
+            total += sum(w.n * w.k for w in (layer.qkv_proj, layer.o_proj, layer.gate_up_proj,
+                                             layer.down_proj))
+        return total
 
     def embed_tokens(self, input_ids: torch.Tensor) -> torch.Tensor:
         if self.embed is not None:

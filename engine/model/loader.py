@@ -16,6 +16,7 @@ from engine.model.default_model import default_model_path
 from engine.model.fast_llama import FastLlamaModel, fast_state
 from engine.model.llama import LlamaModel
 from engine.model.q4_weights import int4_supported, is_q4_part
+from engine.model.quant_weights import RawBlocks
 from engine.model.weight_cache import load_cached, store
 from engine.tokenizer import EngineTokenizer
 
@@ -88,7 +89,7 @@ def _load_fast(source: str, device: torch.device | str, use_cache: bool) -> Load
     else:
         if os.path.isdir(source):
             config, dense, tokenizer = _read_source(source, keep_q4=False)
-            blocks = {}
+            blocks: dict[str, RawBlocks] = {}
         else:
             from engine.model.gguf_loader import read_gguf_blocks, read_gguf_config
             from engine.model.gguf_metadata import open_gguf

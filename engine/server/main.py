@@ -104,7 +104,9 @@ async def serve_async(args: argparse.Namespace) -> None:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     log.info("engine %s serving on %s:%d (KV transfers on %s:%d)", config.engine_id, args.host,
              args.port, listener.host, listener.port)
-    print(f"switchyard engine {config.engine_id} ready on {args.host}:{args.port}", flush=True)
+    print(f"switchyard engine {config.engine_id} ready on {args.host}:{args.port} (mode "
+          f"{core.config.mode}, KV {core.kv.dtype} x {core.pool.num_pages} pages = "
+          f"{core.kv.bytes_per_page() * core.pool.num_pages / 2**20:.0f} MiB)", flush=True)
 
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
