@@ -67,11 +67,13 @@ class EngineProcess:
 
 
 def start_engine(name: str, log_dir: Path, num_pages: int = 512, threads: int = 1,
-                 env: dict[str, str] | None = None) -> EngineProcess:
+                 env: dict[str, str] | None = None, mode: str = "exact") -> EngineProcess:
+    """mode "exact" (float32, what the reference tests compare) or "fast"."""
     port = free_port()
     log_path = log_dir / f"{name}.log"
+    numerics = ["--dtype", "float32"] if mode == "exact" else ["--mode", mode]
     cmd = [sys.executable, "-m", "engine.server.main", "--port", str(port), "--engine-id", name,
-           "--num-pages", str(num_pages), "--dtype", "float32"]
+           "--num-pages", str(num_pages), *numerics]
     full_env = {**os.environ, "SWITCHYARD_TORCH_THREADS": str(threads), "SWITCHYARD_LOG_LEVEL": "WARNING",
                 **(env or {})}
     with open(log_path, "wb") as log:
@@ -91,12 +93,12 @@ async def _wait_healthy(engine: EngineProcess, deadline: float) -> None:
 
 
 def start_engines(names: list[str], log_dir: Path, num_pages: int = 512,
-                  threads: int = 1) -> list[EngineProcess]:
+                  threads: int = 1, mode: str = "exact") -> list[EngineProcess]:
     """Start all at once (their model loads overlap), wait until every one serves."""
     engines: list[EngineProcess] = []
     try:
         for name in names:
-            engines.append(start_engine(name, log_dir, num_pages, threads))
+            engines.append(start_engine(name, log_dir, num_pages, threads, mode=mode))
         deadline = time.monotonic() + START_TIMEOUT_S
 
         async def wait_all() -> None:
