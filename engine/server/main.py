@@ -92,8 +92,14 @@ async def serve_async(args: argparse.Namespace) -> None:
     info = model_info(core, config, f"{listener.host}:{listener.port}")
     servicer = EngineServicer(steps, listener, layout, info)
 
+    # Clients ping every 20 s (engine/server/client.py) to notice a dead engine; accept those
+    # pings during long silent RPCs (a RemoteSend whose prefill takes minutes) instead of
+    # answering GOAWAY "too_many_pings" after the third one, which killed such calls.
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20),
-                                      ("grpc.max_send_message_length", 64 << 20)])
+                                      ("grpc.max_send_message_length", 64 << 20),
+                                      ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+                                      ("grpc.http2.max_ping_strikes", 0),
+                                      ("grpc.keepalive_permit_without_calls", 1)])
     pb_grpc.add_EngineServicer_to_server(servicer, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
