@@ -24,11 +24,20 @@ _GRACE_S = 5.0
 
 
 def engine_mode(args: argparse.Namespace) -> str:
-    """--mode, else fast on CPU unless an exact-mode --dtype was asked for."""
+    """--mode, else fast on CPU unless an exact-mode --dtype was asked for (or this install
+    lacks the fast mode's compiled kernels: then exact, with a warning)."""
     mode = getattr(args, "mode", None)
     if mode:
         return str(mode)
-    return "exact" if args.dtype or not args.device.startswith("cpu") else "fast"
+    if args.dtype or not args.device.startswith("cpu"):
+        return "exact"
+    from engine.kernels import LIBRARY, available
+
+    if not available():
+        log.warning("fast-mode kernels missing (%s; `make install` builds them): starting in "
+                    "the exact mode", LIBRARY)
+        return "exact"
+    return "fast"
 
 
 def engine_config_from_args(args: argparse.Namespace) -> Any:
