@@ -8,10 +8,12 @@ PROTO_SRC := proto/switchyard_rpc/engine.proto
 PROTO_OUT := switchyard_rpc/engine_pb2.py
 RUST_SRC := $(shell find router_core/src -name '*.rs') router_core/Cargo.toml Cargo.toml
 EXT_STAMP := .stamp-ext
+KERNELS_SO := engine/kernels/_switchyard_cpu.so
+KERNELS_SRC := $(wildcard engine/kernels/csrc/*.cpp engine/kernels/csrc/*.h) engine/kernels/build.py
 DEPS_STAMP := .stamp-deps
 export PYO3_PYTHON := $(abspath $(PY))
 
-.PHONY: install serve test lint rust-test py-test bench proto clean gpu-bundle \
+.PHONY: install serve test lint rust-test py-test bench bench-deps proto clean gpu-bundle \
 	deploy-images deploy-image-cuda deploy-test
 
 $(PY):
@@ -41,7 +43,16 @@ $(EXT_STAMP): $(RUST_SRC) $(PROTO_OUT) $(DEPS_STAMP) router_core/__init__.py
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release -q
 	touch $@
 
-install: $(DEPS_STAMP) $(PROTO_OUT) $(EXT_STAMP)
+# The fast CPU mode's kernels (C++ against torch's headers; portable + AVX-512 at run time).
+$(KERNELS_SO): $(KERNELS_SRC) $(DEPS_STAMP)
+	$(PY) -m engine.kernels.build
+
+install: $(DEPS_STAMP) $(PROTO_OUT) $(EXT_STAMP) $(KERNELS_SO)
+
+# Baselines `switchyard bench engine` compares with beyond transformers: llama.cpp through
+# llama-cpp-python (built from source by pip, several minutes). Not part of `make test`.
+bench-deps: install
+	$(PIP) install -q "llama-cpp-python>=0.3"
 
 serve: install
 	$(VENV)/bin/switchyard serve
@@ -87,4 +98,5 @@ deploy-test:
 	python3 deploy/deploy_test.py
 
 clean:
-	rm -rf target $(EXT_STAMP) switchyard_rpc router_core/*.so .gpu-bundle
+	rm -rf target $(EXT_STAMP) switchyard_rpc router_core/*.so $(KERNELS_SO) engine/kernels/build \
+		.gpu-bundle

@@ -26,7 +26,8 @@ def engine_specs(args: argparse.Namespace, roles: list[str]) -> list[EngineSpec]
     if os.environ.get("SWITCHYARD_TORCH_THREADS"):
         threads = int(os.environ["SWITCHYARD_TORCH_THREADS"])
     return [EngineSpec(f"engine-{i}", role=role, mock=bool(getattr(args, "mock_engines", False)),
-                       model=args.model, device=args.device, dtype=args.dtype,
+                       model=args.model, device=args.device, mode=args.mode, dtype=args.dtype,
+                       kv_memory=args.kv_memory,
                        num_pages=args.num_pages, page_size=args.page_size,
                        chunk_size=args.chunk_size, latency_profile=args.latency_profile,
                        threads=threads)

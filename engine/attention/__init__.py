@@ -13,6 +13,7 @@ from engine.attention.base import AttentionBackend
 # name -> "module:class"
 _BACKENDS: dict[str, str] = {
     "torch": "engine.attention.torch_backend:TorchPagedBackend",
+    "cpu": "engine.attention.cpu_backend:CpuPagedBackend",
     "flashinfer": "engine.attention.flashinfer_backend:FlashInferBackend",
 }
 

@@ -56,7 +56,9 @@ def measure_matmul_gflop_s(n: int = 1024, dtype: torch.dtype = torch.float32,
 
 
 def weight_stats(model: torch.nn.Module) -> tuple[int, int]:
-    """(bytes, parameter count) of distinct weight tensors (tied embeddings counted once)."""
+    """(bytes, parameter count) of distinct weight tensors (tied embeddings counted once).
+    Packed block-quantised weights count their bytes; their parameters come from the model's
+    own `param_count()` when it has one."""
     seen: set[int] = set()
     total_bytes = total_params = 0
     tensors = list(model.parameters()) + list(model.buffers())
@@ -64,9 +66,10 @@ def weight_stats(model: torch.nn.Module) -> tuple[int, int]:
     if callable(weight_tensors):
         tensors = list(weight_tensors().values())
     for tensor in tensors:
-        if not tensor.is_floating_point() or tensor.data_ptr() in seen:
+        if tensor.data_ptr() in seen or tensor.dtype == torch.bool:
             continue
         seen.add(tensor.data_ptr())
         total_bytes += tensor.numel() * tensor.element_size()
-        total_params += tensor.numel()
-    return total_bytes, total_params
+        total_params += tensor.numel() if tensor.is_floating_point() else 0
+    param_count = getattr(model, "param_count", None)
+    return total_bytes, int(param_count()) if callable(param_count) else total_params

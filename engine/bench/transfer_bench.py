@@ -120,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
     p.add_argument("--repeats", type=int, default=2, help="transfer-only repeats (best is kept)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per engine")
     p.add_argument("--num-pages", type=int, default=2048)
+    p.add_argument("--mode", default="exact", choices=["exact", "fast"],
+                   help="engines' mode: exact = float32 KV (the figures so far), fast = bf16 KV")
     opts = p.parse_args(getattr(args, "rest", None) or [])
     sizes = [int(x) for x in opts.sizes.split(",")]
     transports = [t for t in opts.transports.split(",") if t]
@@ -131,7 +133,8 @@ def run(args: argparse.Namespace) -> int:
     floor = memcpy_gbps()
     log_dir = Path(tempfile.mkdtemp(prefix="switchyard-bench-"))
     print(f"starting 3 engines (logs in {log_dir}) ...", flush=True)
-    engines = start_engines(["sender", "recv-1", "recv-2"], log_dir, opts.num_pages, opts.threads)
+    engines = start_engines(["sender", "recv-1", "recv-2"], log_dir, opts.num_pages, opts.threads,
+                            mode=opts.mode)
     try:
         async def go() -> list[Row]:
             async with engines[0].client() as c:

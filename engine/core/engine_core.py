@@ -8,6 +8,7 @@ released only after that step, so the running forward pass never writes into reu
 """
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Sequence
@@ -16,9 +17,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 import router_core
-from engine.attention import resolve_backend_name
 from engine.attention.graph_buckets import capture_sizes
-from engine.config import EngineConfig
+from engine.config import EngineConfig, EngineConfigError
 from engine.core.errors import InvalidRequest, UnknownRequest
 from engine.core.latency_model import VERSION as LATENCY_VERSION
 from engine.core.latency_model import LatencyModel, decode_knee
@@ -56,25 +56,34 @@ class EngineCore:
     def __init__(self, config: EngineConfig, loaded: LoadedModel | None = None) -> None:
         from engine.model.runner import ModelRunner
 
-        self.config = config
         if loaded is None:
             from engine.model.loader import load_model
 
             loaded = load_model(config.model_path, _DTYPES[config.dtype],
-                                torch.device(config.device))
+                                torch.device(config.device), mode=config.mode)
+        if loaded.is_fast != (config.mode == "fast"):
+            raise EngineConfigError(f"engine mode {config.mode!r} does not match the loaded "
+                                    f"model ({'fast' if loaded.is_fast else 'exact'})")
         self.loaded = loaded
         self.model_config = loaded.config
         mc = self.model_config
+        kv_dtype = _DTYPES[config.resolved_kv_dtype]
+        if config.num_pages is None:  # size the pool from the memory budget
+            per_page = KVStorage.bytes_per_token_for(mc.num_layers, mc.num_kv_heads, mc.head_dim,
+                                                     kv_dtype) * config.page_size
+            config = dataclasses.replace(config, num_pages=max(1, config.kv_memory // per_page))
+        assert config.num_pages is not None
+        self.config = config
         self.max_context = min(config.max_context or mc.max_position_embeddings,
                                mc.max_position_embeddings)
-        backend = resolve_backend_name(config.attention_backend, config.device, config.dtype)
+        backend = config.resolved_backend
         # A step never holds more than max_running decodes: no graph above that.
         graph_sizes = (capture_sizes(min(config.cuda_graph_max_batch, config.max_running))
                        if backend == "flashinfer" else [])
         # CUDA graphs pad decode steps onto one extra page that the pool never hands out.
         self.kv = KVStorage(mc.num_layers, config.num_pages + (1 if graph_sizes else 0),
-                            config.page_size, mc.num_kv_heads, mc.head_dim,
-                            _DTYPES[config.dtype], config.device)
+                            config.page_size, mc.num_kv_heads, mc.head_dim, kv_dtype,
+                            config.device)
         self.pool = PagePool(config.num_pages)
         self.block_hash_seed = router_core.model_seed(mc.model_id)
         self.cache = RadixPrefixCache(self.pool, config.page_size, self.block_hash_seed,
@@ -105,10 +114,10 @@ class EngineCore:
 
     def _check_fits(self, num_tokens: int) -> None:
         pages = -(-num_tokens // self.config.page_size)
-        if pages > self.config.num_pages:
+        if pages > self.pool.num_pages:
             raise InvalidRequest(
                 f"{num_tokens} tokens need {pages} KV pages; this engine has "
-                f"{self.config.num_pages}")
+                f"{self.pool.num_pages}")
 
     def _new_detokenizer(self, sampling: SamplingParams) -> Any:
         if self.detokenizer_vocab is None:

@@ -72,7 +72,7 @@ def grid_for(core: EngineCore, grid: ProfileGrid | None = None) -> ProfileGrid:
     config = core.config
     return (grid or ProfileGrid()).fitted(
         max_tokens_per_seq=core.max_context - 64,
-        pool_tokens=config.num_pages * config.page_size,
+        pool_tokens=core.pool.num_pages * config.page_size,
         max_running=config.max_running, page_size=config.page_size)
 
 

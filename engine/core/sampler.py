@@ -84,7 +84,16 @@ def sample(logits: torch.Tensor, rows: list[SampleRow]) -> tuple[list[int], list
     distribution, as OpenAI reports them)."""
     assert logits.shape[0] == len(rows), "one SampleRow per logits row"
     logits = logits.float()
-    tokens = [_sample_row(logits[i], row) for i, row in enumerate(rows)]
+    plain_greedy = [i for i, row in enumerate(rows) if row.params.greedy and not row.banned_ids]
+    tokens = [0] * len(rows)
+    if plain_greedy:  # one argmax for all of them (per-row calls cost ~50 us each)
+        picked = logits if len(plain_greedy) == len(rows) else logits[plain_greedy]
+        for i, token in zip(plain_greedy, picked.argmax(dim=-1).tolist(), strict=True):
+            tokens[i] = token
+    done = set(plain_greedy)
+    for i, row in enumerate(rows):
+        if i not in done:
+            tokens[i] = _sample_row(logits[i], row)
     logprobs: list[float] = []
     if any(row.params.return_logprobs for row in rows):
         log_softmax = torch.log_softmax(logits, dim=-1)

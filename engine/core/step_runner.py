@@ -169,8 +169,10 @@ class StepRunner:
                           None if r.sampling.greedy
                           else draw_seed(r.sample_seed, r.output_offset + len(r.output_ids)))
                 for r, _ in to_sample]
-        index = torch.tensor([i for _, i in to_sample], dtype=torch.long)
-        tokens, logprobs = sample(logits.index_select(0, index), rows)
+        picked = [i for _, i in to_sample]
+        if picked != list(range(logits.shape[0])):  # usually every row, in order: no copy
+            logits = logits.index_select(0, torch.tensor(picked, dtype=torch.long))
+        tokens, logprobs = sample(logits, rows)
         now = time.monotonic()
         outputs: list[StepOutput] = []
         for n, ((request, _), token) in enumerate(zip(to_sample, tokens, strict=True)):

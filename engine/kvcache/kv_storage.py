@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 if TYPE_CHECKING:
@@ -16,6 +17,17 @@ if TYPE_CHECKING:
 
 class KVStorageError(ValueError):
     """A read or write addressed tokens outside the pages it was given."""
+
+
+def _zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Zeroed storage. On CPU through numpy's calloc: the OS hands out zero pages as they are
+    first touched, so an engine's resident memory grows with the KV it really uses, not with
+    the pool's budget."""
+    if device.type != "cpu":
+        return torch.zeros(shape, dtype=dtype, device=device)
+    element = torch.empty((), dtype=dtype).element_size()
+    words = np.zeros(shape, dtype={1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[element])
+    return torch.from_numpy(words).view(dtype)
 
 
 class KVStorage:
@@ -36,8 +48,8 @@ class KVStorage:
         self.device = torch.device(device)
         # One allocation for all layers; layer i is a contiguous view, which is what paged
         # kernels (and transfers that send a layer at a time) want.
-        self._data = torch.zeros(num_layers, num_pages, 2, page_size, num_kv_heads, head_dim,
-                                 dtype=dtype, device=self.device)
+        self._data = _zeros((num_layers, num_pages, 2, page_size, num_kv_heads, head_dim),
+                            dtype, self.device)
 
     @classmethod
     def for_model(cls, config: ModelConfig, num_pages: int, page_size: int = 16,

@@ -14,6 +14,7 @@ from gguf.quants import dequantize
 from engine.model.config import ModelConfig, ModelConfigError
 from engine.model.gguf_metadata import GGUFFormatError, field_value
 from engine.model.q4_weights import q4_1_parts
+from engine.model.quant_weights import RawBlocks, q4_1_blocks, q8_0_blocks
 
 # GGUF tensor name (per block) -> Hugging Face name.
 _BLOCK_NAMES = {
@@ -142,3 +143,28 @@ def read_gguf_weights(reader: GGUFReader, config: ModelConfig,
             weights[name + ".q4_scale"] = _to_torch(scale, heads)
             weights[name + ".q4_min"] = _to_torch(minimum, heads)
     return weights
+
+
+def read_gguf_blocks(reader: GGUFReader, config: ModelConfig
+                     ) -> tuple[dict[str, torch.Tensor], dict[str, RawBlocks]]:
+    """For the fast mode: Q4_1 and Q8_0 tensors as their raw blocks (exact bits), every other
+    tensor dequantized to float32; Hugging Face naming and row order in both."""
+    dense: dict[str, torch.Tensor] = {}
+    blocks: dict[str, RawBlocks] = {}
+    readers = {GGMLQuantizationType.Q4_1: q4_1_blocks, GGMLQuantizationType.Q8_0: q8_0_blocks}
+    for tensor in reader.tensors:
+        name = hf_name(tensor.name)
+        if name is None:
+            continue
+        heads = _row_heads(tensor.name, config)
+        expected = tuple(int(d) for d in reversed(tensor.shape.tolist()))
+        read_blocks = readers.get(tensor.tensor_type)
+        if read_blocks is not None and len(expected) == 2:
+            raw = read_blocks(tensor.data, expected[0])
+            if heads is not None:
+                raw = raw.permute_rows(unpermute_rows(np.arange(expected[0]), heads))
+            blocks[name] = raw
+            continue
+        values = np.asarray(dequantize(tensor.data, tensor.tensor_type), dtype=np.float32)
+        dense[name] = _to_torch(values.reshape(expected), heads)
+    return dense, blocks

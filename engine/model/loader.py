@@ -13,8 +13,10 @@ import torch
 
 from engine.model.config import ModelConfig
 from engine.model.default_model import default_model_path
+from engine.model.fast_llama import FastLlamaModel, fast_state
 from engine.model.llama import LlamaModel
 from engine.model.q4_weights import int4_supported, is_q4_part
+from engine.model.quant_weights import RawBlocks
 from engine.model.weight_cache import load_cached, store
 from engine.tokenizer import EngineTokenizer
 
@@ -22,16 +24,26 @@ SUPPORTED_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16,
                     "float16": torch.float16}
 
 
+_FAST_VARIANT = "fast-blocks-1"
+
+
 class ModelLoadError(ValueError):
     """The model path or dtype is not usable."""
+
+
+MODES = ("exact", "fast")
 
 
 @dataclass(slots=True)
 class LoadedModel:
     config: ModelConfig
-    model: LlamaModel
+    model: LlamaModel | FastLlamaModel
     tokenizer: EngineTokenizer
     source: str
+
+    @property
+    def is_fast(self) -> bool:
+        return isinstance(self.model, FastLlamaModel)
 
 
 def parse_dtype(dtype: torch.dtype | str | None) -> torch.dtype:
@@ -64,14 +76,51 @@ def _read_source(source: str, keep_q4: bool) -> tuple[ModelConfig, dict[str, tor
     return config, weights, EngineTokenizer.from_gguf_reader(reader)
 
 
+def _load_fast(source: str, device: torch.device | str, use_cache: bool) -> LoadedModel:
+    """The fast CPU mode: packed block-quantised weights (FastLlamaModel)."""
+    if torch.device(device).type != "cpu":
+        raise ModelLoadError("the fast mode runs on CPU; use mode 'exact' on CUDA")
+    use_cache = use_cache and not os.path.isdir(source)
+    cached = load_cached(source, torch.float32, _FAST_VARIANT) if use_cache else None
+    if cached is not None:
+        state, extra = cached
+        config = ModelConfig(**extra["config"])
+        tokenizer = EngineTokenizer.from_state(extra["tokenizer"])
+    else:
+        if os.path.isdir(source):
+            config, dense, tokenizer = _read_source(source, keep_q4=False)
+            blocks: dict[str, RawBlocks] = {}
+        else:
+            from engine.model.gguf_loader import read_gguf_blocks, read_gguf_config
+            from engine.model.gguf_metadata import open_gguf
+
+            reader = open_gguf(source)
+            config = read_gguf_config(reader, source)
+            dense, blocks = read_gguf_blocks(reader, config)
+            tokenizer = EngineTokenizer.from_gguf_reader(reader)
+        state = fast_state(config, dense, blocks)
+        if use_cache:
+            store(source, torch.float32, state,
+                  {"config": dataclasses.asdict(config), "tokenizer": tokenizer.to_state()},
+                  _FAST_VARIANT)
+    return LoadedModel(config=config, model=FastLlamaModel(config, state), tokenizer=tokenizer,
+                       source=source)
+
+
 def load_model(path: str | None = None, dtype: torch.dtype | str | None = torch.float32,
                device: torch.device | str = "cpu", use_cache: bool = True,
-               int4: bool | None = None) -> LoadedModel:
-    """`int4`: use the 4-bit kernel for the GGUF's Q4_1 tensors on small batches (decode).
-    None = wherever supported (bfloat16 on CPU); float32 is always dense, the exact mode."""
+               int4: bool | None = None, mode: str = "exact") -> LoadedModel:
+    """`mode` "exact": dense weights in `dtype` (float32 = the reference numerics); "fast":
+    block-quantised weights and batch-invariant CPU kernels (`dtype` is ignored).
+    `int4` (exact mode): use the 4-bit kernel for the GGUF's Q4_1 tensors on small batches.
+    None = wherever supported (bfloat16 on CPU); float32 is always dense."""
     source = path if path is not None else default_model_path()
     if not os.path.exists(source):
         raise ModelLoadError(f"model path {source!r} does not exist")
+    if mode not in MODES:
+        raise ModelLoadError(f"unknown mode {mode!r}; use one of {MODES}")
+    if mode == "fast":
+        return _load_fast(source, device, use_cache)
     torch_dtype = parse_dtype(dtype)
     supported = int4_supported(torch_dtype, torch.device(device))
     if int4 and not supported:

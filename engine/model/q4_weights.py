@@ -15,8 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from engine.model.quant_weights import q4_1_blocks
+
 GROUP = 32
-_BLOCK_BYTES = 20  # fp16 d, fp16 m, 16 bytes of packed codes
 SUFFIXES = (".q4_codes", ".q4_scale", ".q4_min")
 
 
@@ -26,13 +27,9 @@ def is_q4_part(name: str) -> bool:
 
 def q4_1_parts(data: np.ndarray, rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(codes uint8 [rows, K], d float32 [rows, K/32], m float32 [rows, K/32]) of raw Q4_1 bytes."""
-    blocks = np.asarray(data, dtype=np.uint8).reshape(rows, -1, _BLOCK_BYTES)
-    d = blocks[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
-    m = blocks[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float32)
-    packed = blocks[..., 4:]
-    # Low nibbles are elements 0..15 of the block, high nibbles 16..31.
-    codes = np.concatenate([packed & 0x0F, packed >> 4], axis=-1).reshape(rows, -1)
-    return codes, d, m
+    raw = q4_1_blocks(data, rows)
+    assert raw.m is not None
+    return raw.codes, raw.d.astype(np.float32), raw.m.astype(np.float32)
 
 
 @dataclass(slots=True)

@@ -43,9 +43,12 @@ class ModelRunner:
         `scratch_page` is a KV page no sequence owns, for the padding rows."""
         from engine.attention.flashinfer_backend import FlashInferBackend
         from engine.model.decode_graphs import DecodeGraphs
+        from engine.model.llama import LlamaModel
 
         if not isinstance(self.backend, FlashInferBackend):
             raise ValueError("CUDA graphs need the flashinfer attention backend")
+        if not isinstance(self.model, LlamaModel):  # the fast mode's model runs on CPU only
+            raise ValueError("CUDA graphs need the exact mode's model")
         graphs = DecodeGraphs(self.model, self.kv, self.backend, sizes, scratch_page, max_context)
         with torch.inference_mode():
             graphs.capture()

@@ -15,7 +15,7 @@ import torch
 
 from engine.core.batch import ScheduledChunk
 from engine.kvcache.kv_storage import KVStorage
-from engine.model.llama import LlamaLayer
+from engine.model.llama import LlamaLayer, LlamaModel
 from engine.model.loader import LoadedModel, load_model
 from engine.model.runner import ModelRunner
 
@@ -25,6 +25,7 @@ PAGE_SIZE = 16
 def weight_bytes_per_decode_step(loaded: LoadedModel) -> int:
     """Bytes of weights a batch-1 decode step streams (the int4 form where it is used)."""
     model = loaded.model
+    assert isinstance(model, LlamaModel), "exact-mode models only (the fast mode: bench engine)"
     total = model.lm_head.numel() * model.lm_head.element_size() + model.final_norm.nbytes
     for layer in model.layers:
         assert isinstance(layer, LlamaLayer)

@@ -16,9 +16,17 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None,
                         help="GGUF file or HF directory (default: SmolLM2-135M-Instruct)")
     parser.add_argument("--device", default="cpu", help="cpu | cuda:K")
+    parser.add_argument("--mode", default=None, choices=["fast", "exact"],
+                        help='"fast" (default on CPU): block-quantised weights, int8 activations '
+                        'and batch-invariant kernels, identical tokens across patterns; "exact": '
+                        "the reference numerics in --dtype (float32 by default)")
     parser.add_argument("--dtype", default=None,
-                        help="float32 | bfloat16 | float16 (default: the engine's choice)")
-    parser.add_argument("--num-pages", type=int, default=None, help="KV pages in the pool")
+                        help="float32 | bfloat16 | float16: the exact mode's dtype (implies "
+                        "--mode exact)")
+    parser.add_argument("--kv-memory", default=None,
+                        help="KV cache budget per engine, e.g. 512MiB or 2G (default 512MiB)")
+    parser.add_argument("--num-pages", type=int, default=None,
+                        help="KV pages in the pool (overrides --kv-memory)")
     parser.add_argument("--page-size", type=int, default=16, help="tokens per KV page")
     parser.add_argument("--chunk-size", type=int, default=None,
                         help="prefill tokens per step (the router may change it at run time)")

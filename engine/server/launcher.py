@@ -37,10 +37,12 @@ class EngineSpec:
     name: str                       # engine id, and the log file's name
     role: str = "any"
     mock: bool = False              # synthetic tokens, no model: benchmarks and fault tests only
+    mode: str | None = None         # exact | fast (None: the engine's default)
     model: str | None = None
     device: str = "cpu"
     dtype: str | None = None        # None: the engine's default
     num_pages: int | None = None
+    kv_memory: str | None = None    # e.g. "512MiB" (None: the engine's default)
     page_size: int = 16
     chunk_size: int | None = None
     latency_profile: str | None = None  # off | auto | force (None: the engine's default)
@@ -54,8 +56,9 @@ class EngineSpec:
         argv = [sys.executable, "-m", "engine.server.main", "--port", str(port),
                 "--host", self.host, "--role", self.role, "--engine-id", self.name,
                 "--device", self.device, "--page-size", str(self.page_size)]
-        for flag, value in (("--model", self.model), ("--dtype", self.dtype),
-                            ("--num-pages", self.num_pages), ("--chunk-size", self.chunk_size),
+        for flag, value in (("--model", self.model), ("--mode", self.mode), ("--dtype", self.dtype),
+                            ("--num-pages", self.num_pages), ("--kv-memory", self.kv_memory),
+                            ("--chunk-size", self.chunk_size),
                             ("--latency-profile", self.latency_profile)):
             if value is not None:
                 argv += [flag, str(value)]
@@ -157,12 +160,14 @@ async def wait_healthy(engines: Sequence[EngineProcess], timeout_s: float = STAR
 
 
 def start_engines(names: Sequence[str | EngineSpec], log_dir: Path, num_pages: int = 512,
-                  threads: int = 1) -> list[EngineProcess]:
+                  threads: int = 1, mode: str = "exact") -> list[EngineProcess]:
     """Tests and benches: start all at once (their model loads overlap), wait until every one
-    serves. Plain names get real fp32 engines with a small pool and one torch thread each."""
+    serves. Plain names get real engines with a small pool and one torch thread each, in
+    `mode` ("exact": float32, what the reference tests compare; or "fast")."""
+    exact = mode == "exact"
     specs = [n if isinstance(n, EngineSpec) else EngineSpec(
-        n, dtype="float32", num_pages=num_pages, threads=threads,
-        env={"SWITCHYARD_LOG_LEVEL": "WARNING"}) for n in names]
+        n, num_pages=num_pages, threads=threads, env={"SWITCHYARD_LOG_LEVEL": "WARNING"},
+        dtype="float32" if exact else None, mode=None if exact else mode) for n in names]
     engines: list[EngineProcess] = []
     try:
         for spec in specs:

@@ -31,8 +31,25 @@ log = logging.getLogger("switchyard.engine")
 _GRACE_S = 5.0
 
 
+def engine_mode(args: argparse.Namespace) -> str:
+    """--mode, else fast on CPU unless an exact-mode --dtype was asked for (or this install
+    lacks the fast mode's compiled kernels: then exact, with a warning)."""
+    mode = getattr(args, "mode", None)
+    if mode:
+        return str(mode)
+    if args.dtype or not args.device.startswith("cpu"):
+        return "exact"
+    from engine.kernels import LIBRARY, available
+
+    if not available():
+        log.warning("fast-mode kernels missing (%s; `make install` builds them): starting in "
+                    "the exact mode", LIBRARY)
+        return "exact"
+    return "fast"
+
+
 def engine_config_from_args(args: argparse.Namespace) -> Any:
-    from engine.config import EngineConfig
+    from engine.config import EngineConfig, EngineConfigError, parse_memory
 
     fields: dict[str, Any] = {
         "model_path": args.model,
@@ -41,8 +58,14 @@ def engine_config_from_args(args: argparse.Namespace) -> Any:
         "page_size": args.page_size,
         "engine_id": args.engine_id or f"engine-{args.port}",
     }
+    fields["mode"] = engine_mode(args)
     if args.dtype:
+        if fields["mode"] == "fast":
+            raise EngineConfigError("--dtype sets the exact mode's precision; the fast mode has "
+                                    "its own (drop --dtype or use --mode exact)")
         fields["dtype"] = args.dtype
+    if getattr(args, "kv_memory", None):
+        fields["kv_memory"] = parse_memory(args.kv_memory)
     if args.num_pages:
         fields["num_pages"] = args.num_pages
     if args.chunk_size:
@@ -104,8 +127,14 @@ async def serve_async(args: argparse.Namespace) -> None:
     info = model_info(core, config, f"{listener.host}:{listener.port}")
     servicer = EngineServicer(steps, listener, layout, info)
 
+    # Clients ping every 20 s (engine/server/client.py) to notice a dead engine; accept those
+    # pings during long silent RPCs (a RemoteSend whose prefill takes minutes) instead of
+    # answering GOAWAY "too_many_pings" after the third one, which killed such calls.
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20),
-                                      ("grpc.max_send_message_length", 64 << 20)])
+                                      ("grpc.max_send_message_length", 64 << 20),
+                                      ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+                                      ("grpc.http2.max_ping_strikes", 0),
+                                      ("grpc.keepalive_permit_without_calls", 1)])
     pb_grpc.add_EngineServicer_to_server(servicer, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -116,7 +145,9 @@ async def serve_async(args: argparse.Namespace) -> None:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     log.info("engine %s serving on %s:%d (KV transfers on %s:%d)", config.engine_id, args.host,
              args.port, listener.host, listener.port)
-    print(f"switchyard engine {config.engine_id} ready on {args.host}:{args.port}", flush=True)
+    print(f"switchyard engine {config.engine_id} ready on {args.host}:{args.port} (mode "
+          f"{core.config.mode}, KV {core.kv.dtype} x {core.pool.num_pages} pages = "
+          f"{core.kv.bytes_per_page() * core.pool.num_pages / 2**20:.0f} MiB)", flush=True)
 
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -148,6 +179,13 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(int(threads))
     import uvloop
 
+    from engine.config import EngineConfigError
+
+    try:
+        engine_config_from_args(args)  # bad flags end here, with a message, before any load
+    except EngineConfigError as err:
+        print(f"switchyard engine: {err}", flush=True)
+        return 2
     uvloop.install()
     asyncio.run(serve_async(args))
     return 0

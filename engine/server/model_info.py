@@ -21,7 +21,7 @@ def model_info(core: Any, config: Any, transfer_addr: str) -> pb.ModelInfoRespon
         num_kv_heads=mc.num_kv_heads,
         head_dim=mc.head_dim,
         page_size=config.page_size,
-        dtype=config.dtype,
+        dtype=config.numerics,
         block_hash_seed=core.block_hash_seed,
         vocab_size=mc.vocab_size,
         max_context=core.max_context,

@@ -31,6 +31,8 @@ from engine.transfer.staging import StagingArea, StagingRing, StagingTimeout
 
 # How long a sender waits for staging space before deciding the receiver is stuck.
 _STAGING_WAIT_S = 30.0
+# Frames the writer sends in one go at most.
+_MAX_BATCH = 64
 
 
 class _Outgoing(NamedTuple):
@@ -113,16 +115,43 @@ class SocketLink(Transport):
             self._sessions.pop(sid, None)
 
     def _write_loop(self) -> None:
+        """Send queued frames; a burst of header-only frames (shm chunks, acks of sessions)
+        goes out in one write, so the receiver wakes once for all of them."""
         while (item := self._outgoing.get()) is not None:
-            if item.ready is not None:
-                item.ready.synchronize()  # this thread waits for the gather, not the step thread
-            payload = item.payload
-            data = _tensor_bytes(payload) if isinstance(payload, torch.Tensor) else payload
+            batch = [item]
+            while len(batch) < _MAX_BATCH:
+                try:
+                    more = self._outgoing.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    self._outgoing.put(None)  # stop after this batch
+                    break
+                batch.append(more)
             try:
-                send_frame(self._sock, item.header, data)
+                self._send_batch(batch)
             except OSError as exc:
                 self._die(f"KV link to {self.peer} lost while sending: {exc}")
                 return
+
+    def _send_batch(self, batch: list[_Outgoing]) -> None:
+        headers = bytearray()
+        for item in batch:
+            if item.ready is not None:
+                item.ready.synchronize()  # this thread waits for the gather, not the step thread
+            payload = item.payload
+            if isinstance(payload, bytes) and not payload:
+                if item.header.kind != FrameKind.SHM_DATA:
+                    item.header.payload_len = 0
+                headers += item.header.pack()
+                continue
+            if headers:
+                self._sock.sendall(headers)
+                headers = bytearray()
+            data = _tensor_bytes(payload) if isinstance(payload, torch.Tensor) else payload
+            send_frame(self._sock, item.header, data)
+        if headers:
+            self._sock.sendall(headers)
 
     def _read_loop(self) -> None:
         while True:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import select
 import socket
 import threading
 import time
@@ -153,9 +154,19 @@ class _Connection:
         self._layout = listener._layout
         self._sessions: dict[int, _Incoming] = {}
         self._payload = bytearray(1 << 20)
+        self._unacked: int | None = None  # staging offset of the last consumed, unacked chunk
+
+    def _flush_ack(self) -> None:
+        if self._unacked is not None:
+            send_frame(self._conn, Header(FrameKind.CHUNK_ACK, offset=self._unacked))
+            self._unacked = None
 
     def run(self) -> None:
         while True:
+            # Acks are cumulative: while more frames are already waiting, consuming them comes
+            # first; the ack goes out before this thread would block (and before any END_ACK).
+            if self._unacked is not None and not select.select([self._conn], [], [], 0)[0]:
+                self._flush_ack()
             header = recv_header(self._conn)
             kind = header.kind
             if kind == FrameKind.OPEN:
@@ -167,8 +178,9 @@ class _Connection:
                 if self._staging is None:
                     raise FrameError("SHM_DATA on a link without a staging area")
                 self._on_data(header, self._staging.view(header.offset, header.extra))
-                send_frame(self._conn, Header(FrameKind.CHUNK_ACK, offset=header.offset))
+                self._unacked = header.offset
             elif kind == FrameKind.END:
+                self._flush_ack()
                 self._on_end(header.session)
             elif kind == FrameKind.ABORT:
                 self._sessions.pop(header.session, None)

@@ -3,7 +3,9 @@
 The sender owns one area per receiver link: a file in /dev/shm mapped on both sides and viewed as a
 torch uint8 tensor. The sender gathers a layer's K/V straight from its pages into the area (its one
 copy), the receiver scatters from the area into its own pages (its one copy). Space is handed out
-as a FIFO ring: the receiver processes chunks in order and acknowledges each, which frees it.
+as a FIFO ring: the receiver processes chunks in order and acknowledges the latest one it has
+consumed whenever it would otherwise wait (one ack for a burst of chunks), which frees it and
+every chunk before it.
 The file name is unlinked as soon as the receiver has mapped it, so a crash leaks nothing.
 """
 from __future__ import annotations
@@ -121,10 +123,13 @@ class FifoRing:
             return offset
 
     def release(self, offset: int) -> None:
+        """Free the chunk at `offset` and every chunk allocated before it (acks are
+        cumulative: the receiver consumes chunks in order and acknowledges the latest)."""
         with self._cond:
-            if not self._inflight or self._inflight[0][0] != offset:
-                raise RuntimeError(f"staging release out of order at offset {offset}")
-            self._inflight.popleft()
+            if all(start != offset for start, _ in self._inflight):
+                raise RuntimeError(f"staging release of offset {offset}, which is not in flight")
+            while self._inflight.popleft()[0] != offset:
+                pass
             self._cond.notify_all()
 
     def in_flight(self) -> int:

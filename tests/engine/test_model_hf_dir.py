@@ -126,3 +126,23 @@ def test_directory_without_weights_is_a_clear_error(tmp_path: os.PathLike[str]) 
     _write_config(str(tmp_path))
     with pytest.raises(HFFormatError):
         load_model(str(tmp_path))
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_hf_directory_in_fast_mode_is_close_to_exact(
+        case: str, tmp_path: os.PathLike[str], loaded_model_fp32: LoadedModel) -> None:
+    """Dense HF weights are quantised to Q8_0 for the fast mode (tied and untied heads, GQA,
+    RoPE scaling): its logits stay within 5% of the logit range of the exact mode's."""
+    directory = str(tmp_path)
+    _save_tiny_llama(directory, CASES[case], loaded_model_fp32.tokenizer.to_json())
+    ids = torch.randint(0, VOCAB, (80,), generator=torch.Generator().manual_seed(2)).tolist()
+    logits = {}
+    for mode in ("exact", "fast"):
+        loaded = load_model(directory, mode=mode)
+        kv = KVStorage.for_model(loaded.config, num_pages=8, page_size=16,
+                                 dtype=torch.bfloat16 if mode == "fast" else torch.float32)
+        runner = ModelRunner(loaded, kv, "cpu" if mode == "fast" else "torch")
+        logits[mode] = runner.run([ScheduledChunk("x", ids, 0, list(range(8)), True)])[0]
+    scale = logits["exact"].abs().max().item()
+    assert (logits["fast"] - logits["exact"]).abs().max().item() < 0.05 * scale

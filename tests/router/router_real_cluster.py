@@ -10,10 +10,13 @@ from engine.server.launcher import EngineSpec, start_engines, stop_engines
 
 
 @contextmanager
-def real_engines(roles: Sequence[str]) -> Iterator[list[int]]:
-    """fp32 engines (different batch shapes cannot flip a greedy token), one torch thread each
-    (several engines stay fair on a 2-core machine); yields their ports."""
-    specs = [EngineSpec(f"engine-{i}-{free_port()}", role=role, dtype="float32", threads=1)
+def real_engines(roles: Sequence[str], mode: str = "exact") -> Iterator[list[int]]:
+    """mode "exact": fp32 engines (different batch shapes cannot flip a greedy token); "fast":
+    the default fast CPU mode. One torch thread each (several engines stay fair on a 2-core
+    machine); yields their ports."""
+    exact = mode == "exact"
+    specs = [EngineSpec(f"engine-{i}-{free_port()}", role=role, threads=1,
+                        dtype="float32" if exact else None, mode=None if exact else mode)
              for i, role in enumerate(roles)]
     engines = start_engines(specs, LOG_DIR)
     try:

@@ -170,7 +170,7 @@ def test_header_round_trip() -> None:
     assert Header.unpack(h.pack()) == h
 
 
-def test_staging_ring_fifo() -> None:
+def test_staging_ring_fifo_cumulative_release() -> None:
     ring = StagingRing(1024)
     try:
         a = ring.alloc(500, 1)
@@ -180,8 +180,10 @@ def test_staging_ring_fifo() -> None:
         ring.release(a)
         c = ring.alloc(200, 1)  # wraps to the front
         assert (a, c) == (0, 0) and b == 512
+        ring.release(c)  # acks are cumulative: frees b too
+        assert ring.in_flight() == 0
         with pytest.raises(RuntimeError):
-            ring.release(c)  # out of order
+            ring.release(b)  # not in flight any more
     finally:
         ring.close()
 
