@@ -6,11 +6,12 @@ holds one pool reference per cached page; `match` adds one for the caller (pinni
 pages whose sole owner is the cache, with no cached children, are evictable (LRU). Every store
 and evict appends a KV event so a router can mirror what this engine holds.
 
-Eviction keeps a lazy LRU heap of (last_access, hash): every access pushes a fresh entry,
-outdated ones are skipped when popped, and a page with cached children leaves the heap until its
-last child is evicted (then it is pushed again), so freeing a page costs O(log n) amortised
-instead of a scan of every cached page (an engine whose pool is full evicts on almost every
-allocation). The heap is rebuilt from the nodes when outdated entries outnumber live ones.
+Eviction keeps a lazy LRU heap of (last_access, hash) over the pages without cached children
+(only those are ever evictable): an access pushes a fresh entry for the leaf it reaches, an
+inner page gets one when its last child is evicted, and outdated entries are skipped when
+popped. So freeing a page costs O(log n) amortised instead of a scan of every cached page (an
+engine whose pool is full evicts on almost every allocation). The heap is rebuilt from the
+leaves when outdated entries outnumber live ones.
 """
 from __future__ import annotations
 
@@ -62,14 +63,17 @@ class RadixPrefixCache:
         self._clock += 1
         return self._clock
 
-    def _touch(self, node: _Node, now: int) -> None:
-        node.last_access = now
-        heapq.heappush(self._lru, (now, node.block_hash))
+    def _touch_leaf(self, node: _Node) -> None:
+        """Give a page without cached children its current heap entry (only such pages are
+        ever evicted; an inner page gets one when its last child is evicted)."""
+        if not node.num_children:
+            heapq.heappush(self._lru, (node.last_access, node.block_hash))
 
     def _compact(self) -> None:
         """Drop outdated heap entries once they outnumber the live ones."""
         if len(self._lru) > 2 * len(self._nodes) + 64:
-            self._lru = [(node.last_access, h) for h, node in self._nodes.items()]
+            self._lru = [(node.last_access, h) for h, node in self._nodes.items()
+                         if not node.num_children]
             heapq.heapify(self._lru)
 
     def _lookup(self, tokens: Sequence[int]) -> list[_Node]:
@@ -92,8 +96,10 @@ class RadixPrefixCache:
         nodes = self._lookup(tokens)
         now = self._tick()
         for node in nodes:
-            self._touch(node, now)
-        self._compact()
+            node.last_access = now
+        if nodes:
+            self._touch_leaf(nodes[-1])
+            self._compact()
         pages = [node.page for node in nodes]
         self.pool.incref(pages)
         return pages, len(pages) * self.page_size
@@ -108,21 +114,25 @@ class RadixPrefixCache:
         now = self._tick()
         stored: list[int] = []
         parent: int | None = None
+        node: _Node | None = None
         for i, block_hash in enumerate(hashes):
             node = self._nodes.get(block_hash)
             block = tuple(tokens[i * self.page_size:(i + 1) * self.page_size])
             if node is not None:
                 if node.tokens != block:
+                    node = self._nodes[parent] if parent is not None else None
                     break  # hash collision: keep the existing block, cache nothing below it
+                node.last_access = now
             else:
                 self.pool.incref([pages[i]])
                 node = self._nodes[block_hash] = _Node(block_hash, parent, pages[i], block, now)
                 if parent is not None:
                     self._nodes[parent].num_children += 1
                 stored.append(block_hash)
-            self._touch(node, now)
             parent = block_hash
-        self._compact()
+        if node is not None:
+            self._touch_leaf(node)
+            self._compact()
         self.events.append("stored", stored)
         return len(stored)
 

@@ -89,6 +89,9 @@ def _check(a: argparse.Namespace) -> tuple[SimConfig, Workload]:
         raise ValueError("--policy-timeout-s must be > 0")
     if not isinstance(a.policy_params, dict):
         raise ValueError("--policy-params must be a JSON object policy -> parameters")
+    unknown = sorted(set(a.policy_params) - set(a.policies))
+    if unknown:
+        raise ValueError(f"--policy-params names {unknown}, not in --policies")
     for source in a.policy_file:
         load_policy_source(source)
     for name in a.policies:
@@ -96,6 +99,8 @@ def _check(a: argparse.Namespace) -> tuple[SimConfig, Workload]:
     for rate in a.rates:
         ArrivalProcess(rate, a.burstiness)
     workload = build_workload(a)
+    if not a.rates and workload.trace_offsets(1) is None:
+        raise WorkloadError(f"the {workload.name} workload has no timestamps: give --rates")
     size = workload.size()
     if a.num_prompts < 1 or (size is not None and a.num_prompts > size):
         raise WorkloadError(f"num-prompts must be in 1..{size or 'inf'} for the "
