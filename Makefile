@@ -52,8 +52,12 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy pyrouter engine
 
+# Every Rust test: the default (core) build plus the feature-gated pieces (tokenisation); only the
+# PyO3 binding is left out (it links libpython).
+RUST_TEST_FEATURES := tokenize
+
 rust-test:
-	cargo test -q
+	cargo test -q --features "$(RUST_TEST_FEATURES)"
 
 py-test: install
 	$(VENV)/bin/pytest -q

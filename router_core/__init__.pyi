@@ -5,8 +5,8 @@ Engine ids are small non-negative ints chosen by the caller (pyrouter maps "e0" 
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Literal, final
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, final
 
 __version__: str
 
@@ -197,3 +197,40 @@ class SseEncoder:
         """Final chunk with "choices": [] and usage (incl. prompt_tokens_details.cached_tokens)."""
     @staticmethod
     def done() -> bytes: ...                    # b"data: [DONE]\n\n"
+
+# ---- tokenisation (the engine's tokenizer.json and chat template, in Rust) ----
+@final
+class RouterTokenizer:
+    """Text and chat messages to token ids, exactly as the engine's Python EngineTokenizer
+    (engine/tokenizer.py) and the router's request parsing (pyrouter/http/parse.py) give them:
+    the same tokenizer.json through the `tokenizers` crate, the chat template through minijinja
+    (trim_blocks, lstrip_blocks, raise_exception, bos_token/eos_token, Python string methods).
+    The arguments are EngineTokenizer.to_state()'s keys. Every call releases the GIL.
+    ValueError for an unreadable tokenizer.json."""
+    def __new__(cls, tokenizer_json: str, chat_template: str | None = None,
+                bos_token_id: int | None = None,
+                eos_token_ids: Sequence[int] = ...) -> RouterTokenizer: ...
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """A completion prompt's ids (add_special_tokens applies the post-processor, e.g. BOS)."""
+    def apply_chat_template(self, messages: Sequence[Mapping[str, Any]],
+                            add_generation_prompt: bool = True) -> str:
+        """messages: {"role", "content"} dicts, content a string or a list of content parts (the
+        text parts are joined); role "developer" renders as "system". ValueError with the router's
+        400 message for bad messages, a missing template or a template error."""
+    def encode_chat(self, messages: Sequence[Mapping[str, Any]],
+                    add_generation_prompt: bool = True) -> list[int]:
+        """The chat prompt's ids: the template rendered, encoded without adding special tokens."""
+    def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        """ValueError for ids outside [0, vocab_size)."""
+    def token_to_id(self, token: str) -> int | None: ...
+    def id_to_token(self, token_id: int) -> str | None: ...
+    @property
+    def vocab_size(self) -> int:
+        """Ids are in [0, vocab_size) (added tokens included)."""
+    @property
+    def bos_token_id(self) -> int | None: ...
+    @property
+    def eos_token_ids(self) -> list[int]: ...
+    @property
+    def chat_template(self) -> str | None:
+        """None when the model has none (an empty template counts as none)."""

@@ -14,6 +14,8 @@ pub mod prefix_index;
 pub mod router;
 pub mod scoring;
 pub mod sse;
+#[cfg(feature = "tokenize")]
+pub mod tokenize;
 
 #[cfg(feature = "python")]
 mod python;

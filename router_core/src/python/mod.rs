@@ -8,6 +8,7 @@ mod index;
 mod ints;
 mod router;
 mod table;
+mod tokenize;
 
 use pyo3::prelude::*;
 
@@ -24,5 +25,6 @@ fn _router_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<detok::PyDetokenizerVocab>()?;
     m.add_class::<detok::PyIncrementalDetokenizer>()?;
     m.add_class::<detok::PySseEncoder>()?;
+    m.add_class::<tokenize::PyRouterTokenizer>()?;
     Ok(())
 }
