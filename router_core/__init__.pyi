@@ -234,3 +234,44 @@ class RouterTokenizer:
     @property
     def chat_template(self) -> str | None:
         """None when the model has none (an empty template counts as none)."""
+
+# ---- mock servers: ONLY for router-overhead benchmarks and fault-injection tests ----
+@final
+class MockEngineServer:
+    """The mock engine: the real engine proto (switchyard.v1.Engine + grpc.health.v1) served
+    with synthetic tokens and no model, by tonic on a tokio runtime thread (never holding the
+    GIL). Constructing it binds and starts it (port 0 = any free port); `shutdown` stops it.
+    Token ids depend only on the prompt and the position; a pretend prefix cache of block hashes
+    (block_hashes with page_size and seed) answers PrepRecv/MatchPrefix and feeds KVEvents.
+    Knobs: tokens_per_chunk / chunk_delay_ms (a decode step), coalesce (one message carries every
+    token produced so far), fail_rate (UNAVAILABLE before any token), fail_after_tokens (INTERNAL
+    mid-stream), fail_remote_send, unhealthy_file (NOT_SERVING while it exists).
+    ValueError for bad knobs, OSError when the address cannot be bound."""
+    def __new__(cls, port: int, host: str = "127.0.0.1", *, threads: int = 1,
+                engine_id: str = "mock", role: Literal["any", "prefill", "decode"] = "any",
+                tokens_per_chunk: int = 1, chunk_delay_ms: float = 0.0, coalesce: bool = True,
+                fail_rate: float = 0.0, fail_after_tokens: int = 0,
+                fail_remote_send: bool = False, unhealthy_file: str = "", page_size: int = 16,
+                vocab_size: int = 49152, seed: int = 0) -> MockEngineServer: ...
+    @property
+    def port(self) -> int: ...
+    def is_running(self) -> bool: ...
+    def shutdown(self, grace_s: float = 1.0) -> None:
+        """Health NOT_SERVING, new connections refused, open streams get grace_s; then joined.
+        A second call is a no-op."""
+    def __enter__(self) -> MockEngineServer: ...
+    def __exit__(self, *_exc: object) -> None: ...
+
+@final
+class MockOpenAIWorker:
+    """An OpenAI-style HTTP worker (axum) for the benchmark's anchor routers: /v1/completions,
+    /v1/chat/completions (streamed: max_tokens SSE events " w0", " w1", ... then [DONE], in one
+    body chunk), health and model-info routes. Same lifecycle as MockEngineServer."""
+    def __new__(cls, port: int, host: str = "127.0.0.1", *,
+                threads: int = 1) -> MockOpenAIWorker: ...
+    @property
+    def port(self) -> int: ...
+    def is_running(self) -> bool: ...
+    def shutdown(self, grace_s: float = 1.0) -> None: ...
+    def __enter__(self) -> MockOpenAIWorker: ...
+    def __exit__(self, *_exc: object) -> None: ...

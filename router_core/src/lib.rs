@@ -4,14 +4,22 @@
 //! Every module here is pure Rust with no PyO3 types; the Python binding lives in `python/`
 //! behind the `python` cargo feature so `cargo test` never links libpython.
 
+#[cfg(any(feature = "mock-engine", feature = "mock-worker"))]
+pub mod background_server;
 pub mod detok;
 pub mod engine_set;
 pub mod engine_table;
 pub mod error;
 pub mod hashing;
 pub mod identity_hash;
+#[cfg(feature = "mock-engine")]
+pub mod mock_engine;
+#[cfg(feature = "mock-worker")]
+pub mod mock_worker;
 pub mod prefix_index;
 pub mod router;
+#[cfg(feature = "grpc")]
+pub mod rpc;
 pub mod scoring;
 pub mod sse;
 #[cfg(feature = "tokenize")]

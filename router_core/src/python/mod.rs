@@ -7,6 +7,7 @@ mod hashing;
 mod index;
 mod ints;
 mod router;
+mod servers;
 mod table;
 mod tokenize;
 
@@ -26,5 +27,7 @@ fn _router_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<detok::PyIncrementalDetokenizer>()?;
     m.add_class::<detok::PySseEncoder>()?;
     m.add_class::<tokenize::PyRouterTokenizer>()?;
+    m.add_class::<servers::PyMockEngineServer>()?;
+    m.add_class::<servers::PyMockOpenAIWorker>()?;
     Ok(())
 }
