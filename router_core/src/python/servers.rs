@@ -59,41 +59,40 @@ pub struct PyMockEngineServer {
 #[pymethods]
 impl PyMockEngineServer {
     #[new]
-    #[pyo3(signature = (port, host = "127.0.0.1".to_owned(), *, threads = 1,
-                        engine_id = "mock".to_owned(), role = "any".to_owned(),
-                        tokens_per_chunk = 1, chunk_delay_ms = 0.0, coalesce = true,
-                        fail_rate = 0.0, fail_after_tokens = 0, fail_remote_send = false,
-                        unhealthy_file = String::new(), page_size = 16, vocab_size = 49152,
-                        seed = 0))]
+    #[pyo3(signature = (port, host = "127.0.0.1", *, threads = 1, engine_id = "mock",
+                        role = "any", tokens_per_chunk = 1, chunk_delay_ms = 0.0,
+                        coalesce = true, fail_rate = 0.0, fail_after_tokens = 0,
+                        fail_remote_send = false, unhealthy_file = "", page_size = 16,
+                        vocab_size = 49152, seed = 0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         port: u16,
-        host: String,
+        host: &str,
         threads: usize,
-        engine_id: String,
-        role: String,
+        engine_id: &str,
+        role: &str,
         tokens_per_chunk: u32,
         chunk_delay_ms: f64,
         coalesce: bool,
         fail_rate: f64,
         fail_after_tokens: u32,
         fail_remote_send: bool,
-        unhealthy_file: String,
+        unhealthy_file: &str,
         page_size: u32,
         vocab_size: u32,
         seed: u64,
     ) -> PyResult<Self> {
         let config = MockEngineConfig {
-            engine_id,
-            role,
+            engine_id: engine_id.to_owned(),
+            role: role.to_owned(),
             tokens_per_chunk,
             chunk_delay_ms,
             coalesce,
             fail_rate,
             fail_after_tokens,
             fail_remote_send,
-            unhealthy_file,
+            unhealthy_file: unhealthy_file.to_owned(),
             page_size,
             vocab_size,
             seed,
@@ -142,9 +141,9 @@ pub struct PyMockOpenAIWorker {
 #[pymethods]
 impl PyMockOpenAIWorker {
     #[new]
-    #[pyo3(signature = (port, host = "127.0.0.1".to_owned(), *, threads = 1))]
-    fn new(py: Python<'_>, port: u16, host: String, threads: usize) -> PyResult<Self> {
-        let server = py.allow_threads(|| start_mock_worker(socket_addr(&host, port)?, threads))?;
+    #[pyo3(signature = (port, host = "127.0.0.1", *, threads = 1))]
+    fn new(py: Python<'_>, port: u16, host: &str, threads: usize) -> PyResult<Self> {
+        let server = py.allow_threads(|| start_mock_worker(socket_addr(host, port)?, threads))?;
         Ok(PyMockOpenAIWorker {
             running: Running::new(server),
         })
