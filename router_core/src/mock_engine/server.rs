@@ -85,3 +85,93 @@ fn serve(listener: TcpListener, config: MockEngineConfig, shutdown: Shutdown) ->
             .map_err(|err| RouterCoreError::Server(format!("mock engine: {err}")))
     })
 }
+
+#[cfg(test)]
+mod tests {
+    //! The generated client against the mock engine over a real socket: the Rust side of the
+    //! contract (the Python tests cover the same server through grpcio).
+    use super::*;
+    use crate::mock_engine::synthetic_token;
+    use crate::rpc::pb::engine_client::EngineClient;
+    use crate::rpc::pb::{KvEventsRequest, SamplingParams, StartGenerateRequest};
+    use crate::rpc::tonic_health::pb::health_check_response::ServingStatus as Status;
+    use crate::rpc::tonic_health::pb::health_client::HealthClient;
+    use crate::rpc::tonic_health::pb::HealthCheckRequest;
+    use tonic::transport::Channel;
+
+    async fn channel(addr: SocketAddr) -> Channel {
+        Channel::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap()
+    }
+
+    async fn health(channel: &Channel, service: &str) -> i32 {
+        let request = HealthCheckRequest {
+            service: service.into(),
+        };
+        let mut client = HealthClient::new(channel.clone());
+        client.check(request).await.unwrap().into_inner().status
+    }
+
+    #[tokio::test]
+    async fn generated_client_talks_to_the_mock_engine() {
+        let mut server = start_mock_engine(
+            "127.0.0.1:0".parse().unwrap(),
+            MockEngineConfig::default(),
+            2,
+        )
+        .unwrap();
+        let channel = channel(server.local_addr()).await;
+        assert_eq!(health(&channel, "").await, Status::Serving as i32);
+        assert_eq!(
+            health(&channel, ENGINE_SERVICE_NAME).await,
+            Status::Serving as i32
+        );
+        let mut engine = EngineClient::new(channel.clone());
+        let mut events = engine
+            .kv_events(KvEventsRequest { snapshot: true })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(events.message().await.unwrap().unwrap().snapshot);
+        let prompt: Vec<i32> = (0..20).collect();
+        let request = StartGenerateRequest {
+            request_id: "r".into(),
+            tokens: prompt.clone(),
+            sampling: Some(SamplingParams {
+                max_tokens: 4,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let mut stream = engine.start_generate(request).await.unwrap().into_inner();
+        let chunk = stream.message().await.unwrap().unwrap();
+        let prompt_u32: Vec<u32> = (0..20).collect();
+        let expected: Vec<i32> = (0..4)
+            .map(|p| synthetic_token(&prompt_u32, p) as i32)
+            .collect();
+        assert_eq!(chunk.token_ids, expected);
+        assert_eq!(chunk.finish_reason, "length");
+        assert!(stream.message().await.unwrap().is_none());
+        // The finished prompt's one full block reached the KV event stream.
+        let stored = events.message().await.unwrap().unwrap();
+        assert_eq!((stored.first_seq, stored.stored.len()), (1, 1));
+        server.shutdown(Duration::from_secs(1)).unwrap();
+        // Shutdown ended the open KVEvents stream instead of waiting for the grace period.
+        assert!(events.message().await.map_or(true, |m| m.is_none()));
+    }
+
+    #[test]
+    fn bad_config_is_refused_before_binding() {
+        let config = MockEngineConfig {
+            fail_rate: 2.0,
+            ..Default::default()
+        };
+        assert!(matches!(
+            start_mock_engine("127.0.0.1:0".parse().unwrap(), config, 1),
+            Err(RouterCoreError::InvalidArgument(_))
+        ));
+    }
+}
