@@ -7,8 +7,8 @@ import json
 import signal
 import subprocess
 import sys
-import time
 
+import psutil
 import requests
 
 from pyrouter.bench.proc_cpu import tree_cpu_s
@@ -37,16 +37,20 @@ def test_parse_wrk_reads_requests_and_errors() -> None:
     assert (m.rps, m.p50_ms, m.p99_ms, m.errors, m.requests) == (3125.0, 9.5, 20.1, 3, 25000)
 
 
-def test_tree_cpu_counts_children() -> None:
-    burn = "import time\nt=time.process_time()\nwhile time.process_time()-t<0.3: pass\n"
-    spawn_and_wait = ("import subprocess, sys, time\n"
-                      f"subprocess.Popen([sys.executable, '-c', {burn!r}])\n"
-                      "time.sleep(3)\n")
-    parent = subprocess.Popen([sys.executable, "-c", spawn_and_wait])
+def test_tree_cpu_counts_live_descendants() -> None:
+    # The grandchild burns 0.3 s of CPU, says so on the shared stdout, then stays alive.
+    burn = ("import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
+            "print('burnt', flush=True)\ntime.sleep(60)\n")
+    spawn_and_wait = ("import subprocess, sys\n"
+                      f"subprocess.Popen([sys.executable, '-c', {burn!r}]).wait()\n")
+    parent = subprocess.Popen([sys.executable, "-c", spawn_and_wait], stdout=subprocess.PIPE,
+                              text=True)
     try:
-        time.sleep(2.0)
-        assert tree_cpu_s([parent.pid]) >= 0.3  # the child's busy loop, while it is alive or after
+        assert parent.stdout is not None and parent.stdout.readline().strip() == "burnt"
+        assert tree_cpu_s([parent.pid]) >= 0.3
     finally:
+        for child in psutil.Process(parent.pid).children(recursive=True):
+            child.kill()
         parent.kill()
         parent.wait()
     assert tree_cpu_s([parent.pid]) == 0.0  # gone: nothing to count, no error
