@@ -99,7 +99,7 @@ impl PyMockEngineServer {
         };
         config.validate()?;
         let server =
-            py.allow_threads(|| start_mock_engine(socket_addr(&host, port)?, config, threads))?;
+            py.allow_threads(|| start_mock_engine(socket_addr(host, port)?, config, threads))?;
         Ok(PyMockEngineServer {
             running: Running::new(server),
         })
