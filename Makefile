@@ -6,7 +6,7 @@ PIP := $(PY) -m pip
 PYTHON_BOOT ?= $(shell command -v python3.11 || command -v python3)
 PROTO_SRC := proto/switchyard_rpc/engine.proto
 PROTO_OUT := switchyard_rpc/engine_pb2.py
-RUST_SRC := $(shell find router_core/src -name '*.rs') router_core/Cargo.toml Cargo.toml
+RUST_SRC := $(shell find router_core/src -name '*.rs') router_core/build.rs router_core/Cargo.toml Cargo.toml $(PROTO_SRC)
 EXT_STAMP := .stamp-ext
 KERNELS_SO := engine/kernels/_switchyard_cpu.so
 KERNELS_SRC := $(wildcard engine/kernels/csrc/*.cpp engine/kernels/csrc/*.h) engine/kernels/build.py
@@ -64,8 +64,12 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy pyrouter engine
 
+# Every Rust test: the default (core) build plus the feature-gated pieces (tokenisation, gRPC mock
+# engine, mock HTTP worker); only the PyO3 binding is left out (it links libpython).
+RUST_TEST_FEATURES := tokenize mock-engine mock-worker
+
 rust-test:
-	cargo test -q
+	cargo test -q --features "$(RUST_TEST_FEATURES)"
 
 py-test: install
 	$(VENV)/bin/pytest -q
