@@ -3,9 +3,7 @@ profile at start (same key as computed here), reports the model in Stats, and ta
 prefill chunk size from Configure (bad values: INVALID_ARGUMENT, nothing changed)."""
 from __future__ import annotations
 
-import asyncio
 import random
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +19,7 @@ from engine.core.latency_profile import grid_for
 from engine.model.default_model import default_model_path
 from engine.model.loader import load_model
 from engine.server.client import sampling
-from engine.server.launcher import EngineProcess, start_engine
+from engine.server.launcher import EngineProcess, EngineSpec, start_engines, stop_engines
 
 pytestmark = pytest.mark.timeout(300)
 NUM_PAGES = 512  # as the launcher starts engines
@@ -61,25 +59,14 @@ def engine(engine_logs: Path, tmp_path_factory: pytest.TempPathFactory
     cache = tmp_path_factory.mktemp("cache")
     with pytest.MonkeyPatch.context() as monkeypatch:
         expected = _write_profile(cache, monkeypatch)
-    proc = start_engine("latency", engine_logs, NUM_PAGES, threads=1,
-                        env={"SWITCHYARD_CACHE_DIR": str(cache),
-                             "SWITCHYARD_LATENCY_PROFILE": "auto"})
+    (proc,) = start_engines([EngineSpec(
+        "latency", dtype="float32", num_pages=NUM_PAGES, threads=1,
+        env={"SWITCHYARD_CACHE_DIR": str(cache), "SWITCHYARD_LATENCY_PROFILE": "auto"})],
+        engine_logs)
     try:
-        asyncio.run(_wait_healthy(proc))
         yield proc, expected
     finally:
-        proc.stop()
-
-
-async def _wait_healthy(proc: EngineProcess, timeout_s: float = 180.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    async with proc.client() as client:
-        while time.monotonic() < deadline:
-            assert proc.alive(), proc.log_tail()
-            if await client.healthy(timeout_s=1.0):
-                return
-            await asyncio.sleep(0.3)
-    raise AssertionError(f"engine not healthy in time:\n{proc.log_tail()}")
+        stop_engines([proc])
 
 
 async def test_stats_carry_the_cached_profile(engine: tuple[EngineProcess, dict[str, float]]
