@@ -3,10 +3,13 @@ reports (its fitted step model at the machine's current load, as the router sees
 an engine's start-up profile left in the latency cache.
 
   python -m pyrouter.sim.profiles.build_local --from-engine 127.0.0.1:50051
+  python -m pyrouter.sim.profiles.build_local --from-engine A:P --from-engine B:Q  # averaged
   python -m pyrouter.sim.profiles.build_local --from-cache            # newest cached profile
 
 From an engine, everything comes from its ModelInfo and Stats (model shape, page size, KV pages,
-prefill chunk, the coefficients); from the cache, the coefficients are refitted from the cached
+prefill chunk, the coefficients, which the engine refits online from its own steps); from several
+engines of one model, the coefficients are averaged (the model is linear in them, so this is the
+average of their predictions: one profile for engines that share the machine's cores); from the cache, the coefficients are refitted from the cached
 profile rows with the engine's own LatencyModel (CPU-time fit x the profile's wall/CPU ratio)
 and the shape is the default model's (SmolLM2-135M, bf16 KV of the fast mode, 512 MiB pool).
 The link is the shm transport's measured rate (docs/benchmarks.md, "transfer"), `--link-gbps`.
@@ -26,6 +29,18 @@ NAME = "local-smollm2-cpu"
 LINK_GBPS = 1.5  # shm, fast mode, 2048-8192 tokens: 0.8-1.8 GB/s (docs/benchmarks.md)
 RPC_MS = 0.35  # one way: a gRPC round trip to an engine on this machine is ~0.7 ms
 MAX_RUNNING = 64  # EngineConfig's default (not in Stats)
+
+
+async def _from_engines(addresses: list[str]) -> dict[str, Any]:
+    bodies = [await _from_engine(address) for address in addresses]
+    body = bodies[0]
+    terms = sorted({term for b in bodies for term in b["latency_model"]})
+    body["latency_model"] = {t: sum(b["latency_model"].get(t, 0.0) for b in bodies) / len(bodies)
+                             for t in terms}
+    if len(bodies) > 1:
+        body["measured"] = {"from": f"mean of engines {', '.join(addresses)} Stats latency "
+                                    "models", "engines": [b["measured"] for b in bodies]}
+    return body
 
 
 async def _from_engine(address: str) -> dict[str, Any]:
@@ -94,7 +109,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--from-engine", metavar="HOST:PORT")
+    src.add_argument("--from-engine", metavar="HOST:PORT", action="append",
+                     help="a running engine (repeat for several: coefficients averaged)")
     src.add_argument("--from-cache", nargs="?", const="", metavar="FILE",
                      help="a latency cache file (default: the newest)")
     p.add_argument("--kv-dtype-bytes", type=int, default=2,
@@ -104,7 +120,7 @@ def main() -> int:
     p.add_argument("--name", default=NAME)
     p.add_argument("--out", default=None, help=f"default: {PROFILE_DIR}/NAME.json")
     a = p.parse_args()
-    body = (asyncio.run(_from_engine(a.from_engine)) if a.from_engine
+    body = (asyncio.run(_from_engines(a.from_engine)) if a.from_engine
             else _from_cache(a.from_cache or None, a.kv_dtype_bytes))
     body = {"name": a.name,
             "description": "SmolLM2-135M on this machine's CPU engine (switchyard engine, "
