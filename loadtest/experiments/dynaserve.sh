@@ -9,11 +9,16 @@ source "$(dirname "$0")/common.sh"
 POLICIES=least_load,pd,tandem
 if [ "$(mode "${1:-}")" = sim ]; then
   common=(--profile h100-llama3.1-70b-fp8-tp4 --engines 2 --workload sonnet --policies
-    "$POLICIES" --slo-tpot-ms 100 --num-prompts "${NUM_PROMPTS:-300}")
+    "$POLICIES" --slo-tpot-ms 100)
+  # TTFT SLOs: prefill-heavy 1000 ms (5x its light-load TTFT, 188 ms); decode-heavy 500 ms (its
+  # light-load TTFT is ~35 ms: the ITL SLO is what binds there, as in the seed).
   simulate dynaserve-prefill-heavy-sim "${common[@]}" --input-mean 4000 --input-std 800 \
-    --output-mean 100 --output-std 20 --slo-ttft-ms 1000 --rates 1,2,3,4,5,6
+    --output-mean 100 --output-std 20 --slo-ttft-ms 1000 --rates 2,4,6,8,10,12 \
+    --num-prompts "${NUM_PROMPTS:-200}"
+  # Requests live ~10 s: 800 per run so the decode batch reaches its steady size at 40 req/s.
   simulate dynaserve-decode-heavy-sim "${common[@]}" --input-mean 500 --input-std 100 \
-    --output-mean 800 --output-std 200 --slo-ttft-ms 500 --rates 1,2,4,6,8,10
+    --output-mean 800 --output-std 200 --slo-ttft-ms 500 --rates 10,20,30,40 \
+    --num-prompts "${NUM_PROMPTS:-800}"
 else
   common=(--workload sonnet --policies "$POLICIES" --num-prompts "${NUM_PROMPTS:-16}")
   real dynaserve-prefill-heavy-real 2 "${common[@]}" --input-mean 400 --input-std 80 \
