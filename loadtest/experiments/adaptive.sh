@@ -6,7 +6,7 @@
 #   loadtest/experiments/adaptive.sh sim    # H100 70B TP4 profile, two engines
 #   loadtest/experiments/adaptive.sh real   # 2 SmolLM2 engines here, lengths / 8
 source "$(dirname "$0")/common.sh"
-POLICIES=round_robin,cache_aware,pd,balanced_pd,tandem,slo_mux,adaptive
+POLICIES=${POLICIES:-round_robin,cache_aware,pd,balanced_pd,tandem,slo_mux,adaptive}
 if [ "$(mode "${1:-}")" = sim ]; then
   # adaptive decides every 10 s over a 30 s window: phases of 150 requests at 3 req/s = 50 s.
   simulate adaptive-sim --profile h100-llama3.1-70b-fp8-tp4 --engines 2 --roles any,any \

@@ -6,7 +6,7 @@
 #   loadtest/experiments/dynaserve.sh sim    # H100 70B TP4 profile, two engines
 #   loadtest/experiments/dynaserve.sh real   # 2 SmolLM2 engines here, lengths / 10
 source "$(dirname "$0")/common.sh"
-POLICIES=least_load,pd,tandem
+POLICIES=${POLICIES:-least_load,pd,tandem}
 if [ "$(mode "${1:-}")" = sim ]; then
   common=(--profile h100-llama3.1-70b-fp8-tp4 --engines 2 --workload sonnet --policies
     "$POLICIES" --slo-tpot-ms 100)

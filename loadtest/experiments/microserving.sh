@@ -6,7 +6,7 @@
 #   loadtest/experiments/microserving.sh sim    # the seed's scale, H100 profile (minutes)
 #   loadtest/experiments/microserving.sh real   # 2 SmolLM2 engines here, lengths / 10
 source "$(dirname "$0")/common.sh"
-POLICIES=round_robin,pd,balanced_pd
+POLICIES=${POLICIES:-round_robin,pd,balanced_pd}
 if [ "$(mode "${1:-}")" = sim ]; then
   simulate microserving-sim --profile h100-llama3.1-70b-fp8-tp4 --engines 2 \
     --workload sonnet --input-mean 3000 --input-std 300 --output-mean 100 --output-std 10 \
