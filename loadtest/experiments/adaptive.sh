@@ -11,7 +11,7 @@ if [ "$(mode "${1:-}")" = sim ]; then
   # adaptive decides every 10 s over a 30 s window: phases of 150 requests at 3 req/s = 50 s.
   simulate adaptive-sim --profile h100-llama3.1-70b-fp8-tp4 --engines 2 --roles any,any \
     --workload shifting --prefill-heavy 4000,20 --decode-heavy 200,600 --phase-requests 150 \
-    --policies "$POLICIES" --slo-ttft-ms 2000 --slo-tpot-ms 100 --rates 3 \
+    --policies "$POLICIES" --slo-ttft-ms 2000 --slo-tpot-ms 100 --rates 3,6 \
     --num-prompts "${NUM_PROMPTS:-600}"
 else
   real adaptive-real 2 --workload shifting --prefill-heavy 512,4 --decode-heavy 32,64 \
