@@ -10,9 +10,9 @@ import runpy
 import sys
 
 import pytest
-from conftest import TINY
 
 from pyrouter.sim.main import run
+from tests.sim.sim_helpers import TINY
 
 TOOLS = os.path.join(os.path.dirname(__file__), "..", "..", "loadtest", "experiments")
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import assert_clean, run_requests, tiny_profile
 
 from pyrouter.sim.clock import run_virtual
 from pyrouter.sim.cluster import SimCluster
 from pyrouter.sim.profile import HardwareProfile
 from pyrouter.testing import FakeCluster
+from tests.sim.sim_helpers import assert_clean, run_requests, tiny_profile
 
 PROMPT = list(range(1000, 1100))  # 100 tokens
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import random
 
 import pytest
-from conftest import assert_clean, run_requests
 
 from pyrouter.sim.profile import HardwareProfile
 from pyrouter.testing import FakeCluster
+from tests.sim.sim_helpers import assert_clean, run_requests
 
 BUILTINS = ["round_robin", "least_load", "cache_aware", "pd", "balanced_pd", "tandem",
             "slo_mux", "adaptive"]

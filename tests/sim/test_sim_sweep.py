@@ -8,12 +8,12 @@ import json
 import os
 
 import pytest
-from conftest import TINY
 
 from pyrouter.sim.main import run
 from pyrouter.sim.profile import ProfileError, load_profile, profile_from_dict
 from pyrouter.sim.profiles.build_h100_70b import NAME as H100
 from pyrouter.sim.profiles.build_h100_70b import build
+from tests.sim.sim_helpers import TINY
 
 
 def _simulate(tmp: str, *extra: str) -> int:

@@ -4,11 +4,11 @@ link's own time when it does not, and a busy link queues."""
 from __future__ import annotations
 
 import pytest
-from conftest import assert_clean, run_requests
 
 from pyrouter.sim.profile import HardwareProfile
 from pyrouter.sim.transfer import landing_time
 from pyrouter.testing import FakeCluster
+from tests.sim.sim_helpers import assert_clean, run_requests
 
 PROMPT = list(range(1000, 1100))
 
