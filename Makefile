@@ -62,7 +62,7 @@ lint: install
 	cargo clippy --all-targets -q -- -D warnings
 	cargo clippy --all-targets --features python -q -- -D warnings
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy pyrouter engine
+	$(VENV)/bin/mypy pyrouter engine switchyard_telemetry
 
 rust-test:
 	cargo test -q
