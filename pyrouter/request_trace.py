@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
 from switchyard_telemetry import attributes as A
@@ -46,10 +47,12 @@ def start_request_trace(tracer: Tracer | None, req: RouterRequest,
 
 
 class _SegmentSpans:
-    __slots__ = ("times", "segment", "decision", "explanation")
+    __slots__ = ("times", "segment", "decision", "explanation", "segment_ctx", "decision_ctx")
 
-    def __init__(self, times: SegmentTimes, segment: Span, decision: Span) -> None:
+    def __init__(self, times: SegmentTimes, segment: Span, segment_ctx: Context, decision: Span,
+                 decision_ctx: Context) -> None:
         self.times, self.segment, self.decision = times, segment, decision
+        self.segment_ctx, self.decision_ctx = segment_ctx, decision_ctx
         self.explanation: dict[str, Any] | None = None
 
 
@@ -64,10 +67,10 @@ class RequestTrace:
     def begin_segment(self, times: SegmentTimes) -> None:
         at = perf_to_wall_ns(times.started)
         segment = self.tracer.start_span("router.segment", context=self._context, start_time=at)
-        decision = self.tracer.start_span("router.decision",
-                                          context=trace.set_span_in_context(segment),
-                                          start_time=at)
-        self._segments.append(_SegmentSpans(times, segment, decision))
+        segment_ctx = trace.set_span_in_context(segment)
+        decision = self.tracer.start_span("router.decision", context=segment_ctx, start_time=at)
+        self._segments.append(_SegmentSpans(times, segment, segment_ctx, decision,
+                                            trace.set_span_in_context(decision)))
 
     def decided(self, times: SegmentTimes, req: RouterRequest) -> None:
         if self._segments and self._segments[-1].times is times:
@@ -79,22 +82,19 @@ class RequestTrace:
         verb, engine_id = timing[0], timing[1]
         current = self._segments[-1] if self._segments else None
         if current is None:
-            parent = self.span
+            parent, parent_ctx = self.span, self._context
         elif verb == "start_generate" or current.times.decided:
-            parent = current.segment
+            parent, parent_ctx = current.segment, current.segment_ctx
         else:
-            parent = current.decision
+            parent, parent_ctx = current.decision, current.decision_ctx
         span = self.tracer.start_span(
-            f"verb.{verb}", context=trace.set_span_in_context(parent),
-            start_time=perf_to_wall_ns(timing[2]),
-            attributes={A.VERB: verb, A.ENGINE: engine_id, A.RPC_SYSTEM: "grpc",
-                        A.RPC_METHOD: _RPC_METHODS.get(verb, verb)})
+            f"verb.{verb}", context=parent_ctx, start_time=perf_to_wall_ns(timing[2]),
+            attributes={A.ENGINE: engine_id, A.RPC_METHOD: _RPC_METHODS.get(verb, verb)})
         self._verbs.append((timing, span))
-        metadata = [(TRACEPARENT, traceparent(span))]
         if verb == "prep_recv":
             # The KV lands while the decision runs the send: the receiver's span goes there.
-            metadata.append((KV_PARENT, traceparent(parent)))
-        return tuple(metadata)
+            return ((TRACEPARENT, traceparent(span)), (KV_PARENT, traceparent(parent)))
+        return ((TRACEPARENT, traceparent(span)),)
 
     def finish(self, req: RouterRequest, policy: str, status: str, error_type: str) -> None:
         """End every span with the recorded times; the request's own attributes go on the root."""
@@ -102,13 +102,12 @@ class RequestTrace:
         ended = perf_to_wall_ns(tl.ended)
         for timing, span in self._verbs:
             span.end(end_time=perf_to_wall_ns(timing[3]) if timing[3] else ended)
-        final = explanation(req)
         for s in self._segments:
             times = s.times
             seg_end = perf_to_wall_ns(times.ended) if times.ended else ended
-            attrs = s.explanation or final
-            if not attrs.get(A.PATTERN):
-                attrs = final  # the dispatcher fills a default route after the decision
+            attrs = s.explanation
+            if not attrs or not attrs.get(A.PATTERN):
+                attrs = explanation(req)  # the dispatcher fills a default route afterwards
             s.decision.set_attributes({**attrs, A.DECIDED_BY: times.decided_by,
                                        A.SEGMENT_INDEX: times.index})
             if not times.decided:
@@ -119,23 +118,22 @@ class RequestTrace:
                                       A.SEGMENT_END: times.end_reason or status})
             s.segment.end(end_time=seg_end)
         span = self.span
-        span.set_attributes({
-            A.GENAI_SYSTEM: "switchyard",
+        attrs: dict[str, Any] = {
             A.GENAI_OPERATION: "chat" if req.kind == "chat" else "text_completion",
-            A.GENAI_REQUEST_MODEL: req.model, A.GENAI_RESPONSE_ID: req.request_id,
-            A.GENAI_REQUEST_MAX_TOKENS: req.sampling.max_tokens,
+            A.GENAI_REQUEST_MODEL: req.model, A.GENAI_REQUEST_MAX_TOKENS: req.sampling.max_tokens,
             A.GENAI_REQUEST_TEMPERATURE: req.sampling.temperature,
-            A.GENAI_REQUEST_TOP_P: req.sampling.top_p,
             A.GENAI_INPUT_TOKENS: req.prompt_len, A.GENAI_OUTPUT_TOKENS: req.completion_tokens,
             A.REQUEST_ID: req.request_id, A.ENGINE_REQUEST_ID: req.engine_request_id,
             A.POLICY: policy, A.STATUS: status, A.PATTERN: req.route.label(),
-            A.ROUTE: req.route.header(), A.EXPLANATION: final[A.EXPLANATION],
-            A.ENGINES: sorted({s.times.engine for s in self._segments if s.times.engine})})
+            A.ROUTE: req.route.header(),
+            A.ENGINES: ",".join(sorted({s.times.engine for s in self._segments
+                                        if s.times.engine}))}
         if tl.first_token is not None:
-            span.set_attribute(A.TTFT_MS, round((tl.first_token - tl.started) * 1e3, 3))
+            attrs[A.TTFT_MS] = round((tl.first_token - tl.started) * 1e3, 3)
         if status != "ok":
-            span.set_attribute(A.ERROR_TYPE, error_type or status)
+            attrs[A.ERROR_TYPE] = error_type or status
             span.set_status(Status(StatusCode.ERROR, error_type or status))
+        span.set_attributes(attrs)
         span.end(end_time=ended)
 
 
@@ -143,8 +141,9 @@ def explanation(req: RouterRequest) -> dict[str, Any]:
     """Why the request went where it did: the route, the prefix each engine holds, and what
     router_core predicted for each engine (when the policy asked) — as span attributes, plus
     one line for `switchyard trace show`."""
-    attrs: dict[str, Any] = {A.PATTERN: req.route.pattern, A.ROUTE: req.route.header()}
-    parts = [req.route.header()]
+    route = req.route.header()
+    attrs: dict[str, Any] = {A.PATTERN: req.route.pattern}
+    parts = [route]
     if req.matched_by_engine:
         for engine, n in sorted(req.matched_by_engine.items()):
             attrs[A.MATCHED_PREFIX + engine] = n

@@ -51,7 +51,7 @@ def _list(spans: list[dict[str, Any]], last: int) -> None:
     for s in request_spans(spans)[-last:]:
         attrs = s.get("attrs") or {}
         ttft = attrs.get(A.TTFT_MS)
-        engines = ",".join(attrs.get(A.ENGINES) or [])
+        engines = attrs.get(A.ENGINES) or ""
         print(f"{attrs.get(A.REQUEST_ID, '?'):<44} {attrs.get(A.STATUS, '?'):<9} "
               f"{attrs.get(A.PATTERN, '?'):<12} {'-' if ttft is None else f'{ttft:.2f}':>9} "
               f"{float(s['end_ms']) - float(s['start_ms']):9.2f}  {engines}  "

@@ -21,19 +21,20 @@ from opentelemetry.trace import StatusCode
 
 
 def span_record(span: ReadableSpan) -> dict[str, Any]:
-    ctx = span.get_span_context()
-    assert ctx is not None
-    status = span.status.status_code
+    ctx = span.context
+    resource = span.resource.attributes
     return {
-        "trace_id": format(ctx.trace_id, "032x"), "span_id": format(ctx.span_id, "016x"),
-        "parent_id": format(span.parent.span_id, "016x") if span.parent is not None else None,
-        "name": span.name,
-        "service": str(span.resource.attributes.get(SERVICE_NAME, "?")),
-        "instance": str(span.resource.attributes.get(SERVICE_INSTANCE_ID, "")),
+        "trace_id": f"{ctx.trace_id:032x}", "span_id": f"{ctx.span_id:016x}",
+        "parent_id": f"{span.parent.span_id:016x}" if span.parent is not None else None,
+        "name": span.name, "service": str(resource.get(SERVICE_NAME, "?")),
+        "instance": str(resource.get(SERVICE_INSTANCE_ID, "")),
         "start_ms": (span.start_time or 0) / 1e6, "end_ms": (span.end_time or 0) / 1e6,
-        "status": "error" if status == StatusCode.ERROR else "ok",
+        "status": "error" if span.status.status_code is StatusCode.ERROR else "ok",
         "attrs": dict(span.attributes or {}),
     }
+
+
+_ENCODE = json.JSONEncoder(separators=(",", ":"), default=str).encode
 
 
 class JsonlSpanExporter(SpanExporter):  # type: ignore[misc]
@@ -44,8 +45,7 @@ class JsonlSpanExporter(SpanExporter):  # type: ignore[misc]
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if self._fd is None:
             return SpanExportResult.FAILURE
-        data = "".join(json.dumps(span_record(s), separators=(",", ":"), default=str) + "\n"
-                       for s in spans).encode()
+        data = "".join(_ENCODE(span_record(s)) + "\n" for s in spans).encode()
         try:
             os.write(self._fd, data)
         except OSError:

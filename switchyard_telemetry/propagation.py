@@ -19,9 +19,10 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 
 
 def traceparent(span: trace.Span) -> str:
-    carrier: dict[str, str] = {}
-    _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
-    return carrier.get(TRACEPARENT, "")
+    """The W3C `traceparent` value naming `span` (version 00). Formatted here rather than by
+    the propagator's inject, which builds a context per call: this runs once per verb."""
+    ctx = span.get_span_context()
+    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
 
 
 def sampled_parent(value: str | None) -> Context | None:

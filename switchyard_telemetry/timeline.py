@@ -18,7 +18,7 @@ _BAR_WIDTH = 40
 _SHOWN = {
     "router.request": (A.STATUS, A.TTFT_MS, A.GENAI_INPUT_TOKENS, A.GENAI_OUTPUT_TOKENS),
     "router.segment": (A.ENGINE, A.SEGMENT_TOKENS, A.SEGMENT_END),
-    "router.decision": (A.DECIDED_BY, A.ROUTE),
+    "router.decision": (A.DECIDED_BY, A.PATTERN),
     "engine.generate": (A.GENAI_INPUT_TOKENS, A.CACHED_TOKENS, A.GENAI_OUTPUT_TOKENS),
     "engine.prefill_chunk": (A.CHUNK_START, A.CHUNK_TOKENS, A.BATCH_SEQS, A.BATCH_DECODE_SEQS),
     "engine.decode": (A.DECODE_TOKENS, A.DECODE_STEPS, A.PREEMPTIONS, A.BATCH_SEQS),

@@ -14,6 +14,12 @@ carries all 16 tokens. "switchyard-16msg": the mock engines send one message per
 (`--no-coalesce`). In both, the router sends one SSE event per token, as the anchors' workers
 do; the table says how many events and gRPC messages each response carried (counted, not
 assumed).
+
+--tracing measures what tracing costs the router instead (switchyard routers only):
+"switchyard" (tracing off) against the same router with the JSONL span exporter on, every
+request traced ("switchyard-trace100", OTEL_TRACES_SAMPLER=always_on), one in ten
+("switchyard-trace10", parentbased_traceidratio 0.1) and one in a hundred ("switchyard-trace1"). --repeat N measures every target N times, interleaved, and reports the medians, so a
+neighbour's load on a shared machine hits all targets alike.
 """
 from __future__ import annotations
 
@@ -22,8 +28,10 @@ import contextlib
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -45,11 +53,14 @@ class RouterBenchConfig:
     skip_anchors: bool = False
     non_streaming: bool = True
     json_out: str = ""
+    tracing: bool = False
+    repeat: int = 1
 
     def __post_init__(self) -> None:
         if self.duration_s <= 0 or self.max_tokens < 1 or not self.concurrencies or min(
-                self.concurrencies) < 1:
-            raise ValueError("duration > 0, max_tokens >= 1 and concurrencies >= 1 required")
+                self.concurrencies) < 1 or self.repeat < 1:
+            raise ValueError("duration > 0, max_tokens >= 1, concurrencies >= 1 and repeat >= 1 "
+                             "required")
 
 
 def _free_port() -> int:
@@ -75,9 +86,11 @@ def _procs() -> Iterator[list[subprocess.Popen[bytes]]]:
                 p.kill()
 
 
-def _spawn(started: list[subprocess.Popen[bytes]], argv: list[str]) -> None:
+def _spawn(started: list[subprocess.Popen[bytes]], argv: list[str],
+           env: dict[str, str] | None = None) -> None:
     started.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                    env={**os.environ, "SWITCHYARD_LOG_LEVEL": "WARNING"}))
+                                    env={**os.environ, "SWITCHYARD_LOG_LEVEL": "WARNING",
+                                         **(env or {})}))
 
 
 def _wait_serving(url: str, body: dict[str, object], timeout_s: float = 60) -> bool:
@@ -119,8 +132,22 @@ def count_sse_events(url: str, body: dict[str, object]) -> int:
                    and line.strip() != b"data: [DONE]")
 
 
-# Switchyard variants: (row suffix, extra mock-engine flags).
-_VARIANTS: tuple[tuple[str, list[str]], ...] = (("", []), ("-16msg", ["--no-coalesce"]))
+# Switchyard variants: (row suffix, extra mock-engine flags, router environment).
+_NO_TRACING = {"SWITCHYARD_TRACE_FILE": "", "OTEL_EXPORTER_OTLP_ENDPOINT": "",
+               "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "", "OTEL_TRACES_EXPORTER": ""}
+_VARIANTS: tuple[tuple[str, list[str], dict[str, str]], ...] = (
+    ("", [], _NO_TRACING), ("-16msg", ["--no-coalesce"], _NO_TRACING))
+
+
+def _tracing_variants(span_dir: str) -> tuple[tuple[str, list[str], dict[str, str]], ...]:
+    def traced(name: str, sampler: str, arg: str) -> dict[str, str]:
+        return {**_NO_TRACING, "SWITCHYARD_TRACE_FILE": os.path.join(span_dir, f"{name}.jsonl"),
+                "OTEL_TRACES_SAMPLER": sampler, "OTEL_TRACES_SAMPLER_ARG": arg}
+
+    return (("", [], _NO_TRACING),
+            ("-trace100", [], traced("trace100", "always_on", "")),
+            ("-trace10", [], traced("trace10", "parentbased_traceidratio", "0.1")),
+            ("-trace1", [], traced("trace1", "parentbased_traceidratio", "0.01")))
 
 
 def run_bench(cfg: RouterBenchConfig) -> tuple[list[Row], dict[str, str]]:
@@ -128,23 +155,28 @@ def run_bench(cfg: RouterBenchConfig) -> tuple[list[Row], dict[str, str]]:
     results: list[Row] = []
     shape: dict[str, str] = {}
     with _procs() as started:
-        workers = [_free_port(), _free_port()]
+        workers = [] if cfg.tracing else [_free_port(), _free_port()]
         for p in workers:
             _spawn(started, [_PY, "-m", "pyrouter.bench.mock_openai_worker", "--port", str(p)])
-        targets = {"direct": f"http://127.0.0.1:{workers[0]}/v1/completions"}
+        # --tracing compares routers with each other only: no direct rows, no anchors.
+        targets = {} if cfg.tracing else {
+            "direct": f"http://127.0.0.1:{workers[0]}/v1/completions"}
         grpc_targets: dict[str, str] = {}
-        for suffix, flags in _VARIANTS:
+        span_dir = tempfile.mkdtemp(prefix="switchyard-bench-spans-")
+        for suffix, flags, env in (_tracing_variants(span_dir) if cfg.tracing else _VARIANTS):
             engines = [_free_port(), _free_port()]
             for p in engines:
                 _spawn(started, [_PY, "-m", "engine.mock", "--port", str(p), *flags])
             router_port = _free_port()
             _spawn(started, [_PY, "-m", "pyrouter.cli", "router", "--port", str(router_port),
                              "--policy", "round_robin",
-                             *[a for p in engines for a in ("--engine", f"127.0.0.1:{p}")]])
+                             *[a for p in engines for a in ("--engine", f"127.0.0.1:{p}")]],
+                   env)
             targets[f"switchyard{suffix}"] = f"http://127.0.0.1:{router_port}/v1/completions"
-            grpc_targets[f"direct-grpc{suffix}"] = f"127.0.0.1:{engines[0]}"
+            if not cfg.tracing:
+                grpc_targets[f"direct-grpc{suffix}"] = f"127.0.0.1:{engines[0]}"
         worker_urls = [f"http://127.0.0.1:{p}" for p in workers]
-        for name in ([] if cfg.skip_anchors else ["vllm-router", "smg"]):
+        for name in ([] if cfg.skip_anchors or cfg.tracing else ["vllm-router", "smg"]):
             binary = os.path.join(cfg.anchor_bin, name)
             binary = binary if os.path.exists(binary) else (shutil.which(name) or "")
             if not binary:
@@ -165,24 +197,41 @@ def run_bench(cfg: RouterBenchConfig) -> tuple[list[Row], dict[str, str]]:
             shape[name] = f"{n} gRPC msg{'' if n == 1 else 's'}"
         for name in targets:
             if name.startswith("switchyard"):
-                msgs = shape[name.replace("switchyard", "direct-grpc")]
+                msgs = shape.get(_grpc_twin(name), "?")
                 shape[name] += f" ({msgs} from the engine)"
         print("per response: " + ", ".join(f"{k}: {v}" for k, v in shape.items()), flush=True)
         modes = [True, False] if cfg.non_streaming else [True]
-        for stream in modes:
-            for c in cfg.concurrencies:
-                if not stream and c == 1:
-                    continue  # the non-streaming comparison is a throughput one (c=32)
-                if stream:
-                    for name, address in grpc_targets.items():
-                        m = measure_grpc(address, c, cfg.duration_s, cfg.max_tokens)
+        for _ in range(cfg.repeat):
+            for stream in modes:
+                for c in cfg.concurrencies:
+                    if not stream and c == 1:
+                        continue  # the non-streaming comparison is a throughput one (c=32)
+                    if stream:
+                        for name, address in grpc_targets.items():
+                            m = measure_grpc(address, c, cfg.duration_s, cfg.max_tokens)
+                            results.append(Row(name, stream, c, m))
+                            _print_row(name, stream, c, m)
+                    for name, url in targets.items():
+                        m = measure_http(url, _body(cfg, stream), c, cfg.duration_s)
                         results.append(Row(name, stream, c, m))
                         _print_row(name, stream, c, m)
-                for name, url in targets.items():
-                    m = measure_http(url, _body(cfg, stream), c, cfg.duration_s)
-                    results.append(Row(name, stream, c, m))
-                    _print_row(name, stream, c, m)
+        shutil.rmtree(span_dir, ignore_errors=True)
     return results, shape
+
+
+def _grpc_twin(name: str) -> str:
+    """The direct-grpc row of a switchyard row (traced routers share the untraced engines')."""
+    twin = name.replace("switchyard", "direct-grpc")
+    return "direct-grpc" if "-trace" in twin else twin
+
+
+def _median(measures: list[Measure]) -> Measure:
+    def mid(values: list[float]) -> float:
+        return statistics.median(values)
+
+    return Measure(mid([m.rps for m in measures]), mid([m.p50_ms for m in measures]),
+                   mid([m.p99_ms for m in measures]), sum(m.errors for m in measures),
+                   measures[0].tool)
 
 
 def _print_row(name: str, stream: bool, c: int, m: Measure) -> None:
@@ -196,20 +245,44 @@ def summarize(results: list[Row], shape: dict[str, str]) -> str:
              "anchor |", "|---|---|---|---|---|---|---|---|---|---|"]
     groups = sorted({(r.stream, r.concurrency) for r in results}, key=lambda g: (not g[0], g[1]))
     for stream, c in groups:
-        rows = {r.target: r.measure for r in results if (r.stream, r.concurrency) == (stream, c)}
+        repeats: dict[str, list[Measure]] = {}
+        for r in results:
+            if (r.stream, r.concurrency) == (stream, c):
+                repeats.setdefault(r.target, []).append(r.measure)
+        rows = {name: _median(ms) for name, ms in repeats.items()}
         direct = rows.get("direct")
         best_anchor = max((rows[a].rps for a in ("vllm-router", "smg") if a in rows), default=0.0)
         for name, m in rows.items():
             is_direct = name.startswith("direct")
             added = f"{m.p50_ms - direct.p50_ms:+.2f}" if direct and not is_direct else "-"
-            direct_grpc = rows.get(name.replace("switchyard", "direct-grpc"))
+            direct_grpc = rows.get(_grpc_twin(name))
             added_grpc = (f"{m.p50_ms - direct_grpc.p50_ms:+.2f}"
                           if direct_grpc and name.startswith("switchyard") else "-")
             ratio = f"{m.rps / best_anchor:.2f}x" if best_anchor and not is_direct else "-"
             per = shape.get(name, "-") if stream else "-"
             lines.append(f"| {'yes' if stream else 'no'} | {c} | {name} | {per} | {m.rps:.0f} | "
                          f"{m.p50_ms:.2f} | {m.p99_ms:.2f} | {added} | {added_grpc} | {ratio} |")
+        lines += _tracing_cost(repeats, stream, c)
     return "\n".join(lines)
+
+
+def _tracing_cost(repeats: dict[str, list[Measure]], stream: bool, c: int) -> list[str]:
+    """One line per traced router: throughput and p50 against the untraced router, as the
+    median over rounds of each round's ratio (a round measures every target back to back)."""
+    base = repeats.get("switchyard", [])
+    out = []
+    for name, measures in repeats.items():
+        if not name.startswith("switchyard-trace") or len(measures) != len(base):
+            continue
+        ratios = [m.rps / b.rps - 1 for m, b in zip(measures, base, strict=True) if b.rps]
+        p50s = [m.p50_ms - b.p50_ms for m, b in zip(measures, base, strict=True)]
+        if ratios:
+            out.append(f"tracing cost ({'streaming' if stream else 'non-streaming'}, c={c}): "
+                       f"{name} {statistics.median(ratios) * 100:+.1f}% throughput vs off "
+                       f"(median of {len(ratios)} rounds; rounds "
+                       f"{', '.join(f'{r * 100:+.0f}%' for r in ratios)}), p50 "
+                       f"{statistics.median(p50s):+.2f} ms")
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -221,9 +294,13 @@ def run(args: argparse.Namespace) -> int:
     p.add_argument("--skip-anchors", action="store_true")
     p.add_argument("--streaming-only", action="store_true")
     p.add_argument("--json", default="", help="also write the raw rows here")
+    p.add_argument("--tracing", action="store_true",
+                   help="compare the router with tracing off, on (100%%) and sampled (10%%)")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="measure every target this many times, interleaved; report medians")
     a = p.parse_args(getattr(args, "rest", None) or [])
     cfg = RouterBenchConfig(a.duration, a.concurrency, a.max_tokens, a.anchor_bin,
-                            a.skip_anchors, not a.streaming_only, a.json)
+                            a.skip_anchors, not a.streaming_only, a.json, a.tracing, a.repeat)
     results, shape = run_bench(cfg)
     print(summarize(results, shape), flush=True)
     if cfg.json_out:
