@@ -118,7 +118,7 @@ class RequestTrace:
                                       A.SEGMENT_END: times.end_reason or status})
             s.segment.end(end_time=seg_end)
         span = self.span
-        attrs: dict[str, Any] = {
+        root: dict[str, Any] = {
             A.GENAI_OPERATION: "chat" if req.kind == "chat" else "text_completion",
             A.GENAI_REQUEST_MODEL: req.model, A.GENAI_REQUEST_MAX_TOKENS: req.sampling.max_tokens,
             A.GENAI_REQUEST_TEMPERATURE: req.sampling.temperature,
@@ -129,11 +129,11 @@ class RequestTrace:
             A.ENGINES: ",".join(sorted({s.times.engine for s in self._segments
                                         if s.times.engine}))}
         if tl.first_token is not None:
-            attrs[A.TTFT_MS] = round((tl.first_token - tl.started) * 1e3, 3)
+            root[A.TTFT_MS] = round((tl.first_token - tl.started) * 1e3, 3)
         if status != "ok":
-            attrs[A.ERROR_TYPE] = error_type or status
+            root[A.ERROR_TYPE] = error_type or status
             span.set_status(Status(StatusCode.ERROR, error_type or status))
-        span.set_attributes(attrs)
+        span.set_attributes(root)
         span.end(end_time=ended)
 
 
