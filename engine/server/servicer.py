@@ -27,7 +27,7 @@ from engine.server.errors import status_code
 from engine.server.kv_sender import KVSender, resolve_end
 from engine.server.spans import EngineSpans
 from engine.server.step_loop import StepLoop
-from engine.server.telemetry import EngineTelemetry
+from engine.server.telemetry import EngineTelemetry, reported
 from engine.transfer import KVAddr, KVLayout, TransferListener
 from switchyard_rpc import engine_pb2 as pb
 from switchyard_rpc import engine_pb2_grpc as pb_grpc
@@ -81,33 +81,20 @@ class EngineServicer(pb_grpc.EngineServicer):  # type: ignore[misc]
             return pb.PrepRecvResponse(kv_addr=addr.encode(), matched_len=res.matched_len,
                                        end=res.end, page_size=self._info.page_size)
 
-        resp, error = None, "cancelled"
-        try:
-            resp = await self._guarded(context, prep(), "PrepRecv")
-            error = ""
-            return resp
-        except Exception as exc:
-            error = str(exc) or type(exc).__name__
-            raise
-        finally:
-            self.telemetry.prep_recv(parent, started, request.request_id, resp, error)
+        return await reported(
+            self._guarded(context, prep(), "PrepRecv"),
+            lambda resp, error: self.telemetry.prep_recv(parent, started, request.request_id,
+                                                         resp, error))
 
     async def RemoteSend(self, request: pb.RemoteSendRequest, context: Any) -> pb.RemoteSendResponse:
         started = time.perf_counter()
         parent = self.telemetry.spans.parent(context)
         steps = StepTrace() if parent is not None else None
-        resp, error = None, "cancelled"
-        try:
-            resp = await self._guarded(context, self.sender.remote_send(request, steps),
-                                       "RemoteSend")
-            error = ""
-            return resp
-        except Exception as exc:
-            error = str(exc) or type(exc).__name__
-            raise
-        finally:
-            self.telemetry.remote_send(parent, started, request.request_id, steps, resp, error,
-                                       self._layout.num_layers)
+        return await reported(
+            self._guarded(context, self.sender.remote_send(request, steps), "RemoteSend"),
+            lambda resp, error: self.telemetry.remote_send(parent, started, request.request_id,
+                                                           steps, resp, error,
+                                                           self._layout.num_layers))
 
     async def StartGenerate(self, request: pb.StartGenerateRequest,
                             context: Any) -> AsyncIterator[pb.GenerateChunk]:

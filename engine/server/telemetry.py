@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 from opentelemetry.context import Context
 
@@ -16,6 +16,24 @@ from engine.core.step_trace import StepTrace
 from engine.server.metrics import EngineMetrics
 from engine.server.spans import EngineSpans, send_attributes
 from switchyard_rpc import engine_pb2 as pb
+
+T = TypeVar("T")
+
+
+async def reported(work: Awaitable[T], report: Callable[[T | None, str], None]) -> T:
+    """Await a verb's work, then report how it ended: (result or None, error text — "" when
+    it succeeded, "cancelled" when the caller went away)."""
+    result: T | None = None
+    error = "cancelled"
+    try:
+        result = await work
+        error = ""
+        return result
+    except Exception as exc:
+        error = str(exc) or type(exc).__name__
+        raise
+    finally:
+        report(result, error)
 
 
 class GenerationWatch:
