@@ -1,12 +1,15 @@
-"""`switchyard bench router`: what the router adds on top of engines that cost nothing.
+"""`switchyard bench router`: what the router adds on top of backends that cost (almost) nothing.
 
 Switchyard's router stands in front of two `switchyard engine --mock` processes; the anchors,
-vllm-router and SGLang's router (`smg`), stand in front of two equally cheap OpenAI-style HTTP
-mock workers. Each is driven by the same HTTP load generator (wrk when installed) with streaming
-16-token completions at concurrency 1 and 32; "direct" is the same load sent to one HTTP mock
-worker with no router, "direct-grpc" the same requests streamed from one mock engine over gRPC.
-Anchors are looked up in --anchor-bin (pip install vllm-router sglang-router into a separate
-venv); missing ones are reported as such, not faked.
+vllm-router and SGLang's router (`smg`), stand in front of two OpenAI-style HTTP mock workers.
+Both mocks are Rust servers in router_core (tonic / axum), so the two sides' backends cost
+alike, and the bench measures that too: each row reports its router's CPU per request and its
+backends' CPU per request (user + system time of the process trees during the run, divided by
+the requests served). Each target is driven by the same HTTP load generator (wrk; the set-up
+installs Debian's package when it can) with 16-token completions: streaming at concurrency 1 and
+32, non-streaming at 32. "direct" is the same load sent to one mock worker with no router,
+"direct-grpc" the same requests streamed from one mock engine over gRPC (a grpc.aio client).
+The anchors are installed by the set-up into their own venv (pyrouter/bench/anchors.py).
 
 Switchyard runs twice. "switchyard": its mock engines send, in each StartGenerate message, every
 token already produced (as engine/server/servicer.py does); they cost nothing, so one message
@@ -15,11 +18,8 @@ carries all 16 tokens. "switchyard-16msg": the mock engines send one message per
 do; the table says how many events and gRPC messages each response carried (counted, not
 assumed).
 
---tracing measures what tracing costs the router instead (switchyard routers only):
-"switchyard" (tracing off) against the same router with the JSONL span exporter on, every
-request traced ("switchyard-trace100", OTEL_TRACES_SAMPLER=always_on), one in ten
-("switchyard-trace10", parentbased_traceidratio 0.1) and one in a hundred ("switchyard-trace1"). --repeat N measures every target N times, interleaved, and reports the medians, so a
-neighbour's load on a shared machine hits all targets alike.
+--tracing measures what tracing costs the router instead (pyrouter/bench/router_bench_tracing.py);
+--repeat N measures every target N times, interleaved, and reports medians.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ import contextlib
 import json
 import os
 import shutil
-import statistics
+import socket
 import subprocess
 import sys
 import tempfile
@@ -38,10 +38,16 @@ from dataclasses import asdict, dataclass, field
 
 import requests
 
+from pyrouter.bench.anchors import anchor_argv, ensure_anchors
 from pyrouter.bench.grpc_direct import count_messages, measure_grpc
-from pyrouter.bench.wrk_runner import Measure, measure_http
+from pyrouter.bench.proc_cpu import tree_cpu_s
+from pyrouter.bench.router_bench_tables import Row, issue_table, summarize
+from pyrouter.bench.router_bench_tracing import (NO_TRACING, median_rows, tracing_cost,
+                                                tracing_variants)
+from pyrouter.bench.wrk_runner import Measure, ensure_wrk, measure_http
 
 _PY = sys.executable
+Procs = list[subprocess.Popen[bytes]]
 
 
 @dataclass(slots=True)
@@ -53,8 +59,8 @@ class RouterBenchConfig:
     skip_anchors: bool = False
     non_streaming: bool = True
     json_out: str = ""
-    tracing: bool = False
-    repeat: int = 1
+    tracing: bool = False  # compare routers with tracing off / on / sampled instead
+    repeat: int = 1        # rounds; every target is measured once per round
 
     def __post_init__(self) -> None:
         if self.duration_s <= 0 or self.max_tokens < 1 or not self.concurrencies or min(
@@ -63,17 +69,27 @@ class RouterBenchConfig:
                              "required")
 
 
-def _free_port() -> int:
-    import socket
+@dataclass(slots=True)
+class Target:
+    """One thing the load goes to: an HTTP url or a gRPC address, the router process(es) in
+    front (none for the direct baselines) and the backend processes behind it."""
 
+    name: str
+    url: str = ""
+    grpc_address: str = ""
+    router: Procs = field(default_factory=list)
+    backends: Procs = field(default_factory=list)
+
+
+def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager
-def _procs() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
+def _procs() -> Iterator[Procs]:
+    started: Procs = []
     try:
         yield started
     finally:
@@ -86,11 +102,12 @@ def _procs() -> Iterator[list[subprocess.Popen[bytes]]]:
                 p.kill()
 
 
-def _spawn(started: list[subprocess.Popen[bytes]], argv: list[str],
-           env: dict[str, str] | None = None) -> None:
-    started.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                    env={**os.environ, "SWITCHYARD_LOG_LEVEL": "WARNING",
-                                         **(env or {})}))
+def _spawn(started: Procs, argv: list[str],
+           env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "SWITCHYARD_LOG_LEVEL": "WARNING", **(env or {})})
+    started.append(proc)
+    return proc
 
 
 def _wait_serving(url: str, body: dict[str, object], timeout_s: float = 60) -> bool:
@@ -104,24 +121,9 @@ def _wait_serving(url: str, body: dict[str, object], timeout_s: float = 60) -> b
     return False
 
 
-def _anchor_argv(name: str, binary: str, port: int, workers: list[str]) -> list[str]:
-    # Each anchor gets its own metrics port: both default to 29000 and would collide.
-    common = ["--host", "127.0.0.1", "--port", str(port), "--worker-urls", *workers,
-              "--policy", "round_robin", "--prometheus-port", str(_free_port())]
-    return [binary, "launch", *common] if name == "smg" else [binary, *common]
-
-
 def _body(cfg: RouterBenchConfig, stream: bool) -> dict[str, object]:
     return {"model": "default", "prompt": "Hello, my name is", "max_tokens": cfg.max_tokens,
             "stream": stream, "ignore_eos": True, "temperature": 0}
-
-
-@dataclass(slots=True)
-class Row:
-    target: str
-    stream: bool
-    concurrency: int
-    measure: Measure
 
 
 def count_sse_events(url: str, body: dict[str, object]) -> int:
@@ -133,177 +135,149 @@ def count_sse_events(url: str, body: dict[str, object]) -> int:
 
 
 # Switchyard variants: (row suffix, extra mock-engine flags, router environment).
-_NO_TRACING = {"SWITCHYARD_TRACE_FILE": "", "OTEL_EXPORTER_OTLP_ENDPOINT": "",
-               "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "", "OTEL_TRACES_EXPORTER": ""}
 _VARIANTS: tuple[tuple[str, list[str], dict[str, str]], ...] = (
-    ("", [], _NO_TRACING), ("-16msg", ["--no-coalesce"], _NO_TRACING))
+    ("", [], NO_TRACING), ("-16msg", ["--no-coalesce"], NO_TRACING))
 
 
-def _tracing_variants(span_dir: str) -> tuple[tuple[str, list[str], dict[str, str]], ...]:
-    def traced(name: str, sampler: str, arg: str) -> dict[str, str]:
-        return {**_NO_TRACING, "SWITCHYARD_TRACE_FILE": os.path.join(span_dir, f"{name}.jsonl"),
-                "OTEL_TRACES_SAMPLER": sampler, "OTEL_TRACES_SAMPLER_ARG": arg}
+def _start_switchyard(started: Procs, suffix: str, flags: list[str],
+                      env: dict[str, str]) -> list[Target]:
+    """A router in front of two mock engines, and the direct-grpc row of its first engine."""
+    ports = [_free_port(), _free_port()]
+    engines = [_spawn(started, [_PY, "-m", "engine.mock", "--port", str(p), *flags])
+               for p in ports]
+    router_port = _free_port()
+    router = _spawn(started, [_PY, "-m", "pyrouter.cli", "router", "--port", str(router_port),
+                              "--policy", "round_robin",
+                              *[a for p in ports for a in ("--engine", f"127.0.0.1:{p}")]], env)
+    return [Target(f"switchyard{suffix}", url=f"http://127.0.0.1:{router_port}/v1/completions",
+                   router=[router], backends=engines),
+            Target(f"direct-grpc{suffix}", grpc_address=f"127.0.0.1:{ports[0]}",
+                   backends=engines[:1])]
 
-    return (("", [], _NO_TRACING),
-            ("-trace100", [], traced("trace100", "always_on", "")),
-            ("-trace10", [], traced("trace10", "parentbased_traceidratio", "0.1")),
-            ("-trace1", [], traced("trace1", "parentbased_traceidratio", "0.01")))
+
+def _start_tracing_targets(started: Procs, span_dir: str) -> list[Target]:
+    """--tracing compares routers with each other only: no direct HTTP row, no anchors; the
+    untraced router's direct-grpc row stays (the per-response shape names it)."""
+    targets: list[Target] = []
+    for suffix, env in tracing_variants(span_dir):
+        pair = _start_switchyard(started, suffix, [], env)
+        targets += pair if not suffix else pair[:1]
+    return targets
+
+
+def _start_targets(cfg: RouterBenchConfig, started: Procs) -> list[Target]:
+    worker_ports = [_free_port(), _free_port()]
+    workers = [_spawn(started, [_PY, "-m", "pyrouter.bench.mock_openai_worker", "--port", str(p)])
+               for p in worker_ports]
+    worker_urls = [f"http://127.0.0.1:{p}" for p in worker_ports]
+    targets = [Target("direct", url=f"{worker_urls[0]}/v1/completions", backends=workers[:1])]
+    for suffix, flags, env in _VARIANTS:
+        targets += _start_switchyard(started, suffix, flags, env)
+    anchors = {} if cfg.skip_anchors else ensure_anchors(cfg.anchor_bin)
+    for name, binary in anchors.items():
+        port = _free_port()
+        proc = _spawn(started, anchor_argv(name, binary, port, worker_urls, _free_port()))
+        targets.append(Target(name, url=f"http://127.0.0.1:{port}/v1/completions",
+                              router=[proc], backends=workers))
+    return targets
+
+
+def _per_request_ms(cpu_s: float, m: Measure) -> float | None:
+    return cpu_s * 1000 / m.requests if m.requests else None
+
+
+def _measure(cfg: RouterBenchConfig, t: Target, stream: bool, c: int) -> Row:
+    pids = ([p.pid for p in t.router], [p.pid for p in t.backends])
+    router_before, backend_before = tree_cpu_s(pids[0]), tree_cpu_s(pids[1])
+    if t.grpc_address:
+        m = measure_grpc(t.grpc_address, c, cfg.duration_s, cfg.max_tokens)
+    else:
+        m = measure_http(t.url, _body(cfg, stream), c, cfg.duration_s)
+    router_ms = _per_request_ms(tree_cpu_s(pids[0]) - router_before, m) if t.router else None
+    backend_ms = _per_request_ms(tree_cpu_s(pids[1]) - backend_before, m)
+    row = Row(t.name, stream, c, m, router_ms, backend_ms)
+    cpu = "".join(f"  {label} CPU {v:.3f} ms/req" for label, v in
+                  (("router", router_ms), ("backend", backend_ms)) if v is not None)
+    print(f"  {t.name:<17} stream={stream!s:<5} c={c:<3} {m.rps:8.0f} req/s  p50 "
+          f"{m.p50_ms:7.2f} ms  p99 {m.p99_ms:7.2f} ms  errors {m.errors}{cpu}  ({m.tool})",
+          flush=True)
+    return row
 
 
 def run_bench(cfg: RouterBenchConfig) -> tuple[list[Row], dict[str, str]]:
     """The measured rows, and per target how many SSE events (or gRPC messages) a response has."""
     results: list[Row] = []
     shape: dict[str, str] = {}
+    if ensure_wrk() is None:
+        print("wrk unavailable: the Python load generator is used (it costs more CPU than the "
+              "routers it measures; figures are not comparable with wrk's)", flush=True)
+    span_dir = tempfile.mkdtemp(prefix="switchyard-bench-spans-")
     with _procs() as started:
-        workers = [] if cfg.tracing else [_free_port(), _free_port()]
-        for p in workers:
-            _spawn(started, [_PY, "-m", "pyrouter.bench.mock_openai_worker", "--port", str(p)])
-        # --tracing compares routers with each other only: no direct rows, no anchors.
-        targets = {} if cfg.tracing else {
-            "direct": f"http://127.0.0.1:{workers[0]}/v1/completions"}
-        grpc_targets: dict[str, str] = {}
-        span_dir = tempfile.mkdtemp(prefix="switchyard-bench-spans-")
-        for suffix, flags, env in (_tracing_variants(span_dir) if cfg.tracing else _VARIANTS):
-            engines = [_free_port(), _free_port()]
-            for p in engines:
-                _spawn(started, [_PY, "-m", "engine.mock", "--port", str(p), *flags])
-            router_port = _free_port()
-            _spawn(started, [_PY, "-m", "pyrouter.cli", "router", "--port", str(router_port),
-                             "--policy", "round_robin",
-                             *[a for p in engines for a in ("--engine", f"127.0.0.1:{p}")]],
-                   env)
-            targets[f"switchyard{suffix}"] = f"http://127.0.0.1:{router_port}/v1/completions"
-            if not cfg.tracing:
-                grpc_targets[f"direct-grpc{suffix}"] = f"127.0.0.1:{engines[0]}"
-        worker_urls = [f"http://127.0.0.1:{p}" for p in workers]
-        for name in ([] if cfg.skip_anchors or cfg.tracing else ["vllm-router", "smg"]):
-            binary = os.path.join(cfg.anchor_bin, name)
-            binary = binary if os.path.exists(binary) else (shutil.which(name) or "")
-            if not binary:
-                print(f"anchor {name}: not installed (pip install vllm-router sglang-router "
-                      f"into {os.path.dirname(cfg.anchor_bin)}); skipped", flush=True)
-                continue
-            port = _free_port()
-            _spawn(started, _anchor_argv(name, binary, port, worker_urls))
-            targets[name] = f"http://127.0.0.1:{port}/v1/completions"
-        for name, url in list(targets.items()):
-            if not _wait_serving(url, _body(cfg, False)):
-                print(f"{name}: never answered; skipped", flush=True)
-                del targets[name]
-                continue
-            shape[name] = f"{count_sse_events(url, _body(cfg, True))} SSE events"
-        for name, address in grpc_targets.items():
-            n = count_messages(address, cfg.max_tokens)
-            shape[name] = f"{n} gRPC msg{'' if n == 1 else 's'}"
-        for name in targets:
-            if name.startswith("switchyard"):
-                msgs = shape.get(_grpc_twin(name), "?")
-                shape[name] += f" ({msgs} from the engine)"
+        targets = (_start_tracing_targets(started, span_dir) if cfg.tracing
+                   else _start_targets(cfg, started))
+        for t in list(targets):
+            if t.grpc_address:
+                n = count_messages(t.grpc_address, cfg.max_tokens)
+                shape[t.name] = f"{n} gRPC msg{'' if n == 1 else 's'}"
+            elif _wait_serving(t.url, _body(cfg, False)):
+                shape[t.name] = f"{count_sse_events(t.url, _body(cfg, True))} SSE events"
+            else:
+                print(f"{t.name}: never answered; skipped", flush=True)
+                targets.remove(t)
+        for t in targets:
+            if t.name.startswith("switchyard"):
+                shape[t.name] += f" ({shape.get(_grpc_twin(t.name), '?')} from the engine)"
         print("per response: " + ", ".join(f"{k}: {v}" for k, v in shape.items()), flush=True)
-        modes = [True, False] if cfg.non_streaming else [True]
         for _ in range(cfg.repeat):
-            for stream in modes:
+            for stream in ([True, False] if cfg.non_streaming else [True]):
                 for c in cfg.concurrencies:
-                    if not stream and c == 1:
-                        continue  # the non-streaming comparison is a throughput one (c=32)
-                    if stream:
-                        for name, address in grpc_targets.items():
-                            m = measure_grpc(address, c, cfg.duration_s, cfg.max_tokens)
-                            results.append(Row(name, stream, c, m))
-                            _print_row(name, stream, c, m)
-                    for name, url in targets.items():
-                        m = measure_http(url, _body(cfg, stream), c, cfg.duration_s)
-                        results.append(Row(name, stream, c, m))
-                        _print_row(name, stream, c, m)
-        shutil.rmtree(span_dir, ignore_errors=True)
+                    if not stream and c == min(cfg.concurrencies) and len(cfg.concurrencies) > 1:
+                        continue  # the non-streaming comparison is a throughput one
+                    for t in targets:
+                        if stream or not t.grpc_address:
+                            results.append(_measure(cfg, t, stream, c))
+    shutil.rmtree(span_dir, ignore_errors=True)
     return results, shape
 
 
 def _grpc_twin(name: str) -> str:
-    """The direct-grpc row of a switchyard row (traced routers share the untraced engines')."""
+    """The direct-grpc row of a switchyard row (traced routers' engines are alike: the
+    untraced router's stands for them)."""
     twin = name.replace("switchyard", "direct-grpc")
     return "direct-grpc" if "-trace" in twin else twin
 
 
-def _median(measures: list[Measure]) -> Measure:
-    def mid(values: list[float]) -> float:
-        return statistics.median(values)
-
-    return Measure(mid([m.rps for m in measures]), mid([m.p50_ms for m in measures]),
-                   mid([m.p99_ms for m in measures]), sum(m.errors for m in measures),
-                   measures[0].tool)
-
-
-def _print_row(name: str, stream: bool, c: int, m: Measure) -> None:
-    print(f"  {name:<16} stream={stream!s:<5} c={c:<3} {m.rps:9.0f} req/s  p50 {m.p50_ms:7.2f} "
-          f"ms  p99 {m.p99_ms:7.2f} ms  errors {m.errors}  ({m.tool})", flush=True)
-
-
-def summarize(results: list[Row], shape: dict[str, str]) -> str:
-    lines = ["| stream | c | target | per streamed response | req/s | p50 ms | p99 ms | added p50 "
-             "vs direct HTTP worker (ms) | added p50 vs direct gRPC engine (ms) | req/s vs best "
-             "anchor |", "|---|---|---|---|---|---|---|---|---|---|"]
-    groups = sorted({(r.stream, r.concurrency) for r in results}, key=lambda g: (not g[0], g[1]))
-    for stream, c in groups:
-        repeats: dict[str, list[Measure]] = {}
-        for r in results:
-            if (r.stream, r.concurrency) == (stream, c):
-                repeats.setdefault(r.target, []).append(r.measure)
-        rows = {name: _median(ms) for name, ms in repeats.items()}
-        direct = rows.get("direct")
-        best_anchor = max((rows[a].rps for a in ("vllm-router", "smg") if a in rows), default=0.0)
-        for name, m in rows.items():
-            is_direct = name.startswith("direct")
-            added = f"{m.p50_ms - direct.p50_ms:+.2f}" if direct and not is_direct else "-"
-            direct_grpc = rows.get(_grpc_twin(name))
-            added_grpc = (f"{m.p50_ms - direct_grpc.p50_ms:+.2f}"
-                          if direct_grpc and name.startswith("switchyard") else "-")
-            ratio = f"{m.rps / best_anchor:.2f}x" if best_anchor and not is_direct else "-"
-            per = shape.get(name, "-") if stream else "-"
-            lines.append(f"| {'yes' if stream else 'no'} | {c} | {name} | {per} | {m.rps:.0f} | "
-                         f"{m.p50_ms:.2f} | {m.p99_ms:.2f} | {added} | {added_grpc} | {ratio} |")
-        lines += _tracing_cost(repeats, stream, c)
-    return "\n".join(lines)
-
-
-def _tracing_cost(repeats: dict[str, list[Measure]], stream: bool, c: int) -> list[str]:
-    """One line per traced router: throughput and p50 against the untraced router, as the
-    median over rounds of each round's ratio (a round measures every target back to back)."""
-    base = repeats.get("switchyard", [])
-    out = []
-    for name, measures in repeats.items():
-        if not name.startswith("switchyard-trace") or len(measures) != len(base):
-            continue
-        ratios = [m.rps / b.rps - 1 for m, b in zip(measures, base, strict=True) if b.rps]
-        p50s = [m.p50_ms - b.p50_ms for m, b in zip(measures, base, strict=True)]
-        if ratios:
-            out.append(f"tracing cost ({'streaming' if stream else 'non-streaming'}, c={c}): "
-                       f"{name} {statistics.median(ratios) * 100:+.1f}% throughput vs off "
-                       f"(median of {len(ratios)} rounds; rounds "
-                       f"{', '.join(f'{r * 100:+.0f}%' for r in ratios)}), p50 "
-                       f"{statistics.median(p50s):+.2f} ms")
-    return out
-
-
 def run(args: argparse.Namespace) -> int:
-    p = argparse.ArgumentParser(prog="switchyard bench router", description=__doc__)
+    p = argparse.ArgumentParser(prog="switchyard bench router", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--duration", type=float, default=10.0)
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
     p.add_argument("--max-tokens", type=int, default=16)
-    p.add_argument("--anchor-bin", default="/tmp/anchors/bin")
+    p.add_argument("--anchor-bin", default="/tmp/anchors/bin",
+                   help="bin/ of the anchors' venv (created and filled when they are missing)")
     p.add_argument("--skip-anchors", action="store_true")
     p.add_argument("--streaming-only", action="store_true")
     p.add_argument("--json", default="", help="also write the raw rows here")
     p.add_argument("--tracing", action="store_true",
-                   help="compare the router with tracing off, on (100%%) and sampled (10%%)")
+                   help="compare the router with tracing off, on (100%%) and sampled (10%%, 1%%)")
     p.add_argument("--repeat", type=int, default=1,
                    help="measure every target this many times, interleaved; report medians")
     a = p.parse_args(getattr(args, "rest", None) or [])
     cfg = RouterBenchConfig(a.duration, a.concurrency, a.max_tokens, a.anchor_bin,
                             a.skip_anchors, not a.streaming_only, a.json, a.tracing, a.repeat)
+    load_before = os.getloadavg()
     results, shape = run_bench(cfg)
-    print(summarize(results, shape), flush=True)
+    load_after = os.getloadavg()
+    medians = median_rows(results)
+    print(summarize(medians, shape), flush=True)
+    print(issue_table(medians), flush=True)
+    for line in tracing_cost(results):
+        print(line, flush=True)
+    print(f"load average before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, "
+          f"after {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}; "
+          f"{os.cpu_count()} CPUs", flush=True)
     if cfg.json_out:
         with open(cfg.json_out, "w", encoding="utf-8") as f:
-            json.dump({"rows": [asdict(r) for r in results], "per_response": shape}, f, indent=1)
+            json.dump({"rows": [asdict(r) for r in results], "per_response": shape,
+                       "load_before": load_before, "load_after": load_after}, f, indent=1)
     return 0
