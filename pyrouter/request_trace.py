@@ -47,13 +47,15 @@ def start_request_trace(tracer: Tracer | None, req: RouterRequest,
 
 
 class _SegmentSpans:
-    __slots__ = ("times", "segment", "decision", "explanation", "segment_ctx", "decision_ctx")
+    __slots__ = ("times", "segment", "decision", "explanation", "segment_ctx", "decision_ctx",
+                 "verbs")
 
     def __init__(self, times: SegmentTimes, segment: Span, segment_ctx: Context, decision: Span,
                  decision_ctx: Context) -> None:
         self.times, self.segment, self.decision = times, segment, decision
         self.segment_ctx, self.decision_ctx = segment_ctx, decision_ctx
         self.explanation: dict[str, Any] | None = None
+        self.verbs = 0  # verb spans opened under this segment
 
 
 class RequestTrace:
@@ -76,6 +78,12 @@ class RequestTrace:
         if self._segments and self._segments[-1].times is times:
             self._segments[-1].explanation = explanation(req)
 
+    def drop_segment(self, times: SegmentTimes) -> None:
+        """The policy had nothing more: the decision that found that out is not a segment. Its
+        spans are never ended (so never exported), unless a verb already hangs off them."""
+        if self._segments and self._segments[-1].times is times and not self._segments[-1].verbs:
+            self._segments.pop()
+
     def verb(self, timing: list[Any]) -> tuple[tuple[str, str], ...]:
         """Open the verb's span (under the decision, or the segment for start_generate) and
         return the metadata that carries it to the engine."""
@@ -87,6 +95,8 @@ class RequestTrace:
             parent, parent_ctx = current.segment, current.segment_ctx
         else:
             parent, parent_ctx = current.decision, current.decision_ctx
+        if current is not None:
+            current.verbs += 1
         span = self.tracer.start_span(
             f"verb.{verb}", context=parent_ctx, start_time=perf_to_wall_ns(timing[2]),
             attributes={A.ENGINE: engine_id, A.RPC_METHOD: _RPC_METHODS.get(verb, verb)})

@@ -94,7 +94,7 @@ class PolicySession:
                                f"{self.timeout_s:g} s") from None
         except StopAsyncIteration:
             self._segments = None
-            timeline.segments.remove(segment)  # the policy had nothing more: not a segment
+            timeline.drop_segment(segment)  # the policy had nothing more: not a segment
             return None
         if not isinstance(result, GenerationStream):
             raise PolicyFailed(self.name, "a policy must return the stream from start_generate "

@@ -61,6 +61,12 @@ class RequestTimeline:
         if self.trace is not None:
             self.trace.decided(segment, req)
 
+    def drop_segment(self, segment: SegmentTimes) -> None:
+        """The decision found the policy had nothing more: not a segment after all."""
+        self.segments.remove(segment)
+        if self.trace is not None:
+            self.trace.drop_segment(segment)
+
     def arrived(self, tokens: int, at: float | None = None) -> None:
         self.arrival_times.append(time.perf_counter() if at is None else at)
         self.arrival_tokens.append(tokens)

@@ -42,8 +42,12 @@ from pyrouter.bench.anchors import anchor_argv, ensure_anchors
 from pyrouter.bench.grpc_direct import count_messages, measure_grpc
 from pyrouter.bench.proc_cpu import tree_cpu_s
 from pyrouter.bench.router_bench_tables import Row, issue_table, summarize
-from pyrouter.bench.router_bench_tracing import (NO_TRACING, median_rows, tracing_cost,
-                                                tracing_variants)
+from pyrouter.bench.router_bench_tracing import (
+    NO_TRACING,
+    median_rows,
+    tracing_cost,
+    tracing_variants,
+)
 from pyrouter.bench.wrk_runner import Measure, ensure_wrk, measure_http
 
 _PY = sys.executable

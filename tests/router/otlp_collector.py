@@ -10,6 +10,14 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as pb
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc as pb_grpc
 
 
+def _value(v: Any) -> Any:
+    """An OTLP AnyValue as a Python value (the scalar kinds spans carry)."""
+    kind = v.WhichOneof("value")
+    if kind == "array_value":
+        return [_value(x) for x in v.array_value.values]
+    return getattr(v, kind) if kind else None
+
+
 class _Receiver(pb_grpc.TraceServiceServicer):  # type: ignore[misc]
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -26,7 +34,11 @@ class _Receiver(pb_grpc.TraceServiceServicer):  # type: ignore[misc]
                         self.spans.append({"trace_id": span.trace_id.hex(),
                                            "span_id": span.span_id.hex(),
                                            "parent_id": span.parent_span_id.hex() or None,
-                                           "name": span.name, "service": service})
+                                           "name": span.name, "service": service,
+                                           "start_ns": span.start_time_unix_nano,
+                                           "end_ns": span.end_time_unix_nano,
+                                           "attrs": {a.key: _value(a.value)
+                                                     for a in span.attributes}})
         return pb.ExportTraceServiceResponse()
 
 

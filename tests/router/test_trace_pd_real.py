@@ -130,10 +130,17 @@ def test_pd_request_traced_across_router_and_engines(tmp_path):
     assert root["attrs"]["gen_ai.request.model"]
     assert by_name["engine.decode"][0]["attrs"]["switchyard.decode.steps"] == 3
 
-    # The same spans reached the OTLP collector, with the same parents.
-    otlp_trace = {s["span_id"]: s for s in otlp if s["trace_id"] == CLIENT_TRACE}
-    assert {k: (v["name"], v["parent_id"]) for k, v in otlp_trace.items()} == {
-        k: (v["name"], v["parent_id"]) for k, v in trace.items()}
+    # Over OTLP the request is found by the same X-Request-Id (a collector's tag search), and
+    # its trace holds the same spans, parents, services, times and attributes as the file's.
+    (otlp_root,) = [s for s in otlp if s["name"] == "router.request"
+                    and s["attrs"].get("switchyard.request_id") == request_id]
+    otlp_trace = {s["span_id"]: s for s in otlp if s["trace_id"] == otlp_root["trace_id"]}
+    assert otlp_root["trace_id"] == CLIENT_TRACE
+    assert {k: (v["name"], v["parent_id"], v["service"]) for k, v in otlp_trace.items()} == {
+        k: (v["name"], v["parent_id"], v["service"]) for k, v in trace.items()}
+    for span_id, s in otlp_trace.items():
+        assert s["attrs"] == trace[span_id]["attrs"], s["name"]
+        assert s["start_ns"] <= s["end_ns"]
 
     # `switchyard trace show <X-Request-Id>` prints every span; --png draws them.
     env_cli = {**os.environ, "SWITCHYARD_TRACE_FILE": trace_file}
