@@ -110,8 +110,10 @@ def test_optional_profiles_only():
         assert (name in OURS) != bool(service.get("profiles")), name
     prometheus = yaml.safe_load(open(os.path.join(DEPLOY, "observability", "prometheus.yml"),
                                      encoding="utf-8"))
-    (job,) = prometheus["scrape_configs"]
-    assert job["static_configs"][0]["targets"] == [f"127.0.0.1:{parsed(OURS['router']).port}"]
+    jobs = {j["job_name"]: j["static_configs"][0]["targets"] for j in prometheus["scrape_configs"]}
+    assert jobs["switchyard-router"] == [f"127.0.0.1:{parsed(OURS['router']).port}"]
+    assert sorted(jobs["switchyard-engines"]) == sorted(
+        f"127.0.0.1:{parsed(s).metrics_port}" for s in ENGINES.values())
 
 
 # ---- images ----
