@@ -121,8 +121,10 @@ def explanations(rows: list[Row]) -> list[str]:
 
 def plot(rows: list[Row], title: str, path: str) -> None:
     """The same timeline as a picture (matplotlib, no display needed)."""
-    import matplotlib
-
+    try:
+        import matplotlib
+    except ImportError as err:  # serving images leave the plotting extra out
+        raise SystemExit("PNG output needs matplotlib: pip install 'switchyard[plot]'") from err
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
