@@ -77,7 +77,9 @@ class EngineLoad:
     decode_context_tokens: int    # KV positions those decodes read per step, summed
     unfinished_tokens: int
     kv_pages_used: int
+    kv_pages_evictable: int       # of kv_pages_used, held only by the prefix cache (not pressure)
     kv_pages_total: int
+    kv_pressure: float            # share of kv_pages_total that requests hold (evictable cache excluded)
     decode_step_ms: float         # engine-measured mean decode-only step (informational)
     latency_model: dict[str, float]  # term -> ms per unit of its feature; {} = no model yet
     prefill_chunk_size: int       # prefill token budget per step; 0 = not reported (one step)
@@ -96,7 +98,8 @@ class EngineTable:
     def update_stats(self, engine_id: int, queued_prefill_tokens: int, running_decodes: int,
                      unfinished_tokens: int, kv_pages_used: int, kv_pages_total: int,
                      decode_step_ms: float, *, latency_model: dict[str, float] | None = None,
-                     prefill_chunk_size: int = 0, decode_context_tokens: int = 0) -> None:
+                     prefill_chunk_size: int = 0, decode_context_tokens: int = 0,
+                     kv_pages_evictable: int = 0) -> None:
         """From an engine's Stats: latency_model = dict(stats.latency_model.coeffs_ms) (None or {}
         = no model yet: predicted times are NaN). ValueError for an unknown or repeated term or a
         non-finite coefficient, or a non-finite/negative decode_step_ms."""

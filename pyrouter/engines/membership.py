@@ -169,7 +169,8 @@ class EngineSet:
                         int(s.unfinished_tokens), int(s.kv_pages_used), int(s.kv_pages_total),
                         float(s.decode_step_ms), latency_model=dict(s.latency_model.coeffs_ms),
                         prefill_chunk_size=int(s.prefill_chunk_size),
-                        decode_context_tokens=int(s.decode_context_tokens))
+                        decode_context_tokens=int(s.decode_context_tokens),
+                        kv_pages_evictable=int(s.kv_pages_evictable))
             except grpc.aio.AioRpcError as exc:
                 serving = False
                 log.debug("engine %s (%s) unreachable: %s", handle.id, handle.address,

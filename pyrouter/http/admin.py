@@ -56,6 +56,7 @@ def _engine_view(state: RouterState) -> list[dict[str, Any]]:
                              "queued_prefill_tokens": int(load.queued_prefill_tokens),
                              "inflight": int(load.inflight)},
                     "kv_pages_used": int(load.kv_pages_used),
+                    "kv_pages_evictable": int(load.kv_pages_evictable),
                     "kv_pages_total": int(load.kv_pages_total),
                     "cached_blocks": e.cached_blocks,
                     "active_requests": len(e.active)})
