@@ -71,10 +71,12 @@ class EngineClient:
         return resp
 
     async def remote_send(self, request_id: str, tokens: list[int], kv_addr: bytes, dst: str,
-                          begin: int, end: int, transport: str = "") -> pb.RemoteSendResponse:
+                          begin: int, end: int, transport: str = "",
+                          timeout_s: float | None = None) -> pb.RemoteSendResponse:
         req = pb.RemoteSendRequest(request_id=request_id, tokens=tokens, kv_addr=kv_addr, dst=dst,
                                    begin=begin, end=end, transport=transport)
-        resp: pb.RemoteSendResponse = await self._stub.RemoteSend(req, timeout=self.timeout_s)
+        resp: pb.RemoteSendResponse = await self._stub.RemoteSend(
+            req, timeout=timeout_s or self.timeout_s)
         return resp
 
     def start_generate(self, request_id: str, tokens: list[int], begin: int = 0,

@@ -115,6 +115,8 @@ class TransferListener:
             # The sender died or hung up: its partial sessions are dropped, leases free the pages.
             if not self._closed:
                 log.info("KV transfer connection closed: %s", exc)
+        except Exception:  # noqa: BLE001 - close the connection: the sender sees it and fails safe
+            log.exception("KV transfer connection failed")
         finally:
             with self._lock:
                 self._conns.discard(conn)
