@@ -86,6 +86,17 @@ async def _first_chunk(stream: GenerationStream, timeout_s: float) -> pb.Generat
                            f"{timeout_s:g} s", code="engine_timeout") from None
 
 
+def _check_finish(chunk: pb.GenerateChunk, engine: EngineHandle, first: bool = False) -> None:
+    """Engine-internal endings never reach a client: `error` is an engine failure, and `abort`
+    (the engine ended the request itself, e.g. while shutting down) is one too — retryable on
+    another engine when nothing has been streamed yet."""
+    if chunk.finish_reason == "error":
+        raise EngineFailed(f"engine error: {chunk.error or 'unknown'}", code="engine_error")
+    if chunk.finish_reason == "abort":
+        cls = EngineUnavailable if first and not chunk.token_ids else EngineFailed
+        raise cls(f"engine {engine.id} aborted the request", code="engine_aborted")
+
+
 class RequestRun:
     """One admitted request: its policy session, the running segment and the first chunk."""
 
@@ -212,8 +223,7 @@ class RequestRun:
         if chunk is None:
             raise EngineFailed("engine closed the stream without finishing",
                                code="engine_error")
-        if chunk.finish_reason == "error":
-            raise EngineFailed(f"engine error: {chunk.error or 'unknown'}", code="engine_error")
+        _check_finish(chunk, stream.engine)
         return chunk
 
     async def chunks(self) -> AsyncIterator[pb.GenerateChunk]:
@@ -278,6 +288,7 @@ class Dispatcher:
         before any output, take it out of rotation and run the policy again (nothing has
         reached the client yet, so this is invisible)."""
         active = self.slot.current
+        engine_request_id = req.engine_request_id  # random; a retry's id derives from it
         for attempt in range(self.retries + 1):
             try:
                 return await self._attempt(req, active)
@@ -288,7 +299,7 @@ class Dispatcher:
                     self.engines.mark_unhealthy(engine.id)
                 log.warning("request %s: %s; retrying on another engine", req.request_id,
                             exc.message)
-                req.engine_request_id = f"{req.request_id}-r{attempt + 1}"
+                req.engine_request_id = f"{engine_request_id}-r{attempt + 1}"
                 req.route, req.matched_by_engine = RouteNote(), None
         raise AssertionError("unreachable")
 
@@ -307,8 +318,7 @@ class Dispatcher:
                                     req.scope.verbs[started_at:]) from exc
             if first is None:
                 raise EngineFailed("engine closed the stream without output")
-            if first.finish_reason == "error":
-                raise EngineFailed(f"engine error: {first.error or 'unknown'}")
+            _check_finish(first, stream.engine, first=True)
             return RequestRun(req, session, stream, first, started_at, self.policy_timeout_s)
         except BaseException as exc:
             await session.aclose()

@@ -34,6 +34,8 @@ class RouterMetrics:
                                      ["kind", "detail"], registry=r)
         self.engine_healthy = Gauge("switchyard_router_engine_healthy", "1 = in rotation",
                                     ["engine", "address"], registry=r)
+        self.errors = Counter("switchyard_router_errors", "Error responses by status and code",
+                              ["status", "code"], registry=r)
         # Labelled children by label values: labels() validates and locks on every call.
         self._children: dict[tuple[object, ...], Any] = {}
 
@@ -52,3 +54,6 @@ class RouterMetrics:
 
     def count_request(self, policy: str, status: str) -> None:
         self._child(self.requests, policy, status).inc()
+
+    def count_error(self, status: int, code: str) -> None:
+        self._child(self.errors, str(status), code).inc()

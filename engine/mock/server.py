@@ -11,6 +11,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from engine.mock.config import MockConfig
 from engine.mock.servicer import MockEngineServicer
+from engine.server.auth import add_listening_port, server_interceptors
 from switchyard_rpc import engine_pb2_grpc as pb_grpc
 
 log = logging.getLogger("switchyard.mock")
@@ -31,11 +32,11 @@ async def _watch_health(config: MockConfig, health_servicer: health.aio.HealthSe
 
 
 async def serve_async(config: MockConfig, ready: asyncio.Event | None = None) -> None:
-    server = grpc.aio.server()
+    server = grpc.aio.server(interceptors=server_interceptors())
     pb_grpc.add_EngineServicer_to_server(MockEngineServicer(config), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    bound = server.add_insecure_port(f"{config.host}:{config.port}")
+    bound = add_listening_port(server, f"{config.host}:{config.port}")
     if bound == 0:
         raise OSError(f"mock engine: cannot bind {config.host}:{config.port}")
     await server.start()

@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from engine.server.auth import engine_token
 from engine.transfer.base import (
     ChunkBuffer,
     SendSession,
@@ -96,6 +97,9 @@ class SocketLink(Transport):
 
     def _handshake(self, timeout_s: float) -> None:
         hello = self.ring.hello() if self.ring else {}
+        token = engine_token()
+        if token:  # the receiver refuses links without the deployment's engine token
+            hello = {**hello, "token": token}
         try:
             send_frame(self._sock, Header(FrameKind.HELLO), json.dumps(hello).encode())
             reply = recv_header(self._sock)
