@@ -31,6 +31,9 @@ class MockConfig:
     fail_rate: float = 0.0
     # Fail every StartGenerate mid-stream after this many tokens (0 = never).
     fail_after_tokens: int = 0
+    # End every StartGenerate with finish_reason "abort" after this many tokens (0 = never): an
+    # engine that gave up on the request itself (shutting down, evicted).
+    abort_after_tokens: int = 0
     # Every RemoteSend fails with UNAVAILABLE (a broken KV transfer).
     fail_remote_send: bool = False
     # While this file exists the gRPC health service reports NOT_SERVING.
@@ -50,8 +53,8 @@ class MockConfig:
             raise MockConfigError("chunk_delay_ms must be >= 0")
         if not 0.0 <= self.fail_rate <= 1.0:
             raise MockConfigError("fail_rate must be in [0, 1]")
-        if self.fail_after_tokens < 0:
-            raise MockConfigError("fail_after_tokens must be >= 0")
+        if self.fail_after_tokens < 0 or self.abort_after_tokens < 0:
+            raise MockConfigError("fail_after_tokens and abort_after_tokens must be >= 0")
         if self.page_size < 1 or self.vocab_size < 256:
             raise MockConfigError("page_size must be >= 1 and vocab_size >= 256")
 
@@ -72,6 +75,7 @@ class MockConfig:
             chunk_delay_ms=float(pick("chunk_delay_ms", float, 0.0)),  # type: ignore[arg-type]
             fail_rate=float(pick("fail_rate", float, 0.0)),  # type: ignore[arg-type]
             fail_after_tokens=int(pick("fail_after_tokens", int, 0)),  # type: ignore[call-overload]
+            abort_after_tokens=int(pick("abort_after_tokens", int, 0)),  # type: ignore[call-overload]
             unhealthy_file=str(pick("unhealthy_file", str, "")),
             fail_remote_send=str(pick("fail_remote_send", str, "")).lower() in ("1", "true"),
             coalesce=str(pick("coalesce", str, "1")).lower() not in ("0", "false", "no"),

@@ -109,7 +109,8 @@ class MockEngineServicer(pb_grpc.EngineServicer):
             sent = 0
             while sent < total:
                 ready = await clock.ready_after(sent)
-                if rid in self.aborted:
+                if rid in self.aborted or (cfg.abort_after_tokens
+                                           and sent >= cfg.abort_after_tokens):
                     yield pb.GenerateChunk(finish_reason="abort")
                     return
                 # Like engine/server/servicer.py: one message carries every token already

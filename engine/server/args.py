@@ -46,6 +46,9 @@ def add_mock_arguments(parser: argparse.ArgumentParser) -> None:
                       default=None, help="one decode step's tokens per message, never more")
     mock.add_argument("--fail-rate", type=float, default=None)
     mock.add_argument("--fail-after-tokens", type=int, default=None)
+    mock.add_argument("--abort-after-tokens", type=int, default=None,
+                      help="end every generation with finish_reason 'abort' after this many "
+                      "tokens (an engine giving up on a request itself)")
     mock.add_argument("--fail-remote-send", action="store_const", const="1", default=None,
                       help="every RemoteSend fails (a broken KV transfer)")
     mock.add_argument("--unhealthy-file", default=None,

@@ -198,3 +198,28 @@ def test_json_reply_garbage_fails_the_link_not_the_thread() -> None:
     finally:
         link.close()
         server.close()
+
+
+def test_link_needs_the_engine_token(monkeypatch) -> None:
+    """Finding 3 for the KV plane: a receiver with a deployment token refuses links without it,
+    so nobody else can write into its reservations."""
+    sink = DictSink()
+    listener = TransferListener(sink, LAYOUT, classify=_classify, token="deploy-secret")
+    try:
+        monkeypatch.delenv("SWITCHYARD_ENGINE_TOKEN", raising=False)
+        monkeypatch.delenv("SWITCHYARD_ENGINE_TOKEN_FILE", raising=False)
+        with pytest.raises(TransferError, match="engine token"):
+            SocketLink("127.0.0.1", listener.port, LAYOUT)
+        monkeypatch.setenv("SWITCHYARD_ENGINE_TOKEN", "guess")
+        with pytest.raises(TransferError, match="engine token"):
+            SocketLink("127.0.0.1", listener.port, LAYOUT, staging_bytes=1 << 16)
+        monkeypatch.setenv("SWITCHYARD_ENGINE_TOKEN", "deploy-secret")
+        link = SocketLink("127.0.0.1", listener.port, LAYOUT, staging_bytes=1 << 16)
+        try:
+            sink.reserve("ok", 5)
+            expected = torch.randn(LAYOUT.num_layers, 2, 5, 2, 8)
+            assert _send(link, "ok", expected, 5) == LAYOUT.range_bytes(5)
+        finally:
+            link.close()
+    finally:
+        listener.close()
