@@ -8,8 +8,9 @@ period), so nothing is orphaned.
 The deployment gets a fresh engine token (engine/server/auth.py) in a 0600 file that the engines
 and the router read, unless SWITCHYARD_ENGINE_TOKEN[_FILE] is already set. An engine that dies
 is reaped and restarted on its port (the router's health watcher takes it back into rotation)
-with exponential backoff, at most --max-restarts times; the policy meanwhile runs degraded on the
-engines left (pyrouter/degrade.py).
+with exponential backoff, at most --max-restarts times in a row (an engine that then runs for two
+minutes starts over); the policy meanwhile runs degraded on the engines left
+(pyrouter/degrade.py).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import secrets
 import signal
 import sys
 import tempfile
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -33,6 +35,8 @@ _READY_TIMEOUT_S = float(os.environ.get("SWITCHYARD_ENGINE_READY_TIMEOUT_S", "90
 _BACKOFF_START_S = 1.0
 _BACKOFF_MAX_S = 60.0
 _WATCH_S = 0.5
+# An engine that ran this long before it died was not crash-looping: its backoff starts over.
+_STABLE_S = 120.0
 # Router flags `serve` passes through as they are (pyrouter/cli.py: add_router_guard_arguments).
 _ROUTER_GUARD_FLAGS = ("admin_port", "admin_host", "engine_allow", "max_body_bytes",
                        "body_timeout_s", "idle_timeout_s", "drain_s", "rate_limit_rps",
@@ -75,7 +79,9 @@ class EngineKeeper:
         self.specs = {s.name: s for s in specs}
         self.log_dir = log_dir
         self.max_restarts = max_restarts
-        self.restarts: dict[str, int] = {}
+        self.restarts: dict[str, int] = {}  # restarts since the engine last ran stably
+        self.total_restarts = 0
+        self._started = {e.name: time.monotonic() for e in engines}
         self._stopping = False
 
     async def run(self) -> None:
@@ -83,6 +89,8 @@ class EngineKeeper:
             for i, engine in enumerate(self.engines):
                 if engine.alive() or self._stopping:
                     continue  # poll() in alive() also reaps an exited child: no zombie
+                if time.monotonic() - self._started.get(engine.name, 0.0) > _STABLE_S:
+                    self.restarts[engine.name] = 0
                 done = self.restarts.get(engine.name, 0)
                 if done >= self.max_restarts:
                     continue
@@ -91,11 +99,14 @@ class EngineKeeper:
                       f"restarting in {delay:.0f} s ({done + 1}/{self.max_restarts})",
                       flush=True)
                 self.restarts[engine.name] = done + 1
+                self.total_restarts += 1
+                self._started[engine.name] = float("inf")  # not stable until it runs again
                 await asyncio.sleep(delay)
                 if self._stopping:
                     return
                 spec = replace(self.specs[engine.name], port=engine.port)
                 self.engines[i] = launch(spec, self.log_dir, die_with_parent=True)
+                self._started[engine.name] = time.monotonic()
             await asyncio.sleep(_WATCH_S)
 
     def stop(self) -> None:

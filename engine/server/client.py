@@ -23,10 +23,13 @@ from switchyard_rpc import engine_pb2 as pb
 from switchyard_rpc import engine_pb2_grpc as pb_grpc
 
 # Long prompts travel as repeated int32, so lift the 4 MiB default; keepalive notices a dead
-# engine on an idle channel (the router keeps one channel per engine for its lifetime).
+# engine on an idle channel (the router keeps one channel per engine for its lifetime), and a
+# short reconnect backoff finds a restarted engine within seconds (gRPC's default grows to 2 min).
 _CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 256 << 20),
                     ("grpc.max_send_message_length", 256 << 20),
-                    ("grpc.keepalive_time_ms", 20_000)]
+                    ("grpc.keepalive_time_ms", 20_000),
+                    ("grpc.initial_reconnect_backoff_ms", 250),
+                    ("grpc.max_reconnect_backoff_ms", 3_000)]
 
 
 @dataclass(slots=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import queue
 import socket
 import threading
@@ -50,6 +51,20 @@ log = logging.getLogger(__name__)
 _STAGING_WAIT_S = 30.0
 # Frames the writer sends in one go at most.
 _MAX_BATCH = 64
+
+
+# Fault injection for the real-process fault suite (tests/router/test_fault_injection_real.py):
+# the first link of this process has its acknowledgement thread crash after this many acks.
+FAULT_ACK_CRASH_ENV = "SWITCHYARD_FAULT_KV_ACK_CRASH_AFTER"
+_ack_crash = {"left": int(os.environ.get(FAULT_ACK_CRASH_ENV, "0") or 0)}
+
+
+def _injected_ack_crash() -> None:
+    if _ack_crash["left"] > 0:
+        _ack_crash["left"] -= 1
+        if _ack_crash["left"] == 0:
+            _ack_crash["left"] = -1  # once per process
+            raise RuntimeError(f"injected acknowledgement-thread crash ({FAULT_ACK_CRASH_ENV})")
 
 
 class _Outgoing(NamedTuple):
@@ -187,6 +202,7 @@ class SocketLink(Transport):
         header = recv_header(self._sock)
         body = recv_payload(self._sock, header) if header.payload_len else b""
         if header.kind == FrameKind.CHUNK_ACK and self.ring is not None:
+            _injected_ack_crash()
             self.ring.release(header.offset)
         elif header.kind == FrameKind.END_ACK:
             reply = json.loads(body or b"{}")
