@@ -54,8 +54,11 @@ def _engine_error(req: RouterRequest, policy_name: str, exc: grpc.aio.AioRpcErro
                   req.request_id, detail)
         return PolicyFailed(policy_name, f"engine rejected a verb ({detail})")
     if exc.code() == grpc.StatusCode.UNAVAILABLE:
-        return EngineUnavailable(f"engine unavailable during {stage}: {detail}",
-                                 code="engine_unavailable")
+        unavailable = EngineUnavailable(f"engine unavailable during {stage}: {detail}",
+                                        code="engine_unavailable")
+        # The verb that failed is the attempt's last one (policies await their verbs in turn).
+        unavailable.engine_id = attempt_verbs[-1][1] if attempt_verbs else None
+        return unavailable
     return EngineFailed(f"engine error during {stage}: {detail}", code="engine_error")
 
 
@@ -93,8 +96,12 @@ def _check_finish(chunk: pb.GenerateChunk, engine: EngineHandle, first: bool = F
     if chunk.finish_reason == "error":
         raise EngineFailed(f"engine error: {chunk.error or 'unknown'}", code="engine_error")
     if chunk.finish_reason == "abort":
-        cls = EngineUnavailable if first and not chunk.token_ids else EngineFailed
-        raise cls(f"engine {engine.id} aborted the request", code="engine_aborted")
+        if first and not chunk.token_ids:
+            unavailable = EngineUnavailable(f"engine {engine.id} aborted the request",
+                                            code="engine_aborted")
+            unavailable.engine_id = engine.id
+            raise unavailable
+        raise EngineFailed(f"engine {engine.id} aborted the request", code="engine_aborted")
 
 
 class RequestRun:
@@ -295,8 +302,11 @@ class Dispatcher:
             except EngineUnavailable as exc:
                 if attempt == self.retries:
                     raise
-                for engine in req.scope.touched:
-                    self.engines.mark_unhealthy(engine.id)
+                # Only the engine that failed leaves rotation (a pd request's healthy prefill
+                # engine must stay in it: the retry may need it to stand in for the dead one).
+                failed = [exc.engine_id] if exc.engine_id else [e.id for e in req.scope.touched]
+                for engine_id in failed:
+                    self.engines.mark_unhealthy(engine_id)
                 log.warning("request %s: %s; retrying on another engine", req.request_id,
                             exc.message)
                 req.engine_request_id = f"{engine_request_id}-r{attempt + 1}"
@@ -315,7 +325,8 @@ class Dispatcher:
                 first = await _first_chunk(stream, self.policy_timeout_s)
             except grpc.aio.AioRpcError as exc:
                 raise _engine_error(req, active.name, exc, "generate",
-                                    req.scope.verbs[started_at:]) from exc
+                                    [*req.scope.verbs[started_at:],
+                                     ("start_generate", stream.engine.id)]) from exc
             if first is None:
                 raise EngineFailed("engine closed the stream without output")
             _check_finish(first, stream.engine, first=True)

@@ -108,11 +108,13 @@ class EngineFailed(RouterError):
 
 
 class EngineUnavailable(EngineFailed):
-    """The engine could not be reached or went away before streaming anything: retryable."""
+    """The engine could not be reached or went away before streaming anything: retryable.
+    `engine_id`: which engine, when known (the dispatcher takes only it out of rotation)."""
 
     status = 503
     error_type = "service_unavailable"
     default_code = "engine_unavailable"
+    engine_id: str | None = None
 
 
 class VerbOrderError(RuntimeError):
