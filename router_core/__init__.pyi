@@ -5,8 +5,8 @@ Engine ids are small non-negative ints chosen by the caller (pyrouter maps "e0" 
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Literal, final
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, final
 
 __version__: str
 
@@ -263,3 +263,84 @@ class SseEncoder:
         """Final chunk with "choices": [] and usage (incl. prompt_tokens_details.cached_tokens)."""
     @staticmethod
     def done() -> bytes: ...                    # b"data: [DONE]\n\n"
+
+# ---- tokenisation (the engine's tokenizer.json and chat template, in Rust) ----
+@final
+class RouterTokenizer:
+    """Text and chat messages to token ids, exactly as the engine's Python EngineTokenizer
+    (engine/tokenizer.py) and the router's request parsing (pyrouter/http/parse.py) give them:
+    the same tokenizer.json through the `tokenizers` crate, the chat template through minijinja
+    (trim_blocks, lstrip_blocks, raise_exception, bos_token/eos_token, Python string methods).
+    The arguments are EngineTokenizer.to_state()'s keys. Every call releases the GIL.
+    ValueError for an unreadable tokenizer.json."""
+    def __new__(cls, tokenizer_json: str, chat_template: str | None = None,
+                bos_token_id: int | None = None,
+                eos_token_ids: Sequence[int] = ...) -> RouterTokenizer: ...
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """A completion prompt's ids (add_special_tokens applies the post-processor, e.g. BOS)."""
+    def apply_chat_template(self, messages: Sequence[Mapping[str, Any]],
+                            add_generation_prompt: bool = True) -> str:
+        """messages: {"role", "content"} dicts, content a string or a list of content parts (the
+        text parts are joined); role "developer" renders as "system". ValueError with the router's
+        400 message for bad messages, a missing template or a template error."""
+    def encode_chat(self, messages: Sequence[Mapping[str, Any]],
+                    add_generation_prompt: bool = True) -> list[int]:
+        """The chat prompt's ids: the template rendered, encoded without adding special tokens."""
+    def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        """ValueError for ids outside [0, vocab_size)."""
+    def token_to_id(self, token: str) -> int | None: ...
+    def id_to_token(self, token_id: int) -> str | None: ...
+    @property
+    def vocab_size(self) -> int:
+        """Ids are in [0, vocab_size) (added tokens included)."""
+    @property
+    def bos_token_id(self) -> int | None: ...
+    @property
+    def eos_token_ids(self) -> list[int]: ...
+    @property
+    def chat_template(self) -> str | None:
+        """None when the model has none (an empty template counts as none)."""
+
+# ---- mock servers: ONLY for router-overhead benchmarks and fault-injection tests ----
+@final
+class MockEngineServer:
+    """The mock engine: the real engine proto (switchyard.v1.Engine + grpc.health.v1) served
+    with synthetic tokens and no model, by tonic on a tokio runtime thread (never holding the
+    GIL). Constructing it binds and starts it (port 0 = any free port); `shutdown` stops it.
+    Token ids depend only on the prompt and the position; a pretend prefix cache of block hashes
+    (block_hashes with page_size and seed) answers PrepRecv/MatchPrefix and feeds KVEvents.
+    Knobs: tokens_per_chunk / chunk_delay_ms (a decode step), coalesce (one message carries every
+    token produced so far), fail_rate (UNAVAILABLE before any token), fail_after_tokens (INTERNAL
+    mid-stream), abort_after_tokens (finish_reason "abort" mid-stream), fail_remote_send,
+    unhealthy_file (NOT_SERVING while it exists), engine_token (Engine RPCs without
+    `authorization: Bearer <token>` get UNAUTHENTICATED; "" = open; health stays open).
+    ValueError for bad knobs, OSError when the address cannot be bound."""
+    def __new__(cls, port: int, host: str = "127.0.0.1", *, threads: int = 1,
+                engine_id: str = "mock", role: Literal["any", "prefill", "decode"] = "any",
+                tokens_per_chunk: int = 1, chunk_delay_ms: float = 0.0, coalesce: bool = True,
+                fail_rate: float = 0.0, fail_after_tokens: int = 0,
+                abort_after_tokens: int = 0, fail_remote_send: bool = False,
+                unhealthy_file: str = "", page_size: int = 16, vocab_size: int = 49152,
+                seed: int = 0, engine_token: str = "") -> MockEngineServer: ...
+    @property
+    def port(self) -> int: ...
+    def is_running(self) -> bool: ...
+    def shutdown(self, grace_s: float = 1.0) -> None:
+        """Health NOT_SERVING, new connections refused, open streams get grace_s; then joined.
+        A second call is a no-op."""
+    def __enter__(self) -> MockEngineServer: ...
+    def __exit__(self, *_exc: object) -> None: ...
+
+@final
+class MockOpenAIWorker:
+    """An OpenAI-style HTTP worker (axum) for the benchmark's anchor routers: /v1/completions,
+    /v1/chat/completions (streamed: max_tokens SSE events " w0", " w1", ... then [DONE], in one
+    body chunk), health and model-info routes. Same lifecycle as MockEngineServer."""
+    def __new__(cls, port: int, host: str = "127.0.0.1", *,
+                threads: int = 1) -> MockOpenAIWorker: ...
+    @property
+    def port(self) -> int: ...
+    def is_running(self) -> bool: ...
+    def shutdown(self, grace_s: float = 1.0) -> None: ...
+    def __enter__(self) -> MockOpenAIWorker: ...
+    def __exit__(self, *_exc: object) -> None: ...

@@ -1,9 +1,10 @@
 """Mock engine: serves the Engine gRPC contract with synthetic tokens and NO model.
 
 Only for router-overhead benchmarks and fault-injection tests — it computes nothing, so its
-output is meaningless text. Start it with `switchyard engine --mock --port P` or
-`python -m engine.mock --port P [--tokens-per-chunk N --chunk-delay-ms MS --no-coalesce
---fail-rate F ...]`.
+output is meaningless text. The server is Rust (router_core/src/mock_engine/, tonic on a tokio
+runtime, the GIL released), so a request costs microseconds and a benchmark measures the router,
+not the backend. Start it with `switchyard engine --mock --port P` or `python -m engine.mock --port P
+[--tokens-per-chunk N --chunk-delay-ms MS --no-coalesce --fail-rate F ...]`.
 """
 from __future__ import annotations
 
@@ -14,18 +15,12 @@ __all__ = ["serve"]
 
 def serve(args: argparse.Namespace) -> int:
     """Run the mock engine until SIGINT/SIGTERM; returns the exit code."""
-    import asyncio
-
     from engine.mock.config import MockConfig
-    from engine.mock.server import serve_async
+    from engine.mock.signals import serve_until_signal
+    from router_core import MockEngineServer
 
     config = MockConfig.from_args(args)
-    try:
-        import uvloop
-
-        uvloop.install()
-    except ImportError:  # uvloop is a dependency; plain asyncio still works without it
-        pass
-    asyncio.run(serve_async(config))
-    return 0
-
+    return serve_until_signal(
+        lambda: MockEngineServer(**config.server_kwargs()),
+        f"mock engine (synthetic tokens, no model; benchmarks and fault tests only) listening "
+        f"on {config.host}:{{port}}")

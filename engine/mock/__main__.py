@@ -9,8 +9,10 @@ from engine.server.args import engine_parser
 
 def main(argv: list[str] | None = None) -> int:
     parser = engine_parser(prog="python -m engine.mock")
-    parser.description = ("Mock engine: synthetic tokens, NO model. Only for router-overhead "
-                          "benchmarks and fault-injection tests.")
+    parser.description = ("Mock engine: synthetic tokens over the real engine proto, NO model. "
+                          "Only for router-overhead benchmarks and fault-injection tests. Mock "
+                          "flags left out fall back to SWITCHYARD_MOCK_<NAME> environment "
+                          "variables, then to the defaults.")
     return serve(parser.parse_args(argv))
 
 

@@ -1,23 +1,35 @@
-"""Settings of the mock engine (synthetic tokens, no model).
+"""Settings of the mock engine (synthetic tokens, no model), parsed from the command line.
 
-Read from the parsed `switchyard engine --mock` namespace when it carries them, else from
-`SWITCHYARD_MOCK_*` environment variables, so the shared CLI needs no mock-specific flags.
+Read from the parsed `switchyard engine --mock` / `python -m engine.mock` namespace when it
+carries them, else from `SWITCHYARD_MOCK_*` environment variables, so the shared CLI needs no
+mock-specific flags. The values are checked once, by the Rust mock engine
+(router_core/src/mock_engine/config.rs): a bad one raises ValueError when the server starts.
 """
 from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any, TypeVar
+
+from engine.server.auth import engine_token
+
+T = TypeVar("T")
+
+_TRUE = ("1", "true", "yes", "on")
 
 
-class MockConfigError(ValueError):
-    """A mock-engine setting is out of range."""
+def _flag(value: str) -> bool:
+    return value.strip().lower() in _TRUE
 
 
 @dataclass(slots=True)
 class MockConfig:
     port: int
     host: str = "127.0.0.1"
+    # Runtime threads serving requests (1 is plenty for a backend that computes nothing).
+    threads: int = 1
     engine_id: str = "mock"
     role: str = "any"
     # The mock's decode step: it produces `tokens_per_chunk` tokens per request and takes
@@ -40,44 +52,40 @@ class MockConfig:
     unhealthy_file: str = ""
     page_size: int = 16
     vocab_size: int = 49152
+    # Block hash seed (ModelInfo.block_hash_seed) and the fail_rate generator's seed.
     seed: int = 0
-
-    def __post_init__(self) -> None:
-        if not 0 < self.port < 65536:
-            raise MockConfigError(f"port must be in 1..65535, got {self.port}")
-        if self.role not in ("any", "prefill", "decode"):
-            raise MockConfigError(f"role must be any|prefill|decode, got {self.role!r}")
-        if self.tokens_per_chunk < 1:
-            raise MockConfigError("tokens_per_chunk must be >= 1")
-        if self.chunk_delay_ms < 0:
-            raise MockConfigError("chunk_delay_ms must be >= 0")
-        if not 0.0 <= self.fail_rate <= 1.0:
-            raise MockConfigError("fail_rate must be in [0, 1]")
-        if self.fail_after_tokens < 0 or self.abort_after_tokens < 0:
-            raise MockConfigError("fail_after_tokens and abort_after_tokens must be >= 0")
-        if self.page_size < 1 or self.vocab_size < 256:
-            raise MockConfigError("page_size must be >= 1 and vocab_size >= 256")
+    # The deployment's engine token (engine/server/auth.py): Engine RPCs without it are refused
+    # with UNAUTHENTICATED, as a real engine refuses them ("" = open).
+    engine_token: str = ""
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> MockConfig:
-        def pick(name: str, cast: type, default: object) -> object:
+        def pick(name: str, cast: Callable[[str], T], default: T) -> T:
             value = getattr(args, name, None)
             if value is None:
                 value = os.environ.get(f"SWITCHYARD_MOCK_{name.upper()}")
-            return default if value is None else cast(value)
+            return default if value is None else cast(str(value))
 
         return cls(
             port=int(args.port),
             host=str(getattr(args, "host", None) or "127.0.0.1"),
+            threads=pick("threads", int, 1),
             engine_id=str(getattr(args, "engine_id", None) or f"mock-{args.port}"),
             role=str(getattr(args, "role", None) or "any"),
-            tokens_per_chunk=int(pick("tokens_per_chunk", int, 1)),  # type: ignore[call-overload]
-            chunk_delay_ms=float(pick("chunk_delay_ms", float, 0.0)),  # type: ignore[arg-type]
-            fail_rate=float(pick("fail_rate", float, 0.0)),  # type: ignore[arg-type]
-            fail_after_tokens=int(pick("fail_after_tokens", int, 0)),  # type: ignore[call-overload]
-            abort_after_tokens=int(pick("abort_after_tokens", int, 0)),  # type: ignore[call-overload]
-            unhealthy_file=str(pick("unhealthy_file", str, "")),
-            fail_remote_send=str(pick("fail_remote_send", str, "")).lower() in ("1", "true"),
-            coalesce=str(pick("coalesce", str, "1")).lower() not in ("0", "false", "no"),
+            tokens_per_chunk=pick("tokens_per_chunk", int, 1),
+            chunk_delay_ms=pick("chunk_delay_ms", float, 0.0),
+            coalesce=pick("coalesce", _flag, True),
+            fail_rate=pick("fail_rate", float, 0.0),
+            fail_after_tokens=pick("fail_after_tokens", int, 0),
+            abort_after_tokens=pick("abort_after_tokens", int, 0),
+            fail_remote_send=pick("fail_remote_send", _flag, False),
+            unhealthy_file=pick("unhealthy_file", str, ""),
             page_size=int(getattr(args, "page_size", None) or 16),
+            vocab_size=pick("vocab_size", int, 49152),
+            seed=pick("seed", int, 0),
+            engine_token=engine_token() or "",
         )
+
+    def server_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of router_core.MockEngineServer."""
+        return asdict(self)

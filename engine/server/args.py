@@ -40,14 +40,20 @@ def add_mock_arguments(parser: argparse.ArgumentParser) -> None:
     """The mock engine's knobs: synthetic tokens and fault injection, NO model."""
     mock = parser.add_argument_group(
         "mock engine (--mock): only for router-overhead benchmarks and fault-injection tests")
+    mock.add_argument("--threads", type=int, default=None,
+                      help="the mock's runtime threads (default 1)")
+    mock.add_argument("--vocab-size", type=int, default=None)
+    mock.add_argument("--seed", type=int, default=None, help="block hash seed and failure draws")
     mock.add_argument("--tokens-per-chunk", type=int, default=None)
     mock.add_argument("--chunk-delay-ms", type=float, default=None)
     mock.add_argument("--no-coalesce", dest="coalesce", action="store_const", const="0",
                       default=None, help="one decode step's tokens per message, never more")
-    mock.add_argument("--fail-rate", type=float, default=None)
-    mock.add_argument("--fail-after-tokens", type=int, default=None)
+    mock.add_argument("--fail-rate", type=float, default=None,
+                      help="fraction of StartGenerate calls failing with UNAVAILABLE")
+    mock.add_argument("--fail-after-tokens", type=int, default=None,
+                      help="every StartGenerate fails with INTERNAL after this many tokens")
     mock.add_argument("--abort-after-tokens", type=int, default=None,
-                      help="end every generation with finish_reason 'abort' after this many "
+                      help="every StartGenerate ends with finish_reason 'abort' after this many "
                       "tokens (an engine giving up on a request itself)")
     mock.add_argument("--fail-remote-send", action="store_const", const="1", default=None,
                       help="every RemoteSend fails (a broken KV transfer)")
@@ -57,7 +63,7 @@ def add_mock_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     """Every flag of `switchyard engine`."""
-    parser.add_argument("--port", type=int, required=True, help="gRPC port")
+    parser.add_argument("--port", type=int, required=True, help="gRPC port (0 = any free port)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--role", default="any", choices=ROLES)
     parser.add_argument("--engine-id", default=None)

@@ -46,7 +46,8 @@ async def _run(address: str, concurrency: int, duration_s: float, max_tokens: in
     if not latencies:
         return Measure(0.0, float("nan"), float("nan"), errors, "grpc.aio")
     pick = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))]  # noqa: E731
-    return Measure(len(latencies) / elapsed, pick(0.50), pick(0.99), errors, "grpc.aio")
+    return Measure(len(latencies) / elapsed, pick(0.50), pick(0.99), errors, "grpc.aio",
+                   len(latencies))
 
 
 async def _count(address: str, max_tokens: int) -> int:

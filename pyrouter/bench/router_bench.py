@@ -1,12 +1,15 @@
-"""`switchyard bench router`: what the router adds on top of engines that cost nothing.
+"""`switchyard bench router`: what the router adds on top of backends that cost (almost) nothing.
 
 Switchyard's router stands in front of two `switchyard engine --mock` processes; the anchors,
-vllm-router and SGLang's router (`smg`), stand in front of two equally cheap OpenAI-style HTTP
-mock workers. Each is driven by the same HTTP load generator (wrk when installed) with streaming
-16-token completions at concurrency 1 and 32; "direct" is the same load sent to one HTTP mock
-worker with no router, "direct-grpc" the same requests streamed from one mock engine over gRPC.
-Anchors are looked up in --anchor-bin (pip install vllm-router sglang-router into a separate
-venv); missing ones are reported as such, not faked.
+vllm-router and SGLang's router (`smg`), stand in front of two OpenAI-style HTTP mock workers.
+Both mocks are Rust servers in router_core (tonic / axum), so the two sides' backends cost
+alike, and the bench measures that too: each row reports its router's CPU per request and its
+backends' CPU per request (user + system time of the process trees during the run, divided by
+the requests served). Each target is driven by the same HTTP load generator (wrk; the set-up
+installs Debian's package when it can) with 16-token completions: streaming at concurrency 1 and
+32, non-streaming at 32. "direct" is the same load sent to one mock worker with no router,
+"direct-grpc" the same requests streamed from one mock engine over gRPC (a grpc.aio client).
+The anchors are installed by the set-up into their own venv (pyrouter/bench/anchors.py).
 
 Switchyard runs twice. "switchyard": its mock engines send, in each StartGenerate message, every
 token already produced (as engine/server/servicer.py does); they cost nothing, so one message
@@ -21,7 +24,7 @@ import argparse
 import contextlib
 import json
 import os
-import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -30,10 +33,14 @@ from dataclasses import asdict, dataclass, field
 
 import requests
 
+from pyrouter.bench.anchors import anchor_argv, ensure_anchors
 from pyrouter.bench.grpc_direct import count_messages, measure_grpc
-from pyrouter.bench.wrk_runner import Measure, measure_http
+from pyrouter.bench.proc_cpu import tree_cpu_s
+from pyrouter.bench.router_bench_tables import Row, issue_table, summarize
+from pyrouter.bench.wrk_runner import Measure, ensure_wrk, measure_http
 
 _PY = sys.executable
+Procs = list[subprocess.Popen[bytes]]
 
 
 @dataclass(slots=True)
@@ -52,17 +59,27 @@ class RouterBenchConfig:
             raise ValueError("duration > 0, max_tokens >= 1 and concurrencies >= 1 required")
 
 
-def _free_port() -> int:
-    import socket
+@dataclass(slots=True)
+class Target:
+    """One thing the load goes to: an HTTP url or a gRPC address, the router process(es) in
+    front (none for the direct baselines) and the backend processes behind it."""
 
+    name: str
+    url: str = ""
+    grpc_address: str = ""
+    router: Procs = field(default_factory=list)
+    backends: Procs = field(default_factory=list)
+
+
+def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager
-def _procs() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
+def _procs() -> Iterator[Procs]:
+    started: Procs = []
     try:
         yield started
     finally:
@@ -75,9 +92,11 @@ def _procs() -> Iterator[list[subprocess.Popen[bytes]]]:
                 p.kill()
 
 
-def _spawn(started: list[subprocess.Popen[bytes]], argv: list[str]) -> None:
-    started.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                    env={**os.environ, "SWITCHYARD_LOG_LEVEL": "WARNING"}))
+def _spawn(started: Procs, argv: list[str]) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "SWITCHYARD_LOG_LEVEL": "WARNING"})
+    started.append(proc)
+    return proc
 
 
 def _wait_serving(url: str, body: dict[str, object], timeout_s: float = 60) -> bool:
@@ -91,24 +110,9 @@ def _wait_serving(url: str, body: dict[str, object], timeout_s: float = 60) -> b
     return False
 
 
-def _anchor_argv(name: str, binary: str, port: int, workers: list[str]) -> list[str]:
-    # Each anchor gets its own metrics port: both default to 29000 and would collide.
-    common = ["--host", "127.0.0.1", "--port", str(port), "--worker-urls", *workers,
-              "--policy", "round_robin", "--prometheus-port", str(_free_port())]
-    return [binary, "launch", *common] if name == "smg" else [binary, *common]
-
-
 def _body(cfg: RouterBenchConfig, stream: bool) -> dict[str, object]:
     return {"model": "default", "prompt": "Hello, my name is", "max_tokens": cfg.max_tokens,
             "stream": stream, "ignore_eos": True, "temperature": 0}
-
-
-@dataclass(slots=True)
-class Row:
-    target: str
-    stream: bool
-    concurrency: int
-    measure: Measure
 
 
 def count_sse_events(url: str, body: dict[str, object]) -> int:
@@ -123,110 +127,113 @@ def count_sse_events(url: str, body: dict[str, object]) -> int:
 _VARIANTS: tuple[tuple[str, list[str]], ...] = (("", []), ("-16msg", ["--no-coalesce"]))
 
 
+def _start_targets(cfg: RouterBenchConfig, started: Procs) -> list[Target]:
+    worker_ports = [_free_port(), _free_port()]
+    workers = [_spawn(started, [_PY, "-m", "pyrouter.bench.mock_openai_worker", "--port", str(p)])
+               for p in worker_ports]
+    worker_urls = [f"http://127.0.0.1:{p}" for p in worker_ports]
+    targets = [Target("direct", url=f"{worker_urls[0]}/v1/completions", backends=workers[:1])]
+    for suffix, flags in _VARIANTS:
+        ports = [_free_port(), _free_port()]
+        engines = [_spawn(started, [_PY, "-m", "engine.mock", "--port", str(p), *flags])
+                   for p in ports]
+        router_port = _free_port()
+        router = _spawn(started, [_PY, "-m", "pyrouter.cli", "router", "--port",
+                                  str(router_port), "--policy", "round_robin",
+                                  *[a for p in ports for a in ("--engine", f"127.0.0.1:{p}")]])
+        targets.append(Target(f"switchyard{suffix}",
+                              url=f"http://127.0.0.1:{router_port}/v1/completions",
+                              router=[router], backends=engines))
+        targets.append(Target(f"direct-grpc{suffix}", grpc_address=f"127.0.0.1:{ports[0]}",
+                              backends=engines[:1]))
+    anchors = {} if cfg.skip_anchors else ensure_anchors(cfg.anchor_bin)
+    for name, binary in anchors.items():
+        port = _free_port()
+        proc = _spawn(started, anchor_argv(name, binary, port, worker_urls, _free_port()))
+        targets.append(Target(name, url=f"http://127.0.0.1:{port}/v1/completions",
+                              router=[proc], backends=workers))
+    return targets
+
+
+def _per_request_ms(cpu_s: float, m: Measure) -> float | None:
+    return cpu_s * 1000 / m.requests if m.requests else None
+
+
+def _measure(cfg: RouterBenchConfig, t: Target, stream: bool, c: int) -> Row:
+    pids = ([p.pid for p in t.router], [p.pid for p in t.backends])
+    router_before, backend_before = tree_cpu_s(pids[0]), tree_cpu_s(pids[1])
+    if t.grpc_address:
+        m = measure_grpc(t.grpc_address, c, cfg.duration_s, cfg.max_tokens)
+    else:
+        m = measure_http(t.url, _body(cfg, stream), c, cfg.duration_s)
+    router_ms = _per_request_ms(tree_cpu_s(pids[0]) - router_before, m) if t.router else None
+    backend_ms = _per_request_ms(tree_cpu_s(pids[1]) - backend_before, m)
+    row = Row(t.name, stream, c, m, router_ms, backend_ms)
+    cpu = "".join(f"  {label} CPU {v:.3f} ms/req" for label, v in
+                  (("router", router_ms), ("backend", backend_ms)) if v is not None)
+    print(f"  {t.name:<17} stream={stream!s:<5} c={c:<3} {m.rps:8.0f} req/s  p50 "
+          f"{m.p50_ms:7.2f} ms  p99 {m.p99_ms:7.2f} ms  errors {m.errors}{cpu}  ({m.tool})",
+          flush=True)
+    return row
+
+
 def run_bench(cfg: RouterBenchConfig) -> tuple[list[Row], dict[str, str]]:
     """The measured rows, and per target how many SSE events (or gRPC messages) a response has."""
     results: list[Row] = []
     shape: dict[str, str] = {}
+    if ensure_wrk() is None:
+        print("wrk unavailable: the Python load generator is used (it costs more CPU than the "
+              "routers it measures; figures are not comparable with wrk's)", flush=True)
     with _procs() as started:
-        workers = [_free_port(), _free_port()]
-        for p in workers:
-            _spawn(started, [_PY, "-m", "pyrouter.bench.mock_openai_worker", "--port", str(p)])
-        targets = {"direct": f"http://127.0.0.1:{workers[0]}/v1/completions"}
-        grpc_targets: dict[str, str] = {}
-        for suffix, flags in _VARIANTS:
-            engines = [_free_port(), _free_port()]
-            for p in engines:
-                _spawn(started, [_PY, "-m", "engine.mock", "--port", str(p), *flags])
-            router_port = _free_port()
-            _spawn(started, [_PY, "-m", "pyrouter.cli", "router", "--port", str(router_port),
-                             "--policy", "round_robin",
-                             *[a for p in engines for a in ("--engine", f"127.0.0.1:{p}")]])
-            targets[f"switchyard{suffix}"] = f"http://127.0.0.1:{router_port}/v1/completions"
-            grpc_targets[f"direct-grpc{suffix}"] = f"127.0.0.1:{engines[0]}"
-        worker_urls = [f"http://127.0.0.1:{p}" for p in workers]
-        for name in ([] if cfg.skip_anchors else ["vllm-router", "smg"]):
-            binary = os.path.join(cfg.anchor_bin, name)
-            binary = binary if os.path.exists(binary) else (shutil.which(name) or "")
-            if not binary:
-                print(f"anchor {name}: not installed (pip install vllm-router sglang-router "
-                      f"into {os.path.dirname(cfg.anchor_bin)}); skipped", flush=True)
-                continue
-            port = _free_port()
-            _spawn(started, _anchor_argv(name, binary, port, worker_urls))
-            targets[name] = f"http://127.0.0.1:{port}/v1/completions"
-        for name, url in list(targets.items()):
-            if not _wait_serving(url, _body(cfg, False)):
-                print(f"{name}: never answered; skipped", flush=True)
-                del targets[name]
-                continue
-            shape[name] = f"{count_sse_events(url, _body(cfg, True))} SSE events"
-        for name, address in grpc_targets.items():
-            n = count_messages(address, cfg.max_tokens)
-            shape[name] = f"{n} gRPC msg{'' if n == 1 else 's'}"
-        for name in targets:
-            if name.startswith("switchyard"):
-                msgs = shape[name.replace("switchyard", "direct-grpc")]
-                shape[name] += f" ({msgs} from the engine)"
+        targets = _start_targets(cfg, started)
+        for t in list(targets):
+            if t.grpc_address:
+                n = count_messages(t.grpc_address, cfg.max_tokens)
+                shape[t.name] = f"{n} gRPC msg{'' if n == 1 else 's'}"
+            elif _wait_serving(t.url, _body(cfg, False)):
+                shape[t.name] = f"{count_sse_events(t.url, _body(cfg, True))} SSE events"
+            else:
+                print(f"{t.name}: never answered; skipped", flush=True)
+                targets.remove(t)
+        for t in targets:
+            if t.name.startswith("switchyard"):
+                shape[t.name] += f" ({shape[t.name.replace('switchyard', 'direct-grpc')]} " \
+                                 f"from the engine)"
         print("per response: " + ", ".join(f"{k}: {v}" for k, v in shape.items()), flush=True)
-        modes = [True, False] if cfg.non_streaming else [True]
-        for stream in modes:
+        for stream in ([True, False] if cfg.non_streaming else [True]):
             for c in cfg.concurrencies:
-                if not stream and c == 1:
-                    continue  # the non-streaming comparison is a throughput one (c=32)
-                if stream:
-                    for name, address in grpc_targets.items():
-                        m = measure_grpc(address, c, cfg.duration_s, cfg.max_tokens)
-                        results.append(Row(name, stream, c, m))
-                        _print_row(name, stream, c, m)
-                for name, url in targets.items():
-                    m = measure_http(url, _body(cfg, stream), c, cfg.duration_s)
-                    results.append(Row(name, stream, c, m))
-                    _print_row(name, stream, c, m)
+                if not stream and c == min(cfg.concurrencies) and len(cfg.concurrencies) > 1:
+                    continue  # the non-streaming comparison is a throughput one
+                for t in targets:
+                    if stream or not t.grpc_address:
+                        results.append(_measure(cfg, t, stream, c))
     return results, shape
 
 
-def _print_row(name: str, stream: bool, c: int, m: Measure) -> None:
-    print(f"  {name:<16} stream={stream!s:<5} c={c:<3} {m.rps:9.0f} req/s  p50 {m.p50_ms:7.2f} "
-          f"ms  p99 {m.p99_ms:7.2f} ms  errors {m.errors}  ({m.tool})", flush=True)
-
-
-def summarize(results: list[Row], shape: dict[str, str]) -> str:
-    lines = ["| stream | c | target | per streamed response | req/s | p50 ms | p99 ms | added p50 "
-             "vs direct HTTP worker (ms) | added p50 vs direct gRPC engine (ms) | req/s vs best "
-             "anchor |", "|---|---|---|---|---|---|---|---|---|---|"]
-    groups = sorted({(r.stream, r.concurrency) for r in results}, key=lambda g: (not g[0], g[1]))
-    for stream, c in groups:
-        rows = {r.target: r.measure for r in results if (r.stream, r.concurrency) == (stream, c)}
-        direct = rows.get("direct")
-        best_anchor = max((rows[a].rps for a in ("vllm-router", "smg") if a in rows), default=0.0)
-        for name, m in rows.items():
-            is_direct = name.startswith("direct")
-            added = f"{m.p50_ms - direct.p50_ms:+.2f}" if direct and not is_direct else "-"
-            direct_grpc = rows.get(name.replace("switchyard", "direct-grpc"))
-            added_grpc = (f"{m.p50_ms - direct_grpc.p50_ms:+.2f}"
-                          if direct_grpc and name.startswith("switchyard") else "-")
-            ratio = f"{m.rps / best_anchor:.2f}x" if best_anchor and not is_direct else "-"
-            per = shape.get(name, "-") if stream else "-"
-            lines.append(f"| {'yes' if stream else 'no'} | {c} | {name} | {per} | {m.rps:.0f} | "
-                         f"{m.p50_ms:.2f} | {m.p99_ms:.2f} | {added} | {added_grpc} | {ratio} |")
-    return "\n".join(lines)
-
-
 def run(args: argparse.Namespace) -> int:
-    p = argparse.ArgumentParser(prog="switchyard bench router", description=__doc__)
+    p = argparse.ArgumentParser(prog="switchyard bench router", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--duration", type=float, default=10.0)
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
     p.add_argument("--max-tokens", type=int, default=16)
-    p.add_argument("--anchor-bin", default="/tmp/anchors/bin")
+    p.add_argument("--anchor-bin", default="/tmp/anchors/bin",
+                   help="bin/ of the anchors' venv (created and filled when they are missing)")
     p.add_argument("--skip-anchors", action="store_true")
     p.add_argument("--streaming-only", action="store_true")
     p.add_argument("--json", default="", help="also write the raw rows here")
     a = p.parse_args(getattr(args, "rest", None) or [])
     cfg = RouterBenchConfig(a.duration, a.concurrency, a.max_tokens, a.anchor_bin,
                             a.skip_anchors, not a.streaming_only, a.json)
+    load_before = os.getloadavg()
     results, shape = run_bench(cfg)
+    load_after = os.getloadavg()
     print(summarize(results, shape), flush=True)
+    print(issue_table(results), flush=True)
+    print(f"load average before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, "
+          f"after {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}; "
+          f"{os.cpu_count()} CPUs", flush=True)
     if cfg.json_out:
         with open(cfg.json_out, "w", encoding="utf-8") as f:
-            json.dump({"rows": [asdict(r) for r in results], "per_response": shape}, f, indent=1)
+            json.dump({"rows": [asdict(r) for r in results], "per_response": shape,
+                       "load_before": load_before, "load_after": load_after}, f, indent=1)
     return 0

@@ -3,9 +3,10 @@ bindings, on the same workload as `cargo bench -p router_core`.
 
 Cases: hash+match+score of a 2048-token prompt (a Python list, as the router has it) with 8, 64
 and 256 engines over ~1M indexed blocks; KV event ingestion; detokenise+SSE-encode per token with
-the real SmolLM2 tokenizer. Each line prints p50/p99 (or a rate), the issue's target and the
-ratio to it; the scoring lines also print the same run's floor (passing the prompt across the
-binding and back, no work) and, at 64 engines, a pure-Python baseline of the same work.
+the real SmolLM2 tokenizer; tokenisation of completion and chat requests (Rust RouterTokenizer vs
+the Python path). Each line prints p50/p99 (or a rate), the issue's target and the ratio to it;
+the scoring lines also print the same run's floor (passing the prompt across the binding and
+back, no work) and, at 64 engines, a pure-Python baseline of the same work.
 """
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ class BenchConfig:
     detok_tokens: int
     synthetic_vocab: bool
     baseline: bool
+    tokenize: bool = True
 
     def __post_init__(self) -> None:
         if not self.engines or min(self.engines) < 1:
@@ -61,9 +63,12 @@ def _parse(rest: Sequence[str]) -> BenchConfig:
     p.add_argument("--synthetic-vocab", action="store_true",
                    help="skip loading SmolLM2's tokenizer (about 12 s); use a byte-level toy vocab")
     p.add_argument("--no-baseline", action="store_true", help="skip the pure-Python baseline")
+    p.add_argument("--no-tokenize", action="store_true",
+                   help="skip tokenisation (Rust RouterTokenizer vs the Python path)")
     a = p.parse_args(list(rest))
     return BenchConfig([int(e) for e in a.engines.split(",")], a.blocks, a.requests,
-                       a.prompt_tokens, a.detok_tokens, a.synthetic_vocab, not a.no_baseline)
+                       a.prompt_tokens, a.detok_tokens, a.synthetic_vocab, not a.no_baseline,
+                       not a.no_tokenize)
 
 
 # ---- workload (mirrors router_core/benches/common/mod.rs in shape, not in exact ids) ----
@@ -248,4 +253,8 @@ def run(args: argparse.Namespace) -> int:
     _bench_scoring(cfg, work)
     _bench_ingestion(work)
     _bench_detok(cfg)
+    if cfg.tokenize:
+        from pyrouter.bench.tokenize_bench import bench_tokenize
+
+        bench_tokenize()
     return 0

@@ -21,6 +21,7 @@ class Measure:
     p99_ms: float
     errors: int
     tool: str
+    requests: int = 0  # completed requests (what CPU per request divides by)
 
 
 def _ms(text: str) -> float:
@@ -40,7 +41,22 @@ def parse_wrk(output: str) -> Measure:
                      output)
     if sock:
         errors += sum(int(g) for g in sock.groups())
-    return Measure(float(rps.group(1)), _ms(pct["50"]), _ms(pct["99"]), errors, "wrk")
+    done = re.search(r"^\s*(\d+) requests in ", output, flags=re.M)
+    return Measure(float(rps.group(1)), _ms(pct["50"]), _ms(pct["99"]), errors, "wrk",
+                   int(done.group(1)) if done else 0)
+
+
+def ensure_wrk() -> str | None:
+    """wrk's path; when it is missing and this is a root shell with apt-get (the benchmark
+    machine), install Debian's package first. None: fall back to the Python load generator."""
+    wrk = shutil.which("wrk")
+    if wrk or os.geteuid() != 0 or not shutil.which("apt-get"):
+        return wrk
+    print("wrk not installed: apt-get install -y wrk", flush=True)
+    for argv in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "wrk"]):
+        if subprocess.run(argv, capture_output=True, timeout=600).returncode != 0:
+            return None
+    return shutil.which("wrk")
 
 
 def measure_http(url: str, body: dict[str, object], concurrency: int, duration_s: float
@@ -67,4 +83,5 @@ def _measure_python(url: str, body: dict[str, object], concurrency: int, duratio
     from loadtest.open_loop import run_load
 
     res = asyncio.run(run_load(url, body, duration_s, concurrency=concurrency))
-    return Measure(res.rps, res.percentile(50), res.percentile(99), res.errors, "aiohttp")
+    return Measure(res.rps, res.percentile(50), res.percentile(99), res.errors, "aiohttp",
+                   res.requests)

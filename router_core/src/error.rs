@@ -14,6 +14,16 @@ pub enum RouterCoreError {
     /// A tokenizer.json this crate cannot read.
     #[error("invalid tokenizer.json: {0}")]
     InvalidTokenizer(String),
+    /// A request field the router rejects (an HTTP 400 naming `param`; the binding raises
+    /// `ValueError`).
+    #[error("{message}")]
+    InvalidRequest { param: String, message: String },
+    /// The model's chat template is missing or failed to render (the binding raises `ValueError`).
+    #[error("{0}")]
+    ChatTemplate(String),
+    /// A server could not start or stop (address in use, runtime failure): `OSError`.
+    #[error("{0}")]
+    Server(String),
 }
 
 /// Shorthand for results carrying [`RouterCoreError`].

@@ -4,6 +4,8 @@
 //! Every module here is pure Rust with no PyO3 types; the Python binding lives in `python/`
 //! behind the `python` cargo feature so `cargo test` never links libpython.
 
+#[cfg(any(feature = "mock-engine", feature = "mock-worker"))]
+pub mod background_server;
 pub mod detok;
 pub mod engine_set;
 pub mod engine_table;
@@ -11,11 +13,19 @@ pub mod error;
 pub mod hashing;
 pub mod identity_hash;
 pub mod latency_model;
+#[cfg(feature = "mock-engine")]
+pub mod mock_engine;
+#[cfg(feature = "mock-worker")]
+pub mod mock_worker;
 pub mod prediction;
 pub mod prefix_index;
 pub mod router;
+#[cfg(feature = "grpc")]
+pub mod rpc;
 pub mod scoring;
 pub mod sse;
+#[cfg(feature = "tokenize")]
+pub mod tokenize;
 
 #[cfg(feature = "python")]
 mod python;

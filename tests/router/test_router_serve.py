@@ -23,18 +23,16 @@ def _stop_and_check_no_orphans(proc: Proc, sig: signal.Signals) -> None:
     proc.stop()
 
 
-# The README's question is a near tie for SmolLM2-135M: float32 ranks "The" 25.33 over "L"
-# 25.24, so the exact mode answers "The capital of France is Paris." while the default fast
-# mode (int8 activations) answers "L'Étoile, la Cité, ...", as llama.cpp does on the same file
-# (docs/benchmarks.md). The content check therefore belongs to the exact mode; the default
-# mode must answer the same request in full.
+# The README's question, answered right by both numerics. (Not every question is: "the capital
+# of France" is a near tie for SmolLM2-135M — float32 ranks "The" 25.33 over "L" 25.24 — and
+# the fast mode's int8 activations, like llama.cpp on the same file, start "L'Étoile, ...".)
 @pytest.mark.parametrize("mode", ["default", "exact"])
 def test_serve_pd_real_model_answers_and_stops_cleanly(mode: str) -> None:
     proc, base = start_serve("--policy", "pd", *(["--mode", mode] if mode != "default" else []))
     try:
         wait_ready(base, proc, want_engines=2, timeout_s=300)
         body = ('{"model":"default","messages":[{"role":"user","content":'
-                '"What is the capital of France?"}],"max_tokens":32,"temperature":0}')
+                '"What is the capital of Japan?"}],"max_tokens":32,"temperature":0}')
         if shutil.which("curl"):  # exactly what the README tells a new user to run
             out = subprocess.run(
                 ["curl", "-s", "-D", "-", f"{base}/v1/chat/completions",
@@ -44,8 +42,7 @@ def test_serve_pd_real_model_answers_and_stops_cleanly(mode: str) -> None:
             r = requests.post(f"{base}/v1/chat/completions", data=body,
                               headers={"content-type": "application/json"}, timeout=120)
             out = "".join(f"{k}: {v}\n" for k, v in r.headers.items()) + r.text
-        if mode == "exact":
-            assert "Paris" in out, out
+        assert "Tokyo" in out, out
         assert '"content": "' in out and '"content": ""' not in out, out
         assert "X-Switchyard-Route: pd " in out, out
         roles = {e["role"] for e in requests.get(f"{base}/admin/engines").json()["engines"]}

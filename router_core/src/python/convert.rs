@@ -1,16 +1,18 @@
 //! Error mapping shared by the binding modules: crate errors become typed Python exceptions.
 
 use crate::error::RouterCoreError;
-use pyo3::exceptions::{PyKeyError, PyValueError};
+use pyo3::exceptions::{PyKeyError, PyOSError, PyValueError};
 use pyo3::PyErr;
 
 impl From<RouterCoreError> for PyErr {
     fn from(err: RouterCoreError) -> PyErr {
         match err {
             RouterCoreError::UnknownEngine(_) => PyKeyError::new_err(err.to_string()),
-            RouterCoreError::InvalidArgument(_) | RouterCoreError::InvalidTokenizer(_) => {
-                PyValueError::new_err(err.to_string())
-            }
+            RouterCoreError::InvalidArgument(_)
+            | RouterCoreError::InvalidTokenizer(_)
+            | RouterCoreError::InvalidRequest { .. }
+            | RouterCoreError::ChatTemplate(_) => PyValueError::new_err(err.to_string()),
+            RouterCoreError::Server(_) => PyOSError::new_err(err.to_string()),
         }
     }
 }

@@ -8,7 +8,9 @@ mod index;
 mod ints;
 mod prediction;
 mod router;
+mod servers;
 mod table;
+mod tokenize;
 
 use pyo3::prelude::*;
 
@@ -27,5 +29,8 @@ fn _router_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<detok::PyDetokenizerVocab>()?;
     m.add_class::<detok::PyIncrementalDetokenizer>()?;
     m.add_class::<detok::PySseEncoder>()?;
+    m.add_class::<tokenize::PyRouterTokenizer>()?;
+    m.add_class::<servers::PyMockEngineServer>()?;
+    m.add_class::<servers::PyMockOpenAIWorker>()?;
     Ok(())
 }

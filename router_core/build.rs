@@ -1,0 +1,24 @@
+//! Generates the gRPC types, client and server for `proto/switchyard_rpc/engine.proto` when the
+//! `grpc` feature is on. protox parses the proto in Rust, so no `protoc` binary is needed; the
+//! proto file stays the single source (the Python stubs come from the same file).
+
+fn main() {
+    #[cfg(feature = "grpc")]
+    if let Err(err) = generate_grpc() {
+        // A build script reports failure by panicking; the message is what cargo prints.
+        panic!("generating gRPC code from proto/: {err}");
+    }
+}
+
+#[cfg(feature = "grpc")]
+fn generate_grpc() -> Result<(), Box<dyn std::error::Error>> {
+    const PROTO_ROOT: &str = "../proto";
+    const ENGINE_PROTO: &str = "switchyard_rpc/engine.proto";
+    println!("cargo:rerun-if-changed={PROTO_ROOT}/{ENGINE_PROTO}");
+    let descriptors = protox::compile([ENGINE_PROTO], [PROTO_ROOT])?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_fds(descriptors)?;
+    Ok(())
+}

@@ -1,0 +1,98 @@
+"""The pieces of `switchyard bench router` that decide its figures: wrk's output parsing (with
+the request count CPU per request divides by), process-tree CPU accounting, the issue-11 table,
+and the Rust mock OpenAI worker the anchors stand in front of (as a process, stopped by SIGTERM)."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+
+import psutil
+import requests
+
+from pyrouter.bench.proc_cpu import tree_cpu_s
+from pyrouter.bench.router_bench_tables import Row, issue_table
+from pyrouter.bench.wrk_runner import Measure, parse_wrk
+from router_core import MockOpenAIWorker
+
+WRK_OUTPUT = """Running 8s test @ http://127.0.0.1:1/v1/completions
+  1 threads and 32 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency    10.00ms    2.00ms  50.00ms   90.00%
+  Latency Distribution
+     50%    9.50ms
+     75%   11.00ms
+     90%   13.00ms
+     99%   20.10ms
+  25000 requests in 8.00s, 1.00MB read
+  Non-2xx or 3xx responses: 3
+Requests/sec:   3125.00
+Transfer/sec:    128.00KB
+"""
+
+
+def test_parse_wrk_reads_requests_and_errors() -> None:
+    m = parse_wrk(WRK_OUTPUT)
+    assert (m.rps, m.p50_ms, m.p99_ms, m.errors, m.requests) == (3125.0, 9.5, 20.1, 3, 25000)
+
+
+def test_tree_cpu_counts_live_descendants() -> None:
+    # The grandchild burns 0.3 s of CPU, says so on the shared stdout, then stays alive.
+    burn = ("import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
+            "print('burnt', flush=True)\ntime.sleep(60)\n")
+    spawn_and_wait = ("import subprocess, sys\n"
+                      f"subprocess.Popen([sys.executable, '-c', {burn!r}]).wait()\n")
+    parent = subprocess.Popen([sys.executable, "-c", spawn_and_wait], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert parent.stdout is not None and parent.stdout.readline().strip() == "burnt"
+        assert tree_cpu_s([parent.pid]) >= 0.3
+    finally:
+        for child in psutil.Process(parent.pid).children(recursive=True):
+            child.kill()
+        parent.kill()
+        parent.wait()
+    assert tree_cpu_s([parent.pid]) == 0.0  # gone: nothing to count, no error
+
+
+def test_issue_table_has_one_line_per_target_with_ratios() -> None:
+    def row(name: str, stream: bool, c: int, rps: float, cpu: float | None = None) -> Row:
+        return Row(name, stream, c, Measure(rps, 1.0 + c, 2.0, 0, "wrk", int(rps * 8)), cpu, 0.05)
+
+    rows = [row("direct", True, 1, 3000), row("direct", True, 32, 9000),
+            row("switchyard", True, 1, 1000), row("switchyard", True, 32, 2000, 0.4),
+            row("switchyard", False, 32, 2500), row("vllm-router", True, 32, 4000, 0.2),
+            row("vllm-router", False, 32, 10000)]
+    table = issue_table(rows).splitlines()
+    assert len(table) == 2 + 3
+    switchyard = next(line for line in table if line.startswith("| switchyard |"))
+    assert "2000 (0.50x)" in switchyard and "0.400" in switchyard and "2500 (0.25x)" in switchyard
+    direct = next(line for line in table if line.startswith("| direct |"))
+    assert "9000 |" in direct and "x)" not in direct
+
+
+def test_mock_worker_process_streams_and_stops_on_sigterm() -> None:
+    with MockOpenAIWorker(0) as probe:
+        port = probe.port  # a free port (released again when the probe stops)
+    proc = subprocess.Popen([sys.executable, "-m", "pyrouter.bench.mock_openai_worker", "--port",
+                             str(port)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and "listening" in proc.stdout.readline()
+        url = f"http://127.0.0.1:{port}/v1/completions"
+        with requests.post(url, json={"max_tokens": 4, "stream": True}, stream=True,
+                           timeout=10) as r:
+            data = [line[6:] for line in r.iter_lines(decode_unicode=True)
+                    if line.startswith("data: ")]
+        assert data[-1] == "[DONE]"
+        assert [json.loads(d)["choices"][0]["text"] for d in data[:-1]] == [
+            " w0", " w1", " w2", " w3"]
+        whole = requests.post(url, json={"max_tokens": 2}, timeout=10).json()
+        assert whole["choices"][0]["text"] == " w0 w1" and whole["usage"]["completion_tokens"] == 2
+        assert requests.get(f"http://127.0.0.1:{port}/health", timeout=10).status_code == 200
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
