@@ -121,7 +121,9 @@ def launch(spec: EngineSpec, log_dir: Path, die_with_parent: bool = False) -> En
     env = {**os.environ, **spec.env}
     if spec.threads is not None:
         env["SWITCHYARD_TORCH_THREADS"] = str(spec.threads)
-    with open(log_path, "wb") as log:
+    # Appended, not truncated: an engine restarted on the same name (switchyard serve) keeps
+    # the log of the run that died, which says why.
+    with open(log_path, "ab") as log:
         proc = subprocess.Popen(spec.argv(port), cwd=REPO, env=env, stdout=log,
                                 stderr=subprocess.STDOUT,
                                 preexec_fn=_die_with_parent if die_with_parent else None)

@@ -34,6 +34,7 @@ from pyrouter.bench.soak.traffic import TrafficMix, send
 
 _REQUEST_TIMEOUT_S = 300.0
 _RECOVERY_REQUESTS = 20
+_BUSY_BACKOFF_S = 1.0  # a client's pause after a 429/503
 
 
 @dataclass
@@ -168,7 +169,12 @@ class _Soak:
         while not self.stop.is_set():
             self.salt += 1
             spec = self.mix.next(self.salt)
-            self.record(spec.kind, await send(session, self.base, spec, _REQUEST_TIMEOUT_S, {}))
+            outcome = await send(session, self.base, spec, _REQUEST_TIMEOUT_S, {})
+            self.record(spec.kind, outcome)
+            if outcome.kind == "error" and outcome.detail.startswith(("429 ", "503 ")):
+                # As a real client does: wait before asking again, instead of counting
+                # thousands of instant refusals while no engine is up.
+                await asyncio.sleep(_BUSY_BACKOFF_S)
 
     async def killer(self, started: float) -> None:
         mean = self.args.kill_every_s

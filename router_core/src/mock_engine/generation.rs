@@ -410,9 +410,16 @@ mod tests {
         let (messages, running, cache) = collect(config, 8, 8).await;
         assert_eq!(ids(&messages).concat().len(), 3);
         let last = messages.last().unwrap().as_ref().unwrap();
-        assert_eq!((last.token_ids.len(), last.finish_reason.as_str()), (0, "abort"));
+        assert_eq!(
+            (last.token_ids.len(), last.finish_reason.as_str()),
+            (0, "abort")
+        );
         assert_eq!(running.load(), (0, 0));
-        assert_eq!(cache.num_blocks(), 0, "an abandoned generation caches nothing");
+        assert_eq!(
+            cache.num_blocks(),
+            0,
+            "an abandoned generation caches nothing"
+        );
     }
 
     #[tokio::test]
