@@ -27,6 +27,7 @@ import time
 from typing import Any
 
 from engine.server.drain import drain_seconds, wait_idle
+from engine.server.parent_death import die_with_parent_if_asked
 
 log = logging.getLogger("switchyard.engine")
 _GRACE_S = 5.0
@@ -168,6 +169,7 @@ async def serve_async(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    die_with_parent_if_asked()
     if getattr(args, "mock", False):
         from engine.mock import serve
 
