@@ -85,9 +85,19 @@ class EngineKeeper:
         self._stopping = False
 
     async def run(self) -> None:
+        # Engine index -> when its restart is due. Each engine waits out its own backoff while
+        # the others are still watched (one engine's 60 s backoff must not delay another's).
+        due: dict[int, float] = {}
         while not self._stopping:
             for i, engine in enumerate(self.engines):
-                if engine.alive() or self._stopping:
+                if i in due:
+                    if time.monotonic() >= due[i]:
+                        del due[i]
+                        spec = replace(self.specs[engine.name], port=engine.port)
+                        self.engines[i] = launch(spec, self.log_dir, die_with_parent=True)
+                        self._started[engine.name] = time.monotonic()
+                    continue
+                if engine.alive():
                     continue  # poll() in alive() also reaps an exited child: no zombie
                 if time.monotonic() - self._started.get(engine.name, 0.0) > _STABLE_S:
                     self.restarts[engine.name] = 0
@@ -101,12 +111,7 @@ class EngineKeeper:
                 self.restarts[engine.name] = done + 1
                 self.total_restarts += 1
                 self._started[engine.name] = float("inf")  # not stable until it runs again
-                await asyncio.sleep(delay)
-                if self._stopping:
-                    return
-                spec = replace(self.specs[engine.name], port=engine.port)
-                self.engines[i] = launch(spec, self.log_dir, die_with_parent=True)
-                self._started[engine.name] = time.monotonic()
+                due[i] = time.monotonic() + delay
             await asyncio.sleep(_WATCH_S)
 
     def stop(self) -> None:
