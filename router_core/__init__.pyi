@@ -314,14 +314,17 @@ class MockEngineServer:
     (block_hashes with page_size and seed) answers PrepRecv/MatchPrefix and feeds KVEvents.
     Knobs: tokens_per_chunk / chunk_delay_ms (a decode step), coalesce (one message carries every
     token produced so far), fail_rate (UNAVAILABLE before any token), fail_after_tokens (INTERNAL
-    mid-stream), fail_remote_send, unhealthy_file (NOT_SERVING while it exists).
+    mid-stream), abort_after_tokens (finish_reason "abort" mid-stream), fail_remote_send,
+    unhealthy_file (NOT_SERVING while it exists), engine_token (Engine RPCs without
+    `authorization: Bearer <token>` get UNAUTHENTICATED; "" = open; health stays open).
     ValueError for bad knobs, OSError when the address cannot be bound."""
     def __new__(cls, port: int, host: str = "127.0.0.1", *, threads: int = 1,
                 engine_id: str = "mock", role: Literal["any", "prefill", "decode"] = "any",
                 tokens_per_chunk: int = 1, chunk_delay_ms: float = 0.0, coalesce: bool = True,
                 fail_rate: float = 0.0, fail_after_tokens: int = 0,
-                fail_remote_send: bool = False, unhealthy_file: str = "", page_size: int = 16,
-                vocab_size: int = 49152, seed: int = 0) -> MockEngineServer: ...
+                abort_after_tokens: int = 0, fail_remote_send: bool = False,
+                unhealthy_file: str = "", page_size: int = 16, vocab_size: int = 49152,
+                seed: int = 0, engine_token: str = "") -> MockEngineServer: ...
     @property
     def port(self) -> int: ...
     def is_running(self) -> bool: ...

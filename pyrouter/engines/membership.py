@@ -96,8 +96,18 @@ class EngineSet:
         if handle is not None and handle.healthy:
             handle.healthy = False
             self.core.table.set_health(handle.num, False)
+            self._forget_load(handle)
             log.warning("engine %s (%s) failed a request; out of rotation until healthy",
                         handle.id, handle.address)
+
+    def _forget_load(self, handle: EngineHandle) -> None:
+        """An unreachable engine's last Stats say nothing about now (a restarted process starts
+        empty): its load reads zero until it answers again."""
+        load = self.core.table.get(handle.num)
+        if load.unfinished_tokens or load.kv_pages_used or load.running_decodes \
+                or load.queued_prefill_tokens:
+            self.core.table.update_stats(handle.num, 0, 0, 0, 0, int(load.kv_pages_total), 0.0)
+        handle.cached_blocks = 0
 
     def healthy(self) -> list[EngineHandle]:
         return [e for e in self.engines.values() if e.healthy and not e.draining]
@@ -183,6 +193,8 @@ class EngineSet:
                 log.info("engine %s (%s) is now %s", handle.id, handle.address,
                          "healthy" if serving else "UNHEALTHY")
                 handle.healthy = serving
+            if not serving:
+                self._forget_load(handle)
             self.core.table.set_health(handle.num, serving and not handle.draining)
             await asyncio.sleep(self.poll_s)
 
