@@ -54,8 +54,11 @@ def _engine_error(req: RouterRequest, policy_name: str, exc: grpc.aio.AioRpcErro
                   req.request_id, detail)
         return PolicyFailed(policy_name, f"engine rejected a verb ({detail})")
     if exc.code() == grpc.StatusCode.UNAVAILABLE:
-        return EngineUnavailable(f"engine unavailable during {stage}: {detail}",
-                                 code="engine_unavailable")
+        unavailable = EngineUnavailable(f"engine unavailable during {stage}: {detail}",
+                                        code="engine_unavailable")
+        # The verb that failed is the attempt's last one (policies await their verbs in turn).
+        unavailable.engine_id = attempt_verbs[-1][1] if attempt_verbs else None
+        return unavailable
     return EngineFailed(f"engine error during {stage}: {detail}", code="engine_error")
 
 
@@ -84,6 +87,21 @@ async def _first_chunk(stream: GenerationStream, timeout_s: float) -> pb.Generat
     except TimeoutError:
         raise EngineFailed(f"engine {stream.engine.id} produced no output within "
                            f"{timeout_s:g} s", code="engine_timeout") from None
+
+
+def _check_finish(chunk: pb.GenerateChunk, engine: EngineHandle, first: bool = False) -> None:
+    """Engine-internal endings never reach a client: `error` is an engine failure, and `abort`
+    (the engine ended the request itself, e.g. while shutting down) is one too — retryable on
+    another engine when nothing has been streamed yet."""
+    if chunk.finish_reason == "error":
+        raise EngineFailed(f"engine error: {chunk.error or 'unknown'}", code="engine_error")
+    if chunk.finish_reason == "abort":
+        if first and not chunk.token_ids:
+            unavailable = EngineUnavailable(f"engine {engine.id} aborted the request",
+                                            code="engine_aborted")
+            unavailable.engine_id = engine.id
+            raise unavailable
+        raise EngineFailed(f"engine {engine.id} aborted the request", code="engine_aborted")
 
 
 class RequestRun:
@@ -212,22 +230,28 @@ class RequestRun:
         if chunk is None:
             raise EngineFailed("engine closed the stream without finishing",
                                code="engine_error")
-        if chunk.finish_reason == "error":
-            raise EngineFailed(f"engine error: {chunk.error or 'unknown'}", code="engine_error")
+        _check_finish(chunk, stream.engine)
         return chunk
 
     async def chunks(self) -> AsyncIterator[pb.GenerateChunk]:
         """What the client streams: every segment's chunks in order, ending with the one that
         carries the request's finish reason; hand-offs never show."""
         chunk, segment_tokens = self.first, list[int]()
+        timeline = self.req.timeline  # one timestamp per chunk: the inter-token latencies
+        timeline.arrived(len(chunk.token_ids), timeline.first_token)
         while True:
             segment_tokens.extend(chunk.token_ids)
             if chunk.finish_reason != "handoff":
+                if chunk.finish_reason:
+                    timeline.end_segment(len(segment_tokens), chunk.finish_reason)
                 yield chunk
                 if chunk.finish_reason:
                     return
                 chunk = await self.read(self.stream)
+                timeline.arrived(len(chunk.token_ids))
                 continue
+            timeline.end_segment(len(segment_tokens),
+                                 "handoff" if self._interrupt is None else "interrupted")
             chunk.finish_reason = ""
             if chunk.token_ids:
                 yield chunk  # the client sees these before the policy decides what is next
@@ -237,6 +261,7 @@ class RequestRun:
                                    "a next segment")
             segment_tokens = []
             chunk = await self.read(stream, first=True)
+            timeline.arrived(len(chunk.token_ids))
 
     def stop_early(self) -> None:
         """A stop string matched in the router: end the engines' work now."""
@@ -269,7 +294,7 @@ class Dispatcher:
         ttft = None if first_token is None else first_token - started
         n = req.completion_tokens
         tpot = (ended - first_token) / (n - 1) if first_token is not None and n > 1 else None
-        pattern = str(req.route.params.get("chose") or req.route.pattern or "none")
+        pattern = req.route.label()
         self.outcomes.record(Outcome(time.monotonic(), pattern, ok, ttft, tpot,
                                      slo_met(ttft, tpot, req.slo.ttft_ms, req.slo.tpot_ms)))
 
@@ -278,17 +303,21 @@ class Dispatcher:
         before any output, take it out of rotation and run the policy again (nothing has
         reached the client yet, so this is invisible)."""
         active = self.slot.current
+        engine_request_id = req.engine_request_id  # random; a retry's id derives from it
         for attempt in range(self.retries + 1):
             try:
                 return await self._attempt(req, active)
             except EngineUnavailable as exc:
                 if attempt == self.retries:
                     raise
-                for engine in req.scope.touched:
-                    self.engines.mark_unhealthy(engine.id)
+                # Only the engine that failed leaves rotation (a pd request's healthy prefill
+                # engine must stay in it: the retry may need it to stand in for the dead one).
+                failed = [exc.engine_id] if exc.engine_id else [e.id for e in req.scope.touched]
+                for engine_id in failed:
+                    self.engines.mark_unhealthy(engine_id)
                 log.warning("request %s: %s; retrying on another engine", req.request_id,
                             exc.message)
-                req.engine_request_id = f"{req.request_id}-r{attempt + 1}"
+                req.engine_request_id = f"{engine_request_id}-r{attempt + 1}"
                 req.route, req.matched_by_engine = RouteNote(), None
         raise AssertionError("unreachable")
 
@@ -304,13 +333,15 @@ class Dispatcher:
                 first = await _first_chunk(stream, self.policy_timeout_s)
             except grpc.aio.AioRpcError as exc:
                 raise _engine_error(req, active.name, exc, "generate",
-                                    req.scope.verbs[started_at:]) from exc
+                                    [*req.scope.verbs[started_at:],
+                                     ("start_generate", stream.engine.id)]) from exc
             if first is None:
                 raise EngineFailed("engine closed the stream without output")
-            if first.finish_reason == "error":
-                raise EngineFailed(f"engine error: {first.error or 'unknown'}")
+            _check_finish(first, stream.engine, first=True)
+            req.timeline.first_token = time.perf_counter()
             return RequestRun(req, session, stream, first, started_at, self.policy_timeout_s)
         except BaseException as exc:
+            req.timeline.end_segment(0, "failed")
             await session.aclose()
             req.scope.abandon()
             if not isinstance(exc, Exception):

@@ -12,15 +12,21 @@ from aiohttp import web
 from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.membership import EngineSet
 from pyrouter.errors import BadRequest
-from pyrouter.http.app import make_app
+from pyrouter.http.app import make_admin_app, make_app
+from pyrouter.http.drain import drain
 from pyrouter.live_config import LiveConfig
 from pyrouter.metrics import RouterMetrics
 from pyrouter.policy_registry import ActivePolicy, get_policy, load_policy_source
+from pyrouter.security.engine_allow import EngineAllowList
+from pyrouter.security.keys import ADMIN_KEYS_ENV, KeyRing
+from pyrouter.security.rate_limit import CallerLimiter, RateRules
 from pyrouter.state import RouterConfig, RouterState
 from pyrouter.tokenizer import load_router_tokenizer, model_display_id
 from router_core import DetokenizerVocab
 
 log = logging.getLogger("switchyard.router")
+DRAIN_ENV = "SWITCHYARD_DRAIN_S"  # the engines' drain variable; the router's default grace too
+LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
 
 
 def initial_policy(name: str, policy_file: str | None) -> ActivePolicy:
@@ -50,14 +56,39 @@ def _sampling_defaults(args: argparse.Namespace) -> dict[str, float]:
             "default_top_p": top_p if top_p is not None else (0.9 if default_model else 1.0)}
 
 
+def _opt(args: argparse.Namespace, name: str, default: float) -> float:
+    value = getattr(args, name, None)
+    return float(default if value is None else value)
+
+
+def router_config(args: argparse.Namespace) -> RouterConfig:
+    """The router's settings from its flags and environment (keys never come from flags)."""
+    admin_separate = getattr(args, "admin_port", None) is not None
+    try:
+        return RouterConfig(
+            served_model=model_display_id(args.model),
+            max_context=int(getattr(args, "max_context", None) or 8192),
+            max_inflight=int(getattr(args, "max_inflight", None) or 4096),
+            keys=KeyRing.from_env(admin_plane_separate=admin_separate),
+            max_body_bytes=int(_opt(args, "max_body_bytes", 4 << 20)),
+            body_timeout_s=_opt(args, "body_timeout_s", 30.0),
+            idle_timeout_s=_opt(args, "idle_timeout_s", 30.0),
+            drain_s=_opt(args, "drain_s", float(os.environ.get(DRAIN_ENV, "") or 30.0)),
+            rate=RateRules(_opt(args, "rate_limit_rps", 0.0),
+                           int(_opt(args, "rate_limit_burst", 0)),
+                           int(_opt(args, "max_inflight_per_caller", 0))),
+            engine_allow=EngineAllowList.from_config(
+                getattr(args, "engine_allow", None) or [],
+                [parse_engine_arg(e)[0] for e in args.engine]),
+            **_sampling_defaults(args))
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+
+
 async def build_state(args: argparse.Namespace) -> RouterState:
-    keys = frozenset(k.strip() for k in os.environ.get("SWITCHYARD_API_KEYS", "").split(",")
-                     if k.strip())
+    config = router_config(args)
     tokenizer = load_router_tokenizer(args.model)
-    config = RouterConfig(served_model=model_display_id(args.model),
-                          max_context=int(getattr(args, "max_context", None) or 8192),
-                          max_inflight=int(getattr(args, "max_inflight", None) or 4096),
-                          api_keys=keys, **_sampling_defaults(args))
+    tokenizer.max_token_bytes()  # computed once now, not on the first request
     engines = EngineSet(poll_s=float(getattr(args, "poll_s", None) or 0.5))
     for spec in args.engine:
         engines.add(*parse_engine_arg(spec))
@@ -68,28 +99,49 @@ async def build_state(args: argparse.Namespace) -> RouterState:
                        Dispatcher(engines, slot, policy_timeout_s=timeout_s,
                                   events=metrics.count_event),
                        DetokenizerVocab.from_tokenizer_json(tokenizer.to_json()),
-                       metrics=metrics)
+                       metrics=metrics, limiter=CallerLimiter(config.rate))
+
+
+async def _start_site(app: web.Application, host: str, port: int,
+                      idle_timeout_s: float) -> web.AppRunner:
+    # keepalive_timeout closes a connection that has not sent a complete request in that time:
+    # headers trickling in (slowloris) as much as an idle keep-alive connection.
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
+                           keepalive_timeout=idle_timeout_s)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, backlog=4096, reuse_address=True)
+    await site.start()
+    return runner
 
 
 async def serve_router(args: argparse.Namespace, stop: asyncio.Event,
                        banner: str | None = None) -> None:
     live = LiveConfig.from_args(args)  # --policy-dir loads first: --policy may name its policies
     state = await build_state(args)
+    state.policy_dir = live.policy_dir
     await live.start(state)
-    runner = web.AppRunner(make_app(state), handler_cancellation=True, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, args.host, args.port, backlog=4096, reuse_address=True)
-    await site.start()
+    cfg = state.config
+    admin_port = getattr(args, "admin_port", None)
+    runners = [await _start_site(make_app(state, with_admin=admin_port is None), args.host,
+                                 args.port, cfg.idle_timeout_s)]
+    if admin_port is not None:
+        admin_host = getattr(args, "admin_host", None) or "127.0.0.1"
+        runners.append(await _start_site(make_admin_app(state), admin_host, admin_port,
+                                         cfg.idle_timeout_s))
+        log.info("admin routes on http://%s:%d only", admin_host, admin_port)
+        if cfg.keys.admin_open and admin_host not in LOOPBACK_HOSTS:
+            log.warning("admin routes on %s need no key: set %s or keep them on loopback",
+                        admin_host, ADMIN_KEYS_ENV)
     print(banner or f"switchyard router on http://{args.host}:{args.port} "
           f"policy={state.slot.current.name} engines={len(state.engines.engines)}", flush=True)
     try:
         await stop.wait()
+        await drain(state, cfg.drain_s)
     finally:
-        await runner.cleanup()
+        for runner in runners:
+            await runner.cleanup()
         await live.close()
         await state.engines.close()
-        if state.tracer is not None:
-            state.tracer.close()
 
 
 def setup_logging_and_loop() -> None:

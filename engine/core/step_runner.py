@@ -17,6 +17,7 @@ from engine.core.outputs import SendChunk, StepOutput
 from engine.core.request import Request
 from engine.core.sampler import SampleRow, draw_seed, sample
 from engine.core.scheduler import ScheduledWork, SchedulerOutput
+from engine.core.step_trace import StepRecord
 from engine.core.stopping import banned_ids, finish_reason_after
 
 if TYPE_CHECKING:
@@ -36,13 +37,14 @@ class StepModel(Protocol):
 @dataclass(slots=True)
 class StepPlan:
     """A scheduled step: the scheduler's output, its shape, outputs already due (too long,
-    aborted earlier) and when it started (wall and CPU clocks)."""
+    aborted earlier), when it started (wall and CPU clocks) and its traced requests."""
 
     sched: SchedulerOutput
     shape: StepShape
     outputs: list[StepOutput]
     started: float
     started_cpu: float
+    traced: list[tuple[ScheduledWork, bool]]  # traced requests' work, and whether it decodes
 
 
 class StepRunner:
@@ -112,7 +114,9 @@ class StepRunner:
                     request.cached_tokens = request.num_computed
             self._inflight = {w.request.request_id for w in sched.work}
             self._inflight |= {r.request_id for r in sched.no_compute}
-            return StepPlan(sched, sched.shape(), outputs, started, started_cpu)
+            # Traced requests and whether this step decodes for them (before the step changes it).
+            traced = [(w, w.request.is_decode) for w in sched.work if w.request.trace is not None]
+            return StepPlan(sched, sched.shape(), outputs, started, started_cpu, traced)
 
     def run_model(self, plan: StepPlan) -> tuple[Any, Exception | None]:
         """Report cached sends' K/V and run the forward pass (outside the lock): (logits,
@@ -145,6 +149,9 @@ class StepRunner:
             if sched.work and failure is None:
                 engine.latency.record((time.perf_counter() - plan.started) * 1e3, plan.shape,
                                       (time.process_time() - plan.started_cpu) * 1e3)
+        if plan.traced:
+            _record_steps(plan.traced, plan.shape, plan.started, time.perf_counter(),
+                          len(sched.work))
         return outputs
 
     def _hook(self, sends: list[ScheduledWork]) -> LayerHook:
@@ -241,3 +248,15 @@ class StepRunner:
                 outputs.append(self._end(request, reason, step_ms, [token], text,
                                          token_logprobs))
         return outputs
+
+
+def _record_steps(traced: list[tuple[ScheduledWork, bool]], shape: StepShape, started: float,
+                  ended: float, seqs: int) -> None:
+    """One StepRecord per traced request in the step: its chunk and the batch around it."""
+    prefill_tokens = shape.prefill_tokens
+    for work, decode in traced:
+        trace = work.request.trace
+        if trace is not None:
+            trace.steps.append(StepRecord(started, ended, work.chunk.start_pos,
+                                          len(work.chunk.token_ids), decode, seqs,
+                                          prefill_tokens, shape.decode_seqs))

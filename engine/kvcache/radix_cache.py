@@ -48,6 +48,9 @@ class RadixPrefixCache:
         self._clock = 0  # logical time for LRU; monotonic, unlike wall clocks
         # (last_access, block_hash) of every node's latest access, plus outdated entries.
         self._lru: list[tuple[int, int]] = []
+        # Tokens looked up by requests and reservations, and how many of them hit (metrics).
+        self.queried_tokens = 0
+        self.hit_tokens = 0
 
     def __len__(self) -> int:
         return len(self._nodes)
@@ -102,6 +105,8 @@ class RadixPrefixCache:
             self._compact()
         pages = [node.page for node in nodes]
         self.pool.incref(pages)
+        self.queried_tokens += len(tokens)  # prefix-cache hit rate (engine metrics)
+        self.hit_tokens += len(pages) * self.page_size
         return pages, len(pages) * self.page_size
 
     def release(self, pages: Sequence[int]) -> None:

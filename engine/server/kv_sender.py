@@ -14,6 +14,7 @@ from typing import Any
 
 from engine.core.errors import InvalidRequest
 from engine.core.outputs import SendChunk
+from engine.core.step_trace import StepTrace
 from engine.server.step_loop import StepLoop
 from engine.transfer import KVAddr, KVLayout, SendSession, TransferError, TransportPool
 from engine.transfer.gather import gather_into
@@ -21,7 +22,6 @@ from switchyard_rpc import engine_pb2 as pb
 
 # Largest chunk handed to a transport at once (keeps shm staging and wire buffers bounded).
 _MAX_CHUNK_BYTES = 4 << 20
-_ACK_TIMEOUT_S = 120.0
 
 
 def resolve_end(end: int, n_tokens: int) -> int:
@@ -69,7 +69,8 @@ class KVSender:
         self.pool = TransportPool(layout, str(kv.device))
         self.bytes_sent = 0
 
-    async def remote_send(self, req: pb.RemoteSendRequest) -> pb.RemoteSendResponse:
+    async def remote_send(self, req: pb.RemoteSendRequest, trace: StepTrace | None = None
+                          ) -> pb.RemoteSendResponse:
         t0 = time.perf_counter()
         addr = KVAddr.decode(req.kv_addr)
         tokens = list(req.tokens)
@@ -99,7 +100,7 @@ class KVSender:
         try:
             def start(core: Any) -> int:
                 cached = int(core.match_prefix(tokens[:end]))
-                core.add_send(send_id, tokens, begin, end, pump.on_layer)
+                core.add_send(send_id, tokens, begin, end, pump.on_layer, trace=trace)
                 return cached
 
             cached = await self._steps.call(start)
@@ -112,7 +113,8 @@ class KVSender:
                 raise pump.error
             if out.finish_reason != "sent":
                 raise TransferError(out.error or f"send ended with {out.finish_reason}", "ABORTED")
-            result = await asyncio.to_thread(session.finish, _ACK_TIMEOUT_S)
+            # Bounded by the bytes in flight (engine/transfer/base.py: ack_deadline_s).
+            result = await asyncio.to_thread(session.finish)
         except BaseException:
             session.abort("the sender failed")
             if not finished:

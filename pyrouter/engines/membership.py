@@ -96,8 +96,18 @@ class EngineSet:
         if handle is not None and handle.healthy:
             handle.healthy = False
             self.core.table.set_health(handle.num, False)
+            self._forget_load(handle)
             log.warning("engine %s (%s) failed a request; out of rotation until healthy",
                         handle.id, handle.address)
+
+    def _forget_load(self, handle: EngineHandle) -> None:
+        """An unreachable engine's last Stats say nothing about now (a restarted process starts
+        empty): its load reads zero until it answers again."""
+        load = self.core.table.get(handle.num)
+        if load.unfinished_tokens or load.kv_pages_used or load.running_decodes \
+                or load.queued_prefill_tokens:
+            self.core.table.update_stats(handle.num, 0, 0, 0, 0, int(load.kv_pages_total), 0.0)
+        handle.cached_blocks = 0
 
     def healthy(self) -> list[EngineHandle]:
         return [e for e in self.engines.values() if e.healthy and not e.draining]
@@ -169,7 +179,8 @@ class EngineSet:
                         int(s.unfinished_tokens), int(s.kv_pages_used), int(s.kv_pages_total),
                         float(s.decode_step_ms), latency_model=dict(s.latency_model.coeffs_ms),
                         prefill_chunk_size=int(s.prefill_chunk_size),
-                        decode_context_tokens=int(s.decode_context_tokens))
+                        decode_context_tokens=int(s.decode_context_tokens),
+                        kv_pages_evictable=int(s.kv_pages_evictable))
             except grpc.aio.AioRpcError as exc:
                 serving = False
                 log.debug("engine %s (%s) unreachable: %s", handle.id, handle.address,
@@ -182,6 +193,8 @@ class EngineSet:
                 log.info("engine %s (%s) is now %s", handle.id, handle.address,
                          "healthy" if serving else "UNHEALTHY")
                 handle.healthy = serving
+            if not serving:
+                self._forget_load(handle)
             self.core.table.set_health(handle.num, serving and not handle.draining)
             await asyncio.sleep(self.poll_s)
 
