@@ -18,6 +18,7 @@ import grpc
 from engine.core.errors import EngineError, InvalidRequest
 from engine.core.outputs import StepOutput
 from engine.core.validation import resolve_end
+from engine.server.client import Metadata
 from engine.server.convert import chunk_from_outputs, sampling_from_proto
 from engine.server.errors import RequestInUse, status_code
 from pyrouter.sim.engine import SimEngine
@@ -124,8 +125,11 @@ class SimEngineClient:
         self.engine.core.request(request_id).arrival = asyncio.get_running_loop().time()
 
     # ---- the verbs ----
+    # `metadata` (a traced request's context) and `timeout_s` are EngineClient's: accepted so
+    # EngineHandle calls unchanged, unused — nothing crosses a wire in a simulation.
     async def prep_recv(self, request_id: str, tokens: list[int], end: int = -1,
-                        lease_s: float = 0.0) -> pb.PrepRecvResponse:
+                        lease_s: float = 0.0, metadata: Metadata | None = None
+                        ) -> pb.PrepRecvResponse:
         await self._latency()
         core = self.engine.core
         try:
@@ -139,7 +143,9 @@ class SimEngineClient:
             matched_len=res.matched_len, end=res.end, page_size=core.config.page_size)
 
     async def remote_send(self, request_id: str, tokens: list[int], kv_addr: bytes, dst: str,
-                          begin: int, end: int, transport: str = "") -> pb.RemoteSendResponse:
+                          begin: int, end: int, transport: str = "",
+                          metadata: Metadata | None = None, timeout_s: float | None = None
+                          ) -> pb.RemoteSendResponse:
         await self._latency()
         loop = asyncio.get_running_loop()
         t0 = loop.time()
@@ -194,7 +200,8 @@ class SimEngineClient:
         return response
 
     def start_generate_request(self, request: pb.StartGenerateRequest,
-                               timeout_s: float | None = None) -> SimCall:
+                               timeout_s: float | None = None, metadata: Metadata | None = None
+                               ) -> SimCall:
         return SimCall(self, request)
 
     def begin_generation(self, request: pb.StartGenerateRequest) -> _Inbox:

@@ -114,7 +114,8 @@ class SimCluster:
                            s.unfinished_tokens, s.kv_pages_used, s.kv_pages_total,
                            s.decode_step_ms, latency_model=s.latency_model,
                            prefill_chunk_size=s.prefill_chunk_size,
-                           decode_context_tokens=s.decode_context_tokens)
+                           decode_context_tokens=s.decode_context_tokens,
+                           kv_pages_evictable=s.kv_pages_evictable)
         table.set_health(handle.num, handle.healthy and not handle.draining)
 
     def poll_kv_events(self, engine_id: str) -> None:
