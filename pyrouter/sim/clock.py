@@ -15,7 +15,11 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
-import looptime
+try:
+    import looptime
+except ImportError as err:  # serving images leave the simulator's extra out
+    raise SystemExit("switchyard bench simulate needs looptime: pip install 'switchyard[sim]'"
+                     ) from err
 
 T = TypeVar("T")
 # The real clock, for measuring how long a simulation takes while the process clocks are virtual.
