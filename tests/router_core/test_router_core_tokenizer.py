@@ -173,7 +173,9 @@ def test_default_model_metadata(pairs: dict[str, tuple[EngineTokenizer, RouterTo
 def _python_chat(py: EngineTokenizer, messages: Any) -> list[int] | str:
     """The router's Python path for a chat request: ids, or the 400's message."""
     try:
-        return _chat_tokens({"messages": messages}, py)
+        # no length bound here: this compares tokenisation, not the router's size limits
+        return _chat_tokens({"messages": messages}, py, max_context=1 << 30,
+                            max_prompt_bytes=1 << 40)
     except BadRequest as err:
         return str(err)
 
