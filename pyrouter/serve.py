@@ -61,7 +61,7 @@ async def _serve(args: argparse.Namespace, log_dir: Path) -> int:
             engine=[f"{e.address}@{e.role}" for e in engines], policy=active.name,
             policy_file=None, model=args.model, host=args.host, port=args.port,
             max_inflight=None, max_context=None, poll_s=None, default_temperature=None,
-            default_top_p=None)
+            default_top_p=None, front=args.front)
         await serve_router(router_args, stop, banner=f"switchyard serving on "
                            f"http://{args.host}:{args.port}/v1 (Ctrl-C stops everything)")
         return 0

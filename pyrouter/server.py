@@ -12,13 +12,14 @@ from aiohttp import web
 from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.membership import EngineSet
 from pyrouter.errors import BadRequest
+from pyrouter.front_bridge import FrontBridge
 from pyrouter.http.app import make_app
 from pyrouter.live_config import LiveConfig
 from pyrouter.metrics import RouterMetrics
 from pyrouter.policy_registry import ActivePolicy, get_policy, load_policy_source
 from pyrouter.state import RouterConfig, RouterState
 from pyrouter.tokenizer import load_router_tokenizer, model_display_id
-from router_core import DetokenizerVocab
+from router_core import DetokenizerVocab, RouterFront
 
 log = logging.getLogger("switchyard.router")
 
@@ -71,20 +72,52 @@ async def build_state(args: argparse.Namespace) -> RouterState:
                        metrics=metrics)
 
 
+def _start_rust_front(state: RouterState, args: argparse.Namespace, ops_port: int
+                      ) -> tuple[RouterFront, FrontBridge]:
+    """The Rust HTTP front on --host/--port; the aiohttp app answers its other routes on
+    `ops_port` (loopback)."""
+    cfg = state.config
+    bridge = FrontBridge(state, f"http://127.0.0.1:{ops_port}",
+                         next(iter(cfg.api_keys), None))
+    # to_state()'s keys are RouterFront's tokenizer arguments.
+    front = RouterFront(
+        bridge, args.host, args.port, **state.tokenizer.to_state(),
+        served_model=cfg.served_model, max_context=cfg.max_context,
+        max_inflight=cfg.max_inflight, api_keys=sorted(cfg.api_keys),
+        default_temperature=cfg.default_temperature, default_top_p=cfg.default_top_p,
+        first_chunk_timeout_s=state.dispatcher.policy_timeout_s)
+    state.engines.attach_front(front)
+    return front, bridge
+
+
 async def serve_router(args: argparse.Namespace, stop: asyncio.Event,
                        banner: str | None = None) -> None:
     live = LiveConfig.from_args(args)  # --policy-dir loads first: --policy may name its policies
     state = await build_state(args)
     await live.start(state)
+    rust = getattr(args, "front", "aiohttp") == "rust"
     runner = web.AppRunner(make_app(state), handler_cancellation=True, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, args.host, args.port, backlog=4096, reuse_address=True)
+    # --front rust: the aiohttp app serves only the front's non-OpenAI routes, on loopback.
+    host, port = ("127.0.0.1", 0) if rust else (args.host, args.port)
+    site = web.TCPSite(runner, host, port, backlog=4096, reuse_address=True)
     await site.start()
+    front: RouterFront | None = None
+    bridge: FrontBridge | None = None
+    if rust:
+        ops_port = int(runner.addresses[0][1])
+        front, bridge = _start_rust_front(state, args, ops_port)
     print(banner or f"switchyard router on http://{args.host}:{args.port} "
-          f"policy={state.slot.current.name} engines={len(state.engines.engines)}", flush=True)
+          f"policy={state.slot.current.name} engines={len(state.engines.engines)}"
+          f"{' front=rust' if rust else ''}", flush=True)
     try:
         await stop.wait()
     finally:
+        if front is not None:
+            # On a thread: requests ending meanwhile still run their close on this loop.
+            await asyncio.to_thread(front.shutdown, 1.0)
+        if bridge is not None:
+            await bridge.aclose()
         await runner.cleanup()
         await live.close()
         await state.engines.close()

@@ -1,0 +1,183 @@
+"""The deciding side of the Rust HTTP front (router_core.RouterFront, `--front rust`).
+
+The front parses, tokenises, streams tokens and writes SSE/JSON in Rust; it calls this bridge on
+the router's asyncio loop once per request (`admit`: run the policy to the first chunk of its
+first segment), once per segment boundary (`next_segment`) and once at the end (`close`) —
+never per token. The policy session, the dispatcher's retries and error mapping, the request
+scope, metrics, traces and outcomes are the Python ones the aiohttp front uses. Routes the front
+does not serve itself (/ready, /metrics, /admin/...) go to the aiohttp app (pyrouter/http/app.py)
+on a loopback port, so they are the same handlers.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from engine.core.errors import InvalidRequest
+from engine.core.sampling_params import SamplingParams
+from pyrouter.dispatch import RequestRun
+from pyrouter.errors import BadRequest, PolicyFailed, RouterError
+from pyrouter.request import RouterRequest, SloSpec
+from pyrouter.state import RouterState
+
+log = logging.getLogger("switchyard.router")
+_OPS_TIMEOUT = aiohttp.ClientTimeout(total=900)  # a drain may wait for long requests
+
+# (status, body) of a failure, as the client gets it.
+Failure = tuple[bool, tuple[int, bytes]]
+
+
+@dataclass(slots=True, eq=False)
+class FrontRequest:
+    """One request the front handed over: what `close` needs, whatever happened."""
+
+    req: RouterRequest
+    policy: str
+    started: float
+    headers: dict[str, str] = field(default_factory=dict)
+    run: RequestRun | None = None
+
+
+def _failure(exc: RouterError) -> Failure:
+    return False, (exc.status, json.dumps(exc.body()).encode())
+
+
+def _request(spec: dict[str, Any], served_model: str) -> RouterRequest:
+    try:
+        sampling = SamplingParams(
+            max_tokens=spec["max_tokens"], temperature=spec["temperature"],
+            top_p=spec["top_p"], top_k=spec["top_k"], min_tokens=spec["min_tokens"],
+            seed=spec["seed"], stop=list(spec["stop"]), ignore_eos=spec["ignore_eos"])
+    except InvalidRequest as exc:
+        raise BadRequest(str(exc), param=exc.param) from exc
+    req = RouterRequest(
+        request_id=spec["request_id"], tokens=list(spec["tokens"]), sampling=sampling,
+        kind=spec["kind"], model=served_model, stream=spec["stream"],
+        include_usage=spec["include_usage"], return_token_ids=spec["return_token_ids"],
+        slo=SloSpec(spec["slo_ttft_ms"], spec["slo_tpot_ms"]))
+    req.engine_request_id = spec["engine_request_id"]
+    return req
+
+
+class FrontBridge:
+    def __init__(self, state: RouterState, ops_base: str, ops_auth: str | None) -> None:
+        self.state = state
+        self._ops_base = ops_base
+        self._ops_headers = {"Authorization": f"Bearer {ops_auth}"} if ops_auth else {}
+        self._ops: aiohttp.ClientSession | None = None
+        self._admitting: dict[str, asyncio.Task[Any]] = {}
+
+    async def aclose(self) -> None:
+        if self._ops is not None:
+            await self._ops.close()
+
+    # ---- once per request ----
+    async def admit(self, spec: dict[str, Any]) -> tuple[FrontRequest | None, str, bool, Any]:
+        state = self.state
+        policy = state.slot.current.name
+        try:
+            req = _request(spec, state.config.served_model)
+        except RouterError as exc:
+            return None, policy, *_failure(exc)
+        handle = FrontRequest(req, policy, time.perf_counter(), dict(spec["trace_headers"]))
+        req.scope.open(state.counters)
+        task = asyncio.current_task()
+        if task is not None:
+            self._admitting[req.request_id] = task
+        try:
+            run = await state.dispatcher.admit(req)
+        except RouterError as exc:
+            return handle, policy, *_failure(exc)
+        except asyncio.CancelledError:  # the client went away: close() still cleans up
+            return handle, policy, *_failure(RouterError("client closed the request"))
+        except Exception as exc:  # never a broken response: the client gets a 500
+            log.exception("request %s: admission failed", req.request_id)
+            return handle, policy, *_failure(PolicyFailed(policy, f"{type(exc).__name__}: {exc}"))
+        finally:
+            self._admitting.pop(req.request_id, None)
+        handle.run, handle.policy = run, run.policy_name
+        state.runs[req.request_id] = run
+        state.metrics.ttft.observe(time.perf_counter() - handle.started)
+        state.metrics.count_route(req.route.pattern)
+        return handle, run.policy_name, True, (
+            run.stream.rust_call, run.first.SerializeToString(), run.stream.engine.id,
+            req.route.header(), req.route.pattern or "unknown")
+
+    def cancel_admission(self, request_id: str) -> None:
+        task = self._admitting.get(request_id)
+        if task is not None:
+            task.cancel()
+
+    # ---- once per segment boundary ----
+    async def next_segment(self, handle: FrontRequest, segment_tokens: list[int]
+                           ) -> tuple[bool, Any]:
+        run = handle.run
+        if run is None:
+            return _failure(RouterError("no policy session for a hand-off"))
+        run.stream.mark_delivered()  # the hand-off chunk ended the segment on its engine
+        try:
+            stream = await run.after_handoff(segment_tokens)
+        except RouterError as exc:
+            return _failure(exc)
+        except Exception as exc:
+            log.exception("request %s: the next segment failed", handle.req.request_id)
+            return _failure(PolicyFailed(run.policy_name, f"{type(exc).__name__}: {exc}"))
+        if stream is None:
+            return _failure(PolicyFailed(run.policy_name, "the policy ended after a hand-off "
+                                         "without a next segment"))
+        return True, (stream.rust_call, stream.engine.id)
+
+    # ---- once at the end ----
+    async def close(self, handle: FrontRequest | None, status: str, completion_tokens: int,
+                    delivered: bool, since_start_s: float, since_first_token_s: float | None
+                    ) -> None:
+        if handle is None:
+            return
+        state, req, run = self.state, handle.req, handle.run
+        ended = time.perf_counter()
+        started = ended - since_start_s
+        first_token = None if since_first_token_s is None else ended - since_first_token_s
+        req.completion_tokens = completion_tokens
+        if run is not None:
+            if delivered:
+                run.stream.mark_delivered()
+            if state.runs.get(req.request_id) is run:
+                del state.runs[req.request_id]
+            await run.close()
+        req.scope.close()
+        if status == "ok":
+            state.metrics.prompt_tokens.inc(req.prompt_len)
+            state.metrics.completion_tokens.inc(completion_tokens)
+        state.metrics.count_request(handle.policy, status)
+        state.dispatcher.record(req, status == "ok", started, first_token, ended)
+        state.metrics.latency.observe(since_start_s)
+        if state.tracer is not None:
+            state.tracer.write_request(req, handle.policy, started, first_token, ended, status)
+        if state.otel is not None:
+            state.otel.export_request(req, handle.policy, handle.headers, started, first_token,
+                                      ended, status)
+
+    # ---- the routes the front does not serve ----
+    async def ops(self, method: str, path: str, query: str, body: bytes
+                  ) -> tuple[int, str, bytes]:
+        if self._ops is None:
+            self._ops = aiohttp.ClientSession(timeout=_OPS_TIMEOUT)
+        url = f"{self._ops_base}{path}" + (f"?{query}" if query else "")
+        async with self._ops.request(method, url, data=body, headers={
+                **self._ops_headers, "Content-Type": "application/json"}) as resp:
+            return resp.status, resp.content_type, await resp.read()
+
+    def engine_unavailable(self, num: int, message: str) -> None:
+        for engine in self.state.engines.engines.values():
+            if engine.num == num:
+                self.state.engines.mark_unhealthy(engine.id)
+        log.warning("%s", message)
+
+    def warn(self, message: str) -> None:
+        log.warning("%s", message)
