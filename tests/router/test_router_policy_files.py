@@ -6,18 +6,19 @@ from collections.abc import Iterator
 
 import pytest
 import requests
-from router_procs import free_port, start_mock, start_router, wait_ready
+from router_procs import FRONTS, free_port, start_mock, start_router, wait_ready
 
 pytestmark = pytest.mark.timeout(90)
 BUGGY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "policy_files", "buggy.py")
 
 
-@pytest.fixture(scope="module")
-def buggy_router() -> Iterator[tuple[str, object]]:
+@pytest.fixture(scope="module", params=FRONTS)
+def buggy_router(request: pytest.FixtureRequest) -> Iterator[tuple[str, object]]:
     engine_port, router_port = free_port(), free_port()
     engine = start_mock(engine_port)
     router = start_router(router_port, [engine_port], "--policy-file", BUGGY,
-                          "--policy", "sometimes_crashes", "--policy-timeout-s", "1")
+                          "--policy", "sometimes_crashes", "--policy-timeout-s", "1",
+                          front=str(request.param))
     base = f"http://127.0.0.1:{router_port}"
     try:
         wait_ready(base, router)

@@ -11,11 +11,12 @@ from router_procs import ROOT, SWITCHYARD, free_port, start_mock, start_router, 
 pytestmark = pytest.mark.timeout(60)
 
 
-def test_trace_file_and_cli(tmp_path):
+def test_trace_file_and_cli(tmp_path, front: str):
     trace_file = str(tmp_path / "trace.jsonl")
     ports, rp = [free_port(), free_port()], free_port()
     engines = [start_mock(p) for p in ports]
-    router = start_router(rp, ports, "--policy", "pd", env={"SWITCHYARD_TRACE_FILE": trace_file})
+    router = start_router(rp, ports, "--policy", "pd", env={"SWITCHYARD_TRACE_FILE": trace_file},
+                          front=front)
     base = f"http://127.0.0.1:{rp}"
     try:
         wait_ready(base, router, want_engines=2)
