@@ -11,12 +11,13 @@ installs Debian's package when it can) with 16-token completions: streaming at c
 "direct-grpc" the same requests streamed from one mock engine over gRPC (a grpc.aio client).
 The anchors are installed by the set-up into their own venv (pyrouter/bench/anchors.py).
 
-Switchyard runs twice. "switchyard": its mock engines send, in each StartGenerate message, every
-token already produced (as engine/server/servicer.py does); they cost nothing, so one message
-carries all 16 tokens. "switchyard-16msg": the mock engines send one message per token
-(`--no-coalesce`). In both, the router sends one SSE event per token, as the anchors' workers
-do; the table says how many events and gRPC messages each response carried (counted, not
-assumed).
+Switchyard runs three times. "switchyard": its mock engines send, in each StartGenerate message,
+every token already produced (as engine/server/servicer.py does); they cost nothing, so one
+message carries all 16 tokens. "switchyard-16msg": the mock engines send one message per token
+(`--no-coalesce`). "switchyard-rust": as "switchyard", with the Rust HTTP front (`--front rust`;
+the Python policy still runs once per request). In all, the router sends one SSE event per
+token, as the anchors' workers do; the table says how many events and gRPC messages each
+response carried (counted, not assumed).
 """
 from __future__ import annotations
 
@@ -36,7 +37,13 @@ import requests
 from pyrouter.bench.anchors import anchor_argv, ensure_anchors
 from pyrouter.bench.grpc_direct import count_messages, measure_grpc
 from pyrouter.bench.proc_cpu import tree_cpu_s
-from pyrouter.bench.router_bench_tables import Row, issue_table, summarize
+from pyrouter.bench.router_bench_tables import (
+    FRONT_SUFFIX,
+    Row,
+    engine_twin,
+    issue_table,
+    summarize,
+)
 from pyrouter.bench.wrk_runner import Measure, ensure_wrk, measure_http
 
 _PY = sys.executable
@@ -123,8 +130,10 @@ def count_sse_events(url: str, body: dict[str, object]) -> int:
                    and line.strip() != b"data: [DONE]")
 
 
-# Switchyard variants: (row suffix, extra mock-engine flags).
-_VARIANTS: tuple[tuple[str, list[str]], ...] = (("", []), ("-16msg", ["--no-coalesce"]))
+# Switchyard variants: (row suffix, extra mock-engine flags, HTTP front).
+_VARIANTS: tuple[tuple[str, list[str], str], ...] = (
+    ("", [], "aiohttp"), ("-16msg", ["--no-coalesce"], "aiohttp"),
+    (FRONT_SUFFIX, [], "rust"))
 
 
 def _start_targets(cfg: RouterBenchConfig, started: Procs) -> list[Target]:
@@ -133,19 +142,20 @@ def _start_targets(cfg: RouterBenchConfig, started: Procs) -> list[Target]:
                for p in worker_ports]
     worker_urls = [f"http://127.0.0.1:{p}" for p in worker_ports]
     targets = [Target("direct", url=f"{worker_urls[0]}/v1/completions", backends=workers[:1])]
-    for suffix, flags in _VARIANTS:
+    for suffix, flags, front in _VARIANTS:
         ports = [_free_port(), _free_port()]
         engines = [_spawn(started, [_PY, "-m", "engine.mock", "--port", str(p), *flags])
                    for p in ports]
         router_port = _free_port()
         router = _spawn(started, [_PY, "-m", "pyrouter.cli", "router", "--port",
-                                  str(router_port), "--policy", "round_robin",
+                                  str(router_port), "--policy", "round_robin", "--front", front,
                                   *[a for p in ports for a in ("--engine", f"127.0.0.1:{p}")]])
         targets.append(Target(f"switchyard{suffix}",
                               url=f"http://127.0.0.1:{router_port}/v1/completions",
                               router=[router], backends=engines))
-        targets.append(Target(f"direct-grpc{suffix}", grpc_address=f"127.0.0.1:{ports[0]}",
-                              backends=engines[:1]))
+        if front == "aiohttp":  # the Rust front's engines are the same kind: one gRPC row
+            targets.append(Target(f"direct-grpc{suffix}", grpc_address=f"127.0.0.1:{ports[0]}",
+                                  backends=engines[:1]))
     anchors = {} if cfg.skip_anchors else ensure_anchors(cfg.anchor_bin)
     for name, binary in anchors.items():
         port = _free_port()
@@ -197,8 +207,7 @@ def run_bench(cfg: RouterBenchConfig) -> tuple[list[Row], dict[str, str]]:
                 targets.remove(t)
         for t in targets:
             if t.name.startswith("switchyard"):
-                shape[t.name] += f" ({shape[t.name.replace('switchyard', 'direct-grpc')]} " \
-                                 f"from the engine)"
+                shape[t.name] += f" ({shape[engine_twin(t.name)]} from the engine)"
         print("per response: " + ", ".join(f"{k}: {v}" for k, v in shape.items()), flush=True)
         for stream in ([True, False] if cfg.non_streaming else [True]):
             for c in cfg.concurrencies:
