@@ -11,11 +11,11 @@ installs Debian's package when it can) with 16-token completions: streaming at c
 "direct-grpc" the same requests streamed from one mock engine over gRPC (a grpc.aio client).
 The anchors are installed by the set-up into their own venv (pyrouter/bench/anchors.py).
 
-Switchyard runs three times. "switchyard": its mock engines send, in each StartGenerate message,
+Switchyard runs four times. "switchyard": its mock engines send, in each StartGenerate message,
 every token already produced (as engine/server/servicer.py does); they cost nothing, so one
 message carries all 16 tokens. "switchyard-16msg": the mock engines send one message per token
-(`--no-coalesce`). "switchyard-rust": as "switchyard", with the Rust HTTP front (`--front rust`;
-the Python policy still runs once per request). In all, the router sends one SSE event per
+(`--no-coalesce`). "switchyard-rust" and "switchyard-rust-16msg": the same two with the Rust
+HTTP front (`--front rust`; the Python policy still runs once per request). In all, the router sends one SSE event per
 token, as the anchors' workers do; the table says how many events and gRPC messages each
 response carried (counted, not assumed).
 """
@@ -133,7 +133,7 @@ def count_sse_events(url: str, body: dict[str, object]) -> int:
 # Switchyard variants: (row suffix, extra mock-engine flags, HTTP front).
 _VARIANTS: tuple[tuple[str, list[str], str], ...] = (
     ("", [], "aiohttp"), ("-16msg", ["--no-coalesce"], "aiohttp"),
-    (FRONT_SUFFIX, [], "rust"))
+    (FRONT_SUFFIX, [], "rust"), (f"{FRONT_SUFFIX}-16msg", ["--no-coalesce"], "rust"))
 
 
 def _start_targets(cfg: RouterBenchConfig, started: Procs) -> list[Target]:

@@ -22,8 +22,8 @@ class Row:
 
 def engine_twin(target: str) -> str:
     """The direct-gRPC row measuring the engines a Switchyard row's router stands in front of
-    (switchyard-rust streams from the same mock engines as switchyard)."""
-    return target.replace("switchyard", "direct-grpc").removesuffix(FRONT_SUFFIX)
+    (switchyard-rust streams from the same kind of mock engines as switchyard)."""
+    return target.replace("switchyard", "direct-grpc").replace(FRONT_SUFFIX, "")
 
 
 FRONT_SUFFIX = "-rust"  # the Switchyard row served by the Rust HTTP front
