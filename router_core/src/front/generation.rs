@@ -398,7 +398,12 @@ impl<B: PolicyBridge> RequestTask<B> {
         };
         self.run = Some(outcome.run);
         self.policy = outcome.policy;
-        let admitted = outcome.result.map_err(Stop::Failed)?;
+        let admitted = match outcome.result {
+            Ok(admitted) => admitted,
+            // The client went away while the policy ran: nothing to answer, nothing to log.
+            Err(_) if self.client_gone => return Err(Stop::ClientGone),
+            Err(err) => return Err(Stop::Failed(err)),
+        };
         self.route = admitted.route;
         self.pattern = Some(admitted.pattern);
         self.call = Some(admitted.segment.call.clone());
