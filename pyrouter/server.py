@@ -72,7 +72,7 @@ async def build_state(args: argparse.Namespace) -> RouterState:
                        metrics=metrics)
 
 
-def _start_rust_front(state: RouterState, args: argparse.Namespace, ops_port: int
+def start_rust_front(state: RouterState, args: argparse.Namespace, ops_port: int
                       ) -> tuple[RouterFront, FrontBridge]:
     """The Rust HTTP front on --host/--port; the aiohttp app answers its other routes on
     `ops_port` (loopback)."""
@@ -106,7 +106,7 @@ async def serve_router(args: argparse.Namespace, stop: asyncio.Event,
     bridge: FrontBridge | None = None
     if rust:
         ops_port = int(runner.addresses[0][1])
-        front, bridge = _start_rust_front(state, args, ops_port)
+        front, bridge = start_rust_front(state, args, ops_port)
     print(banner or f"switchyard router on http://{args.host}:{args.port} "
           f"policy={state.slot.current.name} engines={len(state.engines.engines)}"
           f"{' front=rust' if rust else ''}", flush=True)
