@@ -209,7 +209,11 @@ def check_prometheus(stack: Stack) -> None:
     port = free_port()
     config = os.path.join(tempfile.mkdtemp(prefix="switchyard-prom-"), "prometheus.yml")
     with open(os.path.join(DEPLOY, "observability", "prometheus.yml"), encoding="utf-8") as f:
-        text = f.read().replace("127.0.0.1:8000", f"127.0.0.1:{stack.ports['SWITCHYARD_ROUTER_PORT']}")
+        text = f.read()
+        for default, name in (("8000", "SWITCHYARD_ROUTER_PORT"),
+                              ("50071", "SWITCHYARD_PREFILL_METRICS_PORT"),
+                              ("50072", "SWITCHYARD_DECODE_METRICS_PORT")):
+            text = text.replace(f"127.0.0.1:{default}", f"127.0.0.1:{stack.ports[name]}")
     with open(config, "w", encoding="utf-8") as f:
         f.write(text)
     log = open(os.path.join(os.path.dirname(config), "prometheus.log"), "wb")
@@ -218,19 +222,22 @@ def check_prometheus(stack: Stack) -> None:
                              f"--web.listen-address=127.0.0.1:{port}"],
                             stdout=log, stderr=subprocess.STDOUT)
     try:
-        # The router is up for Prometheus, and its switchyard metrics (the requests sent so far)
-        # arrived: count the series whose name starts with "switchyard".
-        query = (f"http://127.0.0.1:{port}/api/v1/query?query=" + urllib.parse.quote(
-            'count({__name__=~"switchyard.+", job="switchyard-router"}) '
-            'and on() up{job="switchyard-router"} == 1'))
-
-        def scraped() -> int:
+        # The router and both engines are up for Prometheus, and their switchyard: metrics
+        # (the requests sent so far) arrived: count the series per job.
+        def scraped(job: str, up: int) -> int:
+            query = (f"http://127.0.0.1:{port}/api/v1/query?query=" + urllib.parse.quote(
+                f'count({{__name__=~"switchyard:.+", job="{job}"}}) '
+                f'and on() sum(up{{job="{job}"}}) == {up}'))
             status, _, body = http("GET", query, timeout_s=5)
             result = body["data"]["result"] if status == 200 else []
             return int(float(result[0]["value"][1])) if result else 0
 
-        series = wait_for("Prometheus to scrape the router", scraped, timeout_s=60)
-        step(f"prometheus ok (Debian's package): up == 1, {series} switchyard series scraped")
+        router = wait_for("Prometheus to scrape the router",
+                          lambda: scraped("switchyard-router", 1), timeout_s=60)
+        engines = wait_for("Prometheus to scrape both engines",
+                           lambda: scraped("switchyard-engines", 2), timeout_s=60)
+        step(f"prometheus ok (Debian's package): router and 2 engines up, {router} + {engines} "
+             "switchyard: series scraped")
     except BaseException:
         log.flush()
         with open(log.name, encoding="utf-8", errors="replace") as f:
@@ -268,7 +275,8 @@ def main() -> int:
         run("make", "-C", ROOT, "deploy-images")
         ports = {name: free_port() for name in (
             "SWITCHYARD_ROUTER_PORT", "SWITCHYARD_PREFILL_PORT", "SWITCHYARD_DECODE_PORT",
-            "SWITCHYARD_PREFILL_KV_PORT", "SWITCHYARD_DECODE_KV_PORT")}
+            "SWITCHYARD_PREFILL_KV_PORT", "SWITCHYARD_DECODE_KV_PORT",
+            "SWITCHYARD_PREFILL_METRICS_PORT", "SWITCHYARD_DECODE_METRICS_PORT")}
         stack = Stack(compose, ports)
         stack("down", "--volumes", "--remove-orphans", check=False)  # leftovers of a killed run
         try:

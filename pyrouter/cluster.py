@@ -123,9 +123,11 @@ class ClusterView:
         tpot = self.slo(req).tpot_ms
         watermark = float(self.params.get("kv_watermark", 1.0))
         by_num = {e.num: e.id for e in self._engines.engines.values()}
-        return {by_num[p.engine_id]: p
-                for p in self.core.predict(req.tokens, tpot, watermark)
-                if p.engine_id in by_num}
+        predictions = {by_num[p.engine_id]: p
+                       for p in self.core.predict(req.tokens, tpot, watermark)
+                       if p.engine_id in by_num}
+        req.predictions = predictions  # the decision's explanation in traces
+        return predictions
 
     def load(self, engine: EngineHandle) -> EngineLoad:
         """router_core's EngineLoad: unfinished tokens, running decodes, KV pages, inflight."""

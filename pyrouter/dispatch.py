@@ -220,14 +220,21 @@ class RequestRun:
         """What the client streams: every segment's chunks in order, ending with the one that
         carries the request's finish reason; hand-offs never show."""
         chunk, segment_tokens = self.first, list[int]()
+        timeline = self.req.timeline  # one timestamp per chunk: the inter-token latencies
+        timeline.arrived(len(chunk.token_ids), timeline.first_token)
         while True:
             segment_tokens.extend(chunk.token_ids)
             if chunk.finish_reason != "handoff":
+                if chunk.finish_reason:
+                    timeline.end_segment(len(segment_tokens), chunk.finish_reason)
                 yield chunk
                 if chunk.finish_reason:
                     return
                 chunk = await self.read(self.stream)
+                timeline.arrived(len(chunk.token_ids))
                 continue
+            timeline.end_segment(len(segment_tokens),
+                                 "handoff" if self._interrupt is None else "interrupted")
             chunk.finish_reason = ""
             if chunk.token_ids:
                 yield chunk  # the client sees these before the policy decides what is next
@@ -237,6 +244,7 @@ class RequestRun:
                                    "a next segment")
             segment_tokens = []
             chunk = await self.read(stream, first=True)
+            timeline.arrived(len(chunk.token_ids))
 
     def stop_early(self) -> None:
         """A stop string matched in the router: end the engines' work now."""
@@ -269,7 +277,7 @@ class Dispatcher:
         ttft = None if first_token is None else first_token - started
         n = req.completion_tokens
         tpot = (ended - first_token) / (n - 1) if first_token is not None and n > 1 else None
-        pattern = str(req.route.params.get("chose") or req.route.pattern or "none")
+        pattern = req.route.label()
         self.outcomes.record(Outcome(time.monotonic(), pattern, ok, ttft, tpot,
                                      slo_met(ttft, tpot, req.slo.ttft_ms, req.slo.tpot_ms)))
 
@@ -309,8 +317,10 @@ class Dispatcher:
                 raise EngineFailed("engine closed the stream without output")
             if first.finish_reason == "error":
                 raise EngineFailed(f"engine error: {first.error or 'unknown'}")
+            req.timeline.first_token = time.perf_counter()
             return RequestRun(req, session, stream, first, started_at, self.policy_timeout_s)
         except BaseException as exc:
+            req.timeline.end_segment(0, "failed")
             await session.aclose()
             req.scope.abandon()
             if not isinstance(exc, Exception):

@@ -13,8 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -24,7 +23,10 @@ from engine.core.sampling_params import SamplingParams
 from pyrouter.dispatch import RequestRun
 from pyrouter.errors import BadRequest, PolicyFailed, RouterError
 from pyrouter.request import RouterRequest, SloSpec
+from pyrouter.request_end import record_request_end
+from pyrouter.request_trace import start_request_trace
 from pyrouter.state import RouterState
+from pyrouter.timeline import RequestTimeline
 
 log = logging.getLogger("switchyard.router")
 _OPS_TIMEOUT = aiohttp.ClientTimeout(total=900)  # a drain may wait for long requests
@@ -39,12 +41,13 @@ class FrontRequest:
 
     req: RouterRequest
     policy: str
-    started: float
-    headers: dict[str, str] = field(default_factory=dict)
     run: RequestRun | None = None
+    error_type: str = ""  # why admission failed (the error metric's label)
 
 
-def _failure(exc: RouterError) -> Failure:
+def _failure(exc: RouterError, handle: FrontRequest | None = None) -> Failure:
+    if handle is not None:
+        handle.error_type = exc.code or exc.error_type
     return False, (exc.status, json.dumps(exc.body()).encode())
 
 
@@ -84,8 +87,11 @@ class FrontBridge:
         try:
             req = _request(spec, state.config.served_model)
         except RouterError as exc:
+            state.metrics.count_error(exc.code or exc.error_type)
             return None, policy, *_failure(exc)
-        handle = FrontRequest(req, policy, time.perf_counter(), dict(spec["trace_headers"]))
+        req.timeline = RequestTimeline()
+        req.timeline.trace = start_request_trace(state.tracer, req, dict(spec["trace_headers"]))
+        handle = FrontRequest(req, policy)
         req.scope.open(state.counters)
         task = asyncio.current_task()
         if task is not None:
@@ -93,18 +99,21 @@ class FrontBridge:
         try:
             run = await state.dispatcher.admit(req)
         except RouterError as exc:
-            return handle, policy, *_failure(exc)
+            if isinstance(exc, PolicyFailed):
+                state.metrics.child(state.metrics.policy_errors, policy).inc()
+            return handle, policy, *_failure(exc, handle)
         except asyncio.CancelledError:  # the client went away: close() still cleans up
-            return handle, policy, *_failure(RouterError("client closed the request"))
+            return handle, policy, *_failure(RouterError("client closed the request"), handle)
         except Exception as exc:  # never a broken response: the client gets a 500
             log.exception("request %s: admission failed", req.request_id)
-            return handle, policy, *_failure(PolicyFailed(policy, f"{type(exc).__name__}: {exc}"))
+            return handle, policy, *_failure(PolicyFailed(policy, f"{type(exc).__name__}: {exc}"),
+                                             handle)
         finally:
             self._admitting.pop(req.request_id, None)
         handle.run, handle.policy = run, run.policy_name
         state.runs[req.request_id] = run
-        state.metrics.ttft.observe(time.perf_counter() - handle.started)
-        state.metrics.count_route(req.route.pattern)
+        state.metrics.count_selection(run.policy_name, req.route.label())
+        req.timeline.arrived(len(run.first.token_ids), req.timeline.first_token)
         return handle, run.policy_name, True, (
             run.stream.rust_call, run.first.SerializeToString(), run.stream.engine.id,
             req.route.header(), req.route.pattern or "unknown")
@@ -121,6 +130,9 @@ class FrontBridge:
         if run is None:
             return _failure(RouterError("no policy session for a hand-off"))
         run.stream.mark_delivered()  # the hand-off chunk ended the segment on its engine
+        # The front reads the chunks: the segment's one arrival time is its end.
+        handle.req.timeline.arrived(len(segment_tokens))
+        handle.req.timeline.end_segment(len(segment_tokens), "handoff")
         try:
             stream = await run.after_handoff(segment_tokens)
         except RouterError as exc:
@@ -140,28 +152,20 @@ class FrontBridge:
         if handle is None:
             return
         state, req, run = self.state, handle.req, handle.run
-        ended = time.perf_counter()
-        started = ended - since_start_s
-        first_token = None if since_first_token_s is None else ended - since_first_token_s
         req.completion_tokens = completion_tokens
         if run is not None:
+            # The front read the rest: the request's last arrival is its end (the timeline's
+            # inter-token figures are per segment, not per chunk, on this front).
+            req.timeline.arrived(max(0, completion_tokens - len(run.first.token_ids)))
+            req.timeline.end_segment(completion_tokens, "finished" if delivered else status)
             if delivered:
                 run.stream.mark_delivered()
             if state.runs.get(req.request_id) is run:
                 del state.runs[req.request_id]
             await run.close()
         req.scope.close()
-        if status == "ok":
-            state.metrics.prompt_tokens.inc(req.prompt_len)
-            state.metrics.completion_tokens.inc(completion_tokens)
-        state.metrics.count_request(handle.policy, status)
-        state.dispatcher.record(req, status == "ok", started, first_token, ended)
-        state.metrics.latency.observe(since_start_s)
-        if state.tracer is not None:
-            state.tracer.write_request(req, handle.policy, started, first_token, ended, status)
-        if state.otel is not None:
-            state.otel.export_request(req, handle.policy, handle.headers, started, first_token,
-                                      ended, status)
+        error_type = handle.error_type or ("" if status == "ok" else "client_or_engine")
+        record_request_end(state, req, handle.policy, status, error_type)
 
     # ---- the routes the front does not serve ----
     async def ops(self, method: str, path: str, query: str, body: bytes

@@ -1,54 +1,86 @@
-"""Prometheus metrics of the router (own registry, so tests can build several routers)."""
+"""Prometheus metrics of the router, in vLLM's naming under `switchyard:` (own registry, so tests
+can build several routers). docs/observability.md lists every name; the engines export theirs on
+their own port (engine/server/metrics.py).
+
+Request-level metrics are labelled `pattern` (what ran), `engine` and `role`: the engine that
+produced the first token for TTFT, the segment's engine for inter-token latency, the last
+segment's engine for TPOT and end-to-end latency. They are observed once, when a request ends,
+from the timestamps its timeline collected (pyrouter/timeline.py).
+"""
 from __future__ import annotations
 
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
-                    60, 120)
+from pyrouter.batched_histogram import BatchedHistogram
+
+# vLLM's buckets for the same quantities (seconds).
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+                7.5, 10.0, 20.0, 40.0, 80.0, 160.0)
+TOKEN_LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5,
+                         0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+E2E_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0,
+               30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0)
+REQUEST_LABELS = ("pattern", "engine", "role")
 
 
 class RouterMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.requests = Counter("switchyard_router_requests", "Finished HTTP generation requests",
-                                ["policy", "status"], registry=r)
-        self.routes = Counter("switchyard_router_route", "Pattern that actually ran",
-                              ["pattern"], registry=r)
-        self.ttft = Histogram("switchyard_router_ttft_seconds", "Time to first token",
-                              buckets=_LATENCY_BUCKETS, registry=r)
-        self.latency = Histogram("switchyard_router_request_seconds", "Request latency",
-                                 buckets=_LATENCY_BUCKETS, registry=r)
-        self.completion_tokens = Counter("switchyard_router_completion_tokens",
-                                         "Generated tokens", registry=r)
-        self.prompt_tokens = Counter("switchyard_router_prompt_tokens", "Prompt tokens",
-                                     registry=r)
-        # Set when /metrics is scraped (from RouterState.inflight), not twice per request.
-        self.inflight = Gauge("switchyard_router_inflight", "Requests in flight", registry=r)
-        self.policy_errors = Counter("switchyard_router_policy_errors",
-                                     "Requests failed by a policy bug", ["policy"], registry=r)
-        self.policy_events = Counter("switchyard_router_policy_events",
-                                     "Policy decisions worth counting (pattern and role switches)",
-                                     ["kind", "detail"], registry=r)
-        self.engine_healthy = Gauge("switchyard_router_engine_healthy", "1 = in rotation",
-                                    ["engine", "address"], registry=r)
+        self.ttft = Histogram("switchyard:time_to_first_token_seconds",
+                              "Time to first token, as the client saw it", REQUEST_LABELS,
+                              buckets=TTFT_BUCKETS, registry=r)
+        self.tpot = Histogram("switchyard:time_per_output_token_seconds",
+                              "Mean time per output token after the first, per request",
+                              REQUEST_LABELS, buckets=TOKEN_LATENCY_BUCKETS, registry=r)
+        self.itl = BatchedHistogram("switchyard:inter_token_latency_seconds",
+                                    "Time between consecutive output tokens", REQUEST_LABELS,
+                                    TOKEN_LATENCY_BUCKETS)
+        r.register(self.itl)
+        self.e2e = Histogram("switchyard:e2e_request_latency_seconds",
+                             "Request latency from arrival to the last byte", REQUEST_LABELS,
+                             buckets=E2E_BUCKETS, registry=r)
+        self.requests = Counter("switchyard:requests", "Finished generation requests",
+                                ["policy", "pattern", "status"], registry=r)
+        self.errors = Counter("switchyard:request_errors", "Failed requests by error type "
+                              "(the OpenAI error body's code)", ["type"], registry=r)
+        self.prompt_tokens = Counter("switchyard:prompt_tokens", "Prompt tokens of finished "
+                                     "requests", ["pattern"], registry=r)
+        self.generation_tokens = Counter("switchyard:generation_tokens", "Tokens sent to "
+                                         "clients", ["pattern"], registry=r)
+        self.pattern_selections = Counter("switchyard:pattern_selections",
+                                          "Pattern the policy chose for an admitted request",
+                                          ["policy", "pattern"], registry=r)
+        self.policy_switches = Counter("switchyard:policy_switches",
+                                       "Policy decisions that change how later requests run "
+                                       "(adaptive pattern switches, slo_mux role switches)",
+                                       ["kind", "switch", "reason"], registry=r)
+        self.policy_errors = Counter("switchyard:policy_errors", "Requests failed by a policy "
+                                     "bug", ["policy"], registry=r)
+        # Set when /metrics is scraped (from RouterState), not twice per request.
+        self.in_flight = Gauge("switchyard:router_requests_in_flight", "Requests in flight in "
+                               "the router", registry=r)
+        self.engine_healthy = Gauge("switchyard:engine_healthy", "1 = the engine takes work",
+                                    ["engine", "role", "address"], registry=r)
         # Labelled children by label values: labels() validates and locks on every call.
         self._children: dict[tuple[object, ...], Any] = {}
 
-    def _child(self, metric: Counter, *values: str) -> Any:
+    def child(self, metric: Any, *values: str) -> Any:
         key = (metric, *values)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = metric.labels(*values)
-        return child
-
-    def count_route(self, pattern: str) -> None:
-        self._child(self.routes, pattern).inc()
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*values)
+        return found
 
     def count_event(self, kind: str, detail: str) -> None:
-        self._child(self.policy_events, kind, detail).inc()
+        """A policy event: `detail` is "<from>-><to> (<reason>)" (pyrouter/planning/)."""
+        switch, _, reason = detail.partition(" (")
+        self.child(self.policy_switches, kind, switch, reason.rstrip(")")).inc()
 
-    def count_request(self, policy: str, status: str) -> None:
-        self._child(self.requests, policy, status).inc()
+    def count_selection(self, policy: str, pattern: str) -> None:
+        self.child(self.pattern_selections, policy, pattern).inc()
+
+    def count_error(self, error_type: str) -> None:
+        self.child(self.errors, error_type).inc()

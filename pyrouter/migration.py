@@ -71,6 +71,7 @@ async def continue_on_target(req: RouterRequest, move: LiveMigration,
                              ) -> GenerationStream:
     """The segment's continuation on the target; `req.tokens` already holds what was produced."""
     target, source = move.target, move.source
+    segment = req.timeline.begin_segment("migration")
     kv = await target.prep_recv(req)
     begin = kv.end
     if kv.matched < kv.end:
@@ -83,4 +84,6 @@ async def continue_on_target(req: RouterRequest, move: LiveMigration,
     left = limit - produced_here if limit else None
     note = req.route.params
     note["migrated"] = f"{source.id}->{target.id}"
-    return target.start_generate(req, begin=begin, max_new_tokens_here=left or None)
+    stream = target.start_generate(req, begin=begin, max_new_tokens_here=left or None)
+    req.timeline.decided(segment, target, req)
+    return stream

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from engine.core.sampling_params import SamplingParams
 from pyrouter.scope import RequestScope
+from pyrouter.timeline import RequestTimeline
+
+if TYPE_CHECKING:
+    from router_core import EnginePrediction
 
 
 def new_request_id(prefix: str) -> str:
@@ -35,6 +39,11 @@ class RouteNote:
     pattern: str = ""
     params: dict[str, object] = field(default_factory=dict)
 
+    def label(self) -> str:
+        """The pattern that ran, for metrics and outcomes: an adaptive policy's choice (`chose`)
+        rather than its own name."""
+        return str(self.params.get("chose") or self.pattern or "none")
+
     def header(self) -> str:
         parts = [self.pattern or "unknown"]
         parts.extend(f"{k}={v}" for k, v in self.params.items())
@@ -55,12 +64,16 @@ class RouterRequest:
     route: RouteNote = field(default_factory=RouteNote)
     # The router's prefix-match results, filled lazily by the cluster view (engine id -> tokens).
     matched_by_engine: dict[str, int] | None = None
+    # router_core's predictions per engine id, when the policy asked (cluster.predict).
+    predictions: dict[str, EnginePrediction] | None = None
     # Every reservation, send and generation on any engine, and the router's counts.
     scope: RequestScope = field(default_factory=RequestScope)
     prompt_len: int = 0  # set from tokens at construction
     # The id the engines know this request by: request_id, or request_id-rN after N retries.
     engine_request_id: str = ""
     completion_tokens: int = 0  # what the client received, filled when the response is complete
+    # When each part of the request happened (metrics and spans at its end).
+    timeline: RequestTimeline = field(default_factory=RequestTimeline)
 
     def __post_init__(self) -> None:
         self.prompt_len = len(self.tokens)

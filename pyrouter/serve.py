@@ -30,7 +30,7 @@ def engine_specs(args: argparse.Namespace, roles: list[str]) -> list[EngineSpec]
                        kv_memory=args.kv_memory,
                        num_pages=args.num_pages, page_size=args.page_size,
                        chunk_size=args.chunk_size, latency_profile=args.latency_profile,
-                       threads=threads)
+                       threads=threads, metrics_port=0)
             for i, role in enumerate(roles)]
 
 
@@ -49,7 +49,9 @@ async def _serve(args: argparse.Namespace, log_dir: Path) -> int:
             engines.append(launch(spec, log_dir, die_with_parent=True))
 
         def ready(e: EngineProcess) -> None:
-            print(f"engine {e.name} ({e.role}) ready on {e.address}", flush=True)
+            metrics = (f", metrics on http://127.0.0.1:{e.metrics_port}/metrics"
+                       if e.metrics_port else "")
+            print(f"engine {e.name} ({e.role}) ready on {e.address}{metrics}", flush=True)
 
         try:
             if not await wait_healthy(engines, _READY_TIMEOUT_S, stop, ready):

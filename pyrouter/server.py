@@ -121,8 +121,6 @@ async def serve_router(args: argparse.Namespace, stop: asyncio.Event,
         await runner.cleanup()
         await live.close()
         await state.engines.close()
-        if state.tracer is not None:
-            state.tracer.close()
 
 
 def setup_logging_and_loop() -> None:

@@ -83,6 +83,8 @@ class PolicySession:
                           self.req.request_id)
 
     async def _decide(self, decision: Awaitable[GenerationStream]) -> GenerationStream | None:
+        timeline = self.req.timeline
+        segment = timeline.begin_segment("policy")
         try:
             # asyncio.timeout, not wait_for: no extra task (and loop turn) per decision.
             async with asyncio.timeout(self.timeout_s):
@@ -92,6 +94,7 @@ class PolicySession:
                                f"{self.timeout_s:g} s") from None
         except StopAsyncIteration:
             self._segments = None
+            timeline.drop_segment(segment)  # the policy had nothing more: not a segment
             return None
         if not isinstance(result, GenerationStream):
             raise PolicyFailed(self.name, "a policy must return the stream from start_generate "
@@ -103,4 +106,5 @@ class PolicySession:
         if result.finished or result.engine_request_id != self.req.engine_request_id:
             raise PolicyFailed(self.name, "the stream handed back is not this request's "
                                "running segment")
+        timeline.decided(segment, result.engine, self.req)
         return result

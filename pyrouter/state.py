@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -9,10 +10,12 @@ from engine.tokenizer import EngineTokenizer
 from pyrouter.dispatch import Dispatcher, PolicySlot, RequestRun
 from pyrouter.engines.membership import EngineSet
 from pyrouter.metrics import RouterMetrics
-from pyrouter.otel import OtelExporter, otel_exporter_from_env
 from pyrouter.scope import RouterCounters
-from pyrouter.tracing import TraceWriter, trace_writer_from_env
 from router_core import DetokenizerVocab
+from switchyard_telemetry.provider import tracer_from_env
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Tracer
 
 
 @dataclass(slots=True)
@@ -45,8 +48,12 @@ class RouterState:
     counters: RouterCounters = field(default_factory=RouterCounters)
     # Admitted requests still streaming, by request id (live migration finds them here).
     runs: dict[str, RequestRun] = field(default_factory=dict)
-    tracer: TraceWriter | None = field(default_factory=trace_writer_from_env)
-    otel: OtelExporter | None = field(default_factory=otel_exporter_from_env)
+    # The OpenTelemetry tracer when tracing is configured (switchyard_telemetry/provider.py).
+    tracer: Tracer | None = field(default_factory=lambda: router_tracer())
+
+
+def router_tracer() -> Tracer | None:
+    return tracer_from_env("switchyard-router", {"service.instance.id": "router"})
 
 
 STATE = web.AppKey("switchyard_state", RouterState)

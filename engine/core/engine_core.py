@@ -30,6 +30,7 @@ from engine.core.sampling_params import SamplingParams
 from engine.core.scheduler import Scheduler
 from engine.core.stats import EngineStats
 from engine.core.step_runner import StepRunner
+from engine.core.step_trace import StepTrace
 from engine.core.validation import check_range, check_request_id, check_tokens, resolve_end
 from engine.kvcache.events import KVEvent
 from engine.kvcache.kv_storage import KVStorage
@@ -127,10 +128,12 @@ class EngineCore:
         return router_core.IncrementalDetokenizer(self.detokenizer_vocab, stop=sampling.stop)
 
     def add_request(self, request_id: str, tokens: Sequence[int], sampling: SamplingParams,
-                    begin: int = 0, max_new_tokens_here: int = 0, output_offset: int = 0) -> None:
+                    begin: int = 0, max_new_tokens_here: int = 0, output_offset: int = 0,
+                    trace: StepTrace | None = None) -> None:
         """Generate after tokens; KV of tokens[:begin] comes from a prep_recv reservation under
         the same id and/or the prefix cache (whatever is missing is recomputed). The last
-        `output_offset` tokens were generated earlier (elsewhere): sampling continues from there."""
+        `output_offset` tokens were generated earlier (elsewhere): sampling continues from there.
+        `trace`: record this request's steps into it (a traced request)."""
         if not isinstance(sampling, SamplingParams):
             raise InvalidRequest("sampling must be SamplingParams")
         if max_new_tokens_here < 0:
@@ -148,7 +151,7 @@ class EngineCore:
                               generator=make_generator(sampling.seed),
                               sample_seed=request_seed(sampling.seed),
                               output_offset=output_offset,
-                              detokenizer=self._new_detokenizer(sampling))
+                              detokenizer=self._new_detokenizer(sampling), trace=trace)
             held = self.reservations.get(request_id) if request_id in self.reservations else None
             if held is not None:
                 res = held.reservation
@@ -165,6 +168,8 @@ class EngineCore:
                 request.cached_tokens = -1 if request.needs_prefix_match else request.num_computed
             self._requests[request_id] = request
             self.scheduler.add(request)
+            if trace is not None:
+                trace.queued = time.perf_counter()
 
     def _own_pages_to_write(self, request: Request) -> None:
         """Copy-on-write: pages the request will write into must not be shared with the prefix
@@ -188,8 +193,9 @@ class EngineCore:
             self.pool.decref([old])
 
     def prep_recv(self, request_id: str, tokens: Sequence[int], end: int,
-                  lease_s: float | None = None) -> Reservation:
-        """Pin the cached prefix of tokens[:end] and hold pages for the rest under a lease."""
+                  lease_s: float | None = None, trace: Any = None) -> Reservation:
+        """Pin the cached prefix of tokens[:end] and hold pages for the rest under a lease.
+        `trace` is kept with the reservation for `reservations.on_received`."""
         with self._lock:
             self._check_new_id(request_id, allow_reservation=False)
             prompt = check_tokens(tokens, self.model_config.vocab_size, self.max_context + 1)
@@ -198,10 +204,10 @@ class EngineCore:
             lease = self.config.lease_s if not lease_s else lease_s
             if not lease > 0:
                 raise InvalidRequest(f"lease_s must be positive, got {lease_s}")
-            return self.reservations.create(request_id, prompt, resolved, lease)
+            return self.reservations.create(request_id, prompt, resolved, lease, trace)
 
     def add_send(self, request_id: str, tokens: Sequence[int], begin: int, end: int,
-                 on_layer: OnLayer) -> None:
+                 on_layer: OnLayer, trace: StepTrace | None = None) -> None:
         """Prefill tokens[:end] (reusing the prefix cache) and report K/V of [begin, end) layer
         by layer through on_layer; the final StepOutput has finish_reason "sent"."""
         with self._lock:
@@ -211,9 +217,11 @@ class EngineCore:
             check_range(begin, resolved, len(prompt), "add_send")
             self._check_fits(resolved)
             request = Request(request_id, "send", prompt[:resolved], len(prompt), begin=begin,
-                              send_end=resolved, on_layer=on_layer)
+                              send_end=resolved, on_layer=on_layer, trace=trace)
             self._requests[request_id] = request
             self.scheduler.add(request)
+            if trace is not None:
+                trace.queued = time.perf_counter()
 
     def write_kv(self, request_id: str, layer: int, start: int, k: torch.Tensor,
                  v: torch.Tensor) -> None:
@@ -229,7 +237,8 @@ class EngineCore:
                     f"write of [{start}, {stop}) outside reservation {request_id!r}'s "
                     f"[{res.matched_len}, {res.end})")
             self.kv.write(layer, res.page_table, start, k, v)
-            self.reservations.mark_written(held, layer, start, stop)
+            self.reservations.mark_written(held, layer, start, stop,
+                                           (k.numel() + v.numel()) * k.element_size())
 
     def abort(self, request_id: str, handoff: bool = False) -> bool:
         """Abort a request, send or reservation. `handoff=True`: a generation ends with finish

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from engine.core.outputs import SendChunk
 from engine.core.sampling_params import SamplingParams
+from engine.core.step_trace import StepTrace
 
 if TYPE_CHECKING:
     import torch
@@ -39,6 +40,7 @@ class Request:
     output_offset: int = 0
     # router_core.IncrementalDetokenizer when the engine detokenises (stop strings, text deltas).
     detokenizer: Any = None
+    trace: StepTrace | None = None  # steps recorded for a traced request (engine/core/step_trace.py)
 
     num_computed: int = 0  # positions [0, num_computed) have KV in page_table's pages
     page_table: list[int] = field(default_factory=list)

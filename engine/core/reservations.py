@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from engine.core.errors import LeaseExpired, NoCapacity, UnknownRequest
 from engine.core.outputs import Reservation
+from engine.core.step_trace import ReceiveStats
 from engine.kvcache.page_pool import OutOfPages
 from engine.kvcache.radix_cache import RadixPrefixCache
 
@@ -27,6 +30,9 @@ class HeldReservation:
     written: torch.Tensor  # bool [num_layers, end - matched_len]
     lease_s: float
     committed: bool = False
+    received: ReceiveStats = field(default_factory=ReceiveStats)
+    trace: Any = None  # the caller's trace context for the receive (opaque here)
+    reported: bool = False  # on_received has seen it
 
     def written_upto(self) -> int:
         """End of the prefix [0, p) whose K/V is present for every layer."""
@@ -41,6 +47,9 @@ class ReservationTable:
         self.num_layers = num_layers
         self._held: dict[str, HeldReservation] = {}
         self._expired: OrderedDict[str, None] = OrderedDict()
+        # Told once per reservation that received KV: when complete, or when taken / released
+        # with part of it (the server's metrics and spans; called under the engine lock).
+        self.on_received: Callable[[HeldReservation], None] | None = None
 
     def __len__(self) -> int:
         return len(self._held)
@@ -53,7 +62,7 @@ class ReservationTable:
         return sum(len(h.reservation.page_table) for h in self._held.values())
 
     def create(self, request_id: str, tokens: list[int], end: int,
-               lease_s: float) -> Reservation:
+               lease_s: float, trace: Any = None) -> Reservation:
         pages, matched = self.cache.match(tokens[:end])
         try:
             pages += self.cache.alloc(-(-end // self.cache.page_size) - len(pages))
@@ -62,7 +71,8 @@ class ReservationTable:
             raise NoCapacity(f"no KV pages for a reservation of {end} tokens: {exc}") from exc
         reservation = Reservation(request_id, matched, end, pages, time.monotonic() + lease_s)
         written = torch.zeros(self.num_layers, end - matched, dtype=torch.bool)
-        self._held[request_id] = HeldReservation(reservation, list(tokens[:end]), written, lease_s)
+        self._held[request_id] = HeldReservation(reservation, list(tokens[:end]), written, lease_s,
+                                                 trace=trace)
         self._expired.pop(request_id, None)
         return reservation
 
@@ -76,12 +86,16 @@ class ReservationTable:
 
     def take(self, request_id: str) -> HeldReservation | None:
         """Hand the reservation (and its page references) to a request."""
-        return self._held.pop(request_id, None)
+        held = self._held.pop(request_id, None)
+        if held is not None:
+            self._report(held)
+        return held
 
     def release(self, request_id: str) -> bool:
         held = self._held.pop(request_id, None)
         if held is None:
             return False
+        self._report(held)
         self.cache.release(held.reservation.page_table)
         self._expired[request_id] = None
         while len(self._expired) > _EXPIRED_MEMORY:
@@ -94,7 +108,20 @@ class ReservationTable:
             self.release(request_id)
         return expired
 
-    def mark_written(self, held: HeldReservation, layer: int, start: int, stop: int) -> None:
+    def _report(self, held: HeldReservation) -> None:
+        if not held.reported and held.received.writes and self.on_received is not None:
+            held.reported = True
+            self.on_received(held)
+
+    def mark_written(self, held: HeldReservation, layer: int, start: int, stop: int,
+                     nbytes: int = 0) -> None:
+        received = held.received
+        now = time.perf_counter()
+        received.first_at = received.first_at or now
+        received.last_at = now
+        received.bytes += nbytes
+        received.writes += 1
+        received.layers.add(layer)
         matched = held.reservation.matched_len
         held.written[layer, start - matched:stop - matched] = True
         # A transfer still writing is alive: the lease only reclaims reservations nobody fills, so
@@ -105,3 +132,4 @@ class ReservationTable:
             # Complete: the received prefix is now as good as locally computed KV.
             held.committed = True
             self.cache.insert(held.tokens, held.reservation.page_table)
+            self._report(held)

@@ -10,6 +10,7 @@ tokens it generated as part of its prompt.
 """
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -54,6 +55,7 @@ class Scheduler:
         self.max_running = max_running
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
+        self.num_preemptions = 0  # since start (engine metrics)
 
     def add(self, request: Request) -> None:
         self.waiting.append(request)
@@ -108,6 +110,9 @@ class Scheduler:
         self.running.remove(victim)
         self.release(victim)
         victim.num_preemptions += 1
+        self.num_preemptions += 1
+        if victim.trace is not None:
+            victim.trace.preempted_at.append(time.perf_counter())
         if victim.kind == "send" and victim.begin < victim.send_end:
             victim.unreported_cached = None  # everything is recomputed and reported again
         self.waiting.appendleft(victim)

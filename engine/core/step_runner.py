@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING
 import torch
 
 from engine.core.batch import LayerHook
+from engine.core.latency_model import StepShape
 from engine.core.outputs import SendChunk, StepOutput
 from engine.core.request import Request
 from engine.core.sampler import SampleRow, draw_seed, sample
 from engine.core.scheduler import ScheduledWork, SchedulerOutput
+from engine.core.step_trace import StepRecord
 from engine.core.stopping import banned_ids, finish_reason_after
 
 if TYPE_CHECKING:
@@ -80,6 +82,8 @@ class StepRunner:
             self._inflight = {w.request.request_id for w in sched.work}
             self._inflight |= {r.request_id for r in sched.no_compute}
             shape = sched.shape()
+            # Traced requests and whether this step decodes for them (before the step changes it).
+            traced = [(w, w.request.is_decode) for w in sched.work if w.request.trace is not None]
 
         for request in sched.no_compute:
             for layer in range(self.num_layers):
@@ -101,6 +105,8 @@ class StepRunner:
             if sched.work and failure is None:
                 engine.latency.record((time.perf_counter() - started) * 1e3, shape,
                                       (time.process_time() - started_cpu) * 1e3)
+        if traced:
+            _record_steps(traced, shape, started, time.perf_counter(), len(sched.work))
         if not outputs and not sched.work and not sched.no_compute:
             # Work is queued but nothing can run (pages held by leases): don't let a step loop
             # spin on the lock; a lease expiring or a request finishing unblocks it soon.
@@ -196,3 +202,15 @@ class StepRunner:
                 outputs.append(self._end(request, reason, step_ms, [token], text,
                                          token_logprobs))
         return outputs
+
+
+def _record_steps(traced: list[tuple[ScheduledWork, bool]], shape: StepShape, started: float,
+                  ended: float, seqs: int) -> None:
+    """One StepRecord per traced request in the step: its chunk and the batch around it."""
+    prefill_tokens = shape.prefill_tokens
+    for work, decode in traced:
+        trace = work.request.trace
+        if trace is not None:
+            trace.steps.append(StepRecord(started, ended, work.chunk.start_pos,
+                                          len(work.chunk.token_ids), decode, seqs,
+                                          prefill_tokens, shape.decode_seqs))

@@ -39,6 +39,9 @@ class RadixPrefixCache:
         self.events = KVEventLog(max_events)
         self._nodes: dict[int, _Node] = {}
         self._clock = 0  # logical time for LRU; monotonic, unlike wall clocks
+        # Tokens looked up by requests and reservations, and how many of them hit (metrics).
+        self.queried_tokens = 0
+        self.hit_tokens = 0
 
     def __len__(self) -> int:
         return len(self._nodes)
@@ -77,6 +80,8 @@ class RadixPrefixCache:
             node.last_access = now
         pages = [node.page for node in nodes]
         self.pool.incref(pages)
+        self.queried_tokens += len(tokens)  # prefix-cache hit rate (engine metrics)
+        self.hit_tokens += len(pages) * self.page_size
         return pages, len(pages) * self.page_size
 
     def release(self, pages: Sequence[int]) -> None:

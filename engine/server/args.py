@@ -64,6 +64,9 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--role", default="any", choices=ROLES)
     parser.add_argument("--engine-id", default=None)
+    parser.add_argument("--metrics-port", type=int, default=None,
+                        help="serve Prometheus metrics on http://HOST:PORT/metrics (default: "
+                        "env SWITCHYARD_METRICS_PORT, else none)")
     add_runtime_arguments(parser)
     parser.add_argument(
         "--mock", action="store_true",

@@ -23,6 +23,7 @@ from switchyard_rpc import engine_pb2_grpc as pb_grpc
 
 # Long prompts travel as repeated int32, so lift the 4 MiB default; keepalive notices a dead
 # engine on an idle channel (the router keeps one channel per engine for its lifetime).
+Metadata = tuple[tuple[str, str], ...]
 _CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 256 << 20),
                     ("grpc.max_send_message_length", 256 << 20),
                     ("grpc.keepalive_time_ms", 20_000)]
@@ -65,16 +66,20 @@ class EngineClient:
         await self._channel.close()
 
     async def prep_recv(self, request_id: str, tokens: list[int], end: int = -1,
-                        lease_s: float = 0.0) -> pb.PrepRecvResponse:
+                        lease_s: float = 0.0, metadata: Metadata | None = None
+                        ) -> pb.PrepRecvResponse:
         req = pb.PrepRecvRequest(request_id=request_id, tokens=tokens, end=end, lease_s=lease_s)
-        resp: pb.PrepRecvResponse = await self._stub.PrepRecv(req, timeout=self.timeout_s)
+        resp: pb.PrepRecvResponse = await self._stub.PrepRecv(req, timeout=self.timeout_s,
+                                                              metadata=metadata)
         return resp
 
     async def remote_send(self, request_id: str, tokens: list[int], kv_addr: bytes, dst: str,
-                          begin: int, end: int, transport: str = "") -> pb.RemoteSendResponse:
+                          begin: int, end: int, transport: str = "",
+                          metadata: Metadata | None = None) -> pb.RemoteSendResponse:
         req = pb.RemoteSendRequest(request_id=request_id, tokens=tokens, kv_addr=kv_addr, dst=dst,
                                    begin=begin, end=end, transport=transport)
-        resp: pb.RemoteSendResponse = await self._stub.RemoteSend(req, timeout=self.timeout_s)
+        resp: pb.RemoteSendResponse = await self._stub.RemoteSend(req, timeout=self.timeout_s,
+                                                                  metadata=metadata)
         return resp
 
     def start_generate(self, request_id: str, tokens: list[int], begin: int = 0,
@@ -88,10 +93,13 @@ class EngineClient:
         return self.start_generate_request(req, self.timeout_s)
 
     def start_generate_request(self, request: pb.StartGenerateRequest,
-                               timeout_s: float | None = None) -> grpc.aio.UnaryStreamCall:
+                               timeout_s: float | None = None, metadata: Metadata | None = None
+                               ) -> grpc.aio.UnaryStreamCall:
         """start_generate for a request the caller built (the router's hot path); no deadline by
-        default, since a generation may stream for as long as max_tokens needs."""
-        call: grpc.aio.UnaryStreamCall = self._stub.StartGenerate(request, timeout=timeout_s)
+        default, since a generation may stream for as long as max_tokens needs. `metadata`:
+        e.g. the W3C trace context of a traced request (switchyard_telemetry.propagation)."""
+        call: grpc.aio.UnaryStreamCall = self._stub.StartGenerate(request, timeout=timeout_s,
+                                                                  metadata=metadata)
         return call
 
     async def generate(self, request_id: str, tokens: list[int], begin: int = 0,

@@ -14,6 +14,7 @@ from typing import Any
 
 from engine.core.errors import InvalidRequest
 from engine.core.outputs import SendChunk
+from engine.core.step_trace import StepTrace
 from engine.server.step_loop import StepLoop
 from engine.transfer import KVAddr, KVLayout, SendSession, TransferError, TransportPool
 from engine.transfer.gather import gather_into
@@ -69,7 +70,8 @@ class KVSender:
         self.pool = TransportPool(layout, str(kv.device))
         self.bytes_sent = 0
 
-    async def remote_send(self, req: pb.RemoteSendRequest) -> pb.RemoteSendResponse:
+    async def remote_send(self, req: pb.RemoteSendRequest, trace: StepTrace | None = None
+                          ) -> pb.RemoteSendResponse:
         t0 = time.perf_counter()
         addr = KVAddr.decode(req.kv_addr)
         tokens = list(req.tokens)
@@ -99,7 +101,7 @@ class KVSender:
         try:
             def start(core: Any) -> int:
                 cached = int(core.match_prefix(tokens[:end]))
-                core.add_send(send_id, tokens, begin, end, pump.on_layer)
+                core.add_send(send_id, tokens, begin, end, pump.on_layer, trace=trace)
                 return cached
 
             cached = await self._steps.call(start)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import dataclasses
 import os
 import signal
 import socket
@@ -48,6 +49,7 @@ class EngineSpec:
     latency_profile: str | None = None  # off | auto | force (None: the engine's default)
     threads: int | None = None      # torch threads (SWITCHYARD_TORCH_THREADS); None: inherit
     port: int = 0                   # 0: a free port
+    metrics_port: int | None = None  # Prometheus /metrics (None: none; 0: a free port)
     host: str = "127.0.0.1"
     extra_args: Sequence[str] = ()  # more engine flags (e.g. the mock's fault knobs)
     env: dict[str, str] = field(default_factory=dict)
@@ -64,6 +66,8 @@ class EngineSpec:
                 argv += [flag, str(value)]
         if self.mock:
             argv.append("--mock")
+        elif self.metrics_port is not None:
+            argv += ["--metrics-port", str(self.metrics_port)]
         return argv + list(self.extra_args)
 
 
@@ -74,6 +78,7 @@ class EngineProcess:
     port: int
     proc: subprocess.Popen[bytes]
     log_path: Path
+    metrics_port: int | None = None
 
     @property
     def address(self) -> str:
@@ -117,6 +122,8 @@ def _die_with_parent() -> None:
 def launch(spec: EngineSpec, log_dir: Path, die_with_parent: bool = False) -> EngineProcess:
     """Start one engine process (does not wait for it to serve)."""
     port = spec.port or free_port()
+    if spec.metrics_port == 0 and not spec.mock:
+        spec = dataclasses.replace(spec, metrics_port=free_port())
     log_path = Path(log_dir) / f"{spec.name}.log"
     env = {**os.environ, **spec.env}
     if spec.threads is not None:
@@ -125,7 +132,7 @@ def launch(spec: EngineSpec, log_dir: Path, die_with_parent: bool = False) -> En
         proc = subprocess.Popen(spec.argv(port), cwd=REPO, env=env, stdout=log,
                                 stderr=subprocess.STDOUT,
                                 preexec_fn=_die_with_parent if die_with_parent else None)
-    return EngineProcess(spec.name, spec.role, port, proc, log_path)
+    return EngineProcess(spec.name, spec.role, port, proc, log_path, spec.metrics_port)
 
 
 async def wait_healthy(engines: Sequence[EngineProcess], timeout_s: float = START_TIMEOUT_S,

@@ -9,7 +9,9 @@ SWITCHYARD_TRANSFER_PORT (default: any free port), SWITCHYARD_ADVERTISE_HOST (ad
 for this engine's transfer listener when bound to 0.0.0.0), SWITCHYARD_KV_TRANSPORT (force
 shm|tcp for this engine's sends), SWITCHYARD_LEASE_S, SWITCHYARD_TORCH_THREADS,
 SWITCHYARD_LATENCY_PROFILE (off|auto|force when --latency-profile is not given),
-SWITCHYARD_DRAIN_S (engine/server/drain.py: how long a SIGTERM waits for the work in flight).
+SWITCHYARD_DRAIN_S (engine/server/drain.py: how long a SIGTERM waits for the work in flight),
+SWITCHYARD_METRICS_PORT (Prometheus /metrics when --metrics-port is not given), and tracing's
+SWITCHYARD_TRACE_FILE / OTEL_* (switchyard_telemetry/provider.py).
 
 Before serving, the engine profiles its step time or loads a cached profile
 (engine/core/latency_cache.py); a failed profile is logged and the engine serves without one.
@@ -107,6 +109,7 @@ async def serve_async(args: argparse.Namespace) -> None:
     from engine.server.model_info import kv_layout, model_info
     from engine.server.servicer import EngineServicer
     from engine.server.step_loop import StepLoop
+    from engine.server.telemetry import EngineTelemetry
     from engine.transfer import TransferListener
     from engine.transfer.cuda_ipc import receiving_sink
     from switchyard_rpc import engine_pb2_grpc as pb_grpc
@@ -125,7 +128,8 @@ async def serve_async(args: argparse.Namespace) -> None:
     steps = StepLoop(core, loop)
     steps.start()
     info = model_info(core, config, f"{listener.host}:{listener.port}")
-    servicer = EngineServicer(steps, listener, layout, info)
+    telemetry = EngineTelemetry.for_core(core, getattr(args, "metrics_port", None), args.host)
+    servicer = EngineServicer(steps, listener, layout, info, telemetry)
 
     # Clients ping every 20 s (engine/server/client.py) to notice a dead engine; accept those
     # pings during long silent RPCs (a RemoteSend whose prefill takes minutes) instead of

@@ -9,12 +9,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
 
 from engine.core.outputs import StepOutput
+from engine.core.step_trace import StepTrace
 from engine.server.convert import (
     chunk_from_outputs,
     event_batches,
@@ -23,7 +25,9 @@ from engine.server.convert import (
 )
 from engine.server.errors import status_code
 from engine.server.kv_sender import KVSender, resolve_end
+from engine.server.spans import EngineSpans
 from engine.server.step_loop import StepLoop
+from engine.server.telemetry import EngineTelemetry, reported
 from engine.transfer import KVAddr, KVLayout, TransferListener
 from switchyard_rpc import engine_pb2 as pb
 from switchyard_rpc import engine_pb2_grpc as pb_grpc
@@ -35,14 +39,18 @@ _EVENT_POLL_S = 0.05
 
 class EngineServicer(pb_grpc.EngineServicer):  # type: ignore[misc]
     def __init__(self, steps: StepLoop, listener: TransferListener, layout: KVLayout,
-                 model_info: pb.ModelInfoResponse) -> None:
+                 model_info: pb.ModelInfoResponse, telemetry: EngineTelemetry | None = None
+                 ) -> None:
         self._steps = steps
         self._listener = listener
         self._layout = layout
         self._info = model_info
         self.sender = KVSender(steps, steps.core.kv, layout)
+        self.telemetry = telemetry or EngineTelemetry(
+            EngineSpans(None, model_info.engine_id, steps.core.config.role), None)
 
-    async def _guarded(self, context: grpc.aio.ServicerContext, work: Awaitable[T]) -> T:
+    async def _guarded(self, context: grpc.aio.ServicerContext, work: Awaitable[T],
+                       verb: str = "") -> T:
         try:
             return await work
         except asyncio.CancelledError:
@@ -51,17 +59,21 @@ class EngineServicer(pb_grpc.EngineServicer):  # type: ignore[misc]
             code = status_code(exc)
             if code == grpc.StatusCode.INTERNAL:
                 log.exception("verb failed")
+            self.telemetry.error(verb or "other", code.name)
             await context.abort(code, str(exc) or type(exc).__name__)
             raise  # unreachable: abort raises
 
     async def PrepRecv(self, request: pb.PrepRecvRequest, context: Any) -> pb.PrepRecvResponse:
         tokens = list(request.tokens)
+        started, spans = time.perf_counter(), self.telemetry.spans
+        parent = spans.parent(context)
+        kv_parent = spans.kv_parent(context) if parent is not None else None
 
         async def prep() -> pb.PrepRecvResponse:
             end = resolve_end(request.end, len(tokens))
             res = await self._steps.call(
                 lambda core: core.prep_recv(request.request_id, tokens, end,
-                                            request.lease_s or None))
+                                            request.lease_s or None, trace=kv_parent))
             addr = KVAddr(request.request_id, self._info.host_id, self._listener.host,
                           self._listener.port, res.matched_len, res.end, self._layout,
                           self._info.engine_id, kv_device=str(self._steps.core.kv.device),
@@ -69,15 +81,26 @@ class EngineServicer(pb_grpc.EngineServicer):  # type: ignore[misc]
             return pb.PrepRecvResponse(kv_addr=addr.encode(), matched_len=res.matched_len,
                                        end=res.end, page_size=self._info.page_size)
 
-        return await self._guarded(context, prep())
+        return await reported(
+            self._guarded(context, prep(), "PrepRecv"),
+            lambda resp, error: self.telemetry.prep_recv(parent, started, request.request_id,
+                                                         resp, error))
 
     async def RemoteSend(self, request: pb.RemoteSendRequest, context: Any) -> pb.RemoteSendResponse:
-        return await self._guarded(context, self.sender.remote_send(request))
+        started = time.perf_counter()
+        parent = self.telemetry.spans.parent(context)
+        steps = StepTrace() if parent is not None else None
+        return await reported(
+            self._guarded(context, self.sender.remote_send(request, steps), "RemoteSend"),
+            lambda resp, error: self.telemetry.remote_send(parent, started, request.request_id,
+                                                           steps, resp, error,
+                                                           self._layout.num_layers))
 
     async def StartGenerate(self, request: pb.StartGenerateRequest,
                             context: Any) -> AsyncIterator[pb.GenerateChunk]:
         rid = request.request_id
         tokens = list(request.tokens)
+        watch = self.telemetry.generation(context, rid)
 
         async def start() -> asyncio.Queue[StepOutput]:
             sampling = sampling_from_proto(request.sampling)
@@ -85,27 +108,31 @@ class EngineServicer(pb_grpc.EngineServicer):  # type: ignore[misc]
             try:
                 await self._steps.call(lambda core: core.add_request(
                     rid, tokens, sampling, request.begin, request.max_new_tokens_here,
-                    request.output_offset))
+                    request.output_offset, trace=watch.steps))
             except BaseException:
                 self._steps.unwatch(rid)
                 raise
             return outputs
 
-        outputs = await self._guarded(context, start())
+        outputs = await self._guarded(context, start(), "StartGenerate")
         finished = False
         try:
             while not finished:
                 batch = [await outputs.get()]
                 while not outputs.empty() and batch[-1].finish_reason is None:
                     batch.append(outputs.get_nowait())
+                watch.outputs(batch)
                 chunk = chunk_from_outputs(batch)
                 finished = bool(chunk.finish_reason)
+                if finished:
+                    watch.done()  # before the last chunk leaves: the caller's span ends after
                 yield chunk
         finally:
             self._steps.unwatch(rid)
             if not finished:
                 # The client went away (or the stream was cancelled): free the request's pages.
                 self._steps.submit(lambda core: core.abort(rid))
+                watch.done()
 
     async def Abort(self, request: pb.AbortRequest, context: Any) -> pb.AbortResponse:
         rid = request.request_id

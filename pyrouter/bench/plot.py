@@ -52,8 +52,10 @@ def _series(runs: Sequence[dict[str, Any]], key: str) -> dict[str, tuple[list[fl
 
 def plot_summaries(paths: Sequence[str], out_dir: str, prefix: str = "") -> list[str]:
     """Write latency_vs_rate.png (and slo_attainment_vs_rate.png when SLOs were given)."""
-    import matplotlib
-
+    try:
+        import matplotlib
+    except ImportError as err:  # serving images leave the plotting extra out
+        raise SystemExit("PNG output needs matplotlib: pip install 'switchyard[plot]'") from err
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -15,9 +15,12 @@ Switchyard runs four times. "switchyard": its mock engines send, in each StartGe
 every token already produced (as engine/server/servicer.py does); they cost nothing, so one
 message carries all 16 tokens. "switchyard-16msg": the mock engines send one message per token
 (`--no-coalesce`). "switchyard-rust" and "switchyard-rust-16msg": the same two with the Rust
-HTTP front (`--front rust`; the Python policy still runs once per request). In all, the router sends one SSE event per
-token, as the anchors' workers do; the table says how many events and gRPC messages each
-response carried (counted, not assumed).
+HTTP front (`--front rust`; the Python policy still runs once per request). In all, the router
+sends one SSE event per token, as the anchors' workers do; the table says how many events and
+gRPC messages each response carried (counted, not assumed).
+
+--tracing measures what tracing costs the router instead (pyrouter/bench/router_bench_tracing.py);
+--repeat N measures every target N times, interleaved, and reports medians.
 """
 from __future__ import annotations
 
@@ -25,9 +28,11 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -44,6 +49,12 @@ from pyrouter.bench.router_bench_tables import (
     issue_table,
     summarize,
 )
+from pyrouter.bench.router_bench_tracing import (
+    NO_TRACING,
+    median_rows,
+    tracing_cost,
+    tracing_variants,
+)
 from pyrouter.bench.wrk_runner import Measure, ensure_wrk, measure_http
 
 _PY = sys.executable
@@ -59,11 +70,14 @@ class RouterBenchConfig:
     skip_anchors: bool = False
     non_streaming: bool = True
     json_out: str = ""
+    tracing: bool = False  # compare routers with tracing off / on / sampled instead
+    repeat: int = 1        # rounds; every target is measured once per round
 
     def __post_init__(self) -> None:
         if self.duration_s <= 0 or self.max_tokens < 1 or not self.concurrencies or min(
-                self.concurrencies) < 1:
-            raise ValueError("duration > 0, max_tokens >= 1 and concurrencies >= 1 required")
+                self.concurrencies) < 1 or self.repeat < 1:
+            raise ValueError("duration > 0, max_tokens >= 1, concurrencies >= 1 and repeat >= 1 "
+                             "required")
 
 
 @dataclass(slots=True)
@@ -99,9 +113,10 @@ def _procs() -> Iterator[Procs]:
                 p.kill()
 
 
-def _spawn(started: Procs, argv: list[str]) -> subprocess.Popen[bytes]:
+def _spawn(started: Procs, argv: list[str],
+           env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "SWITCHYARD_LOG_LEVEL": "WARNING"})
+                            env={**os.environ, "SWITCHYARD_LOG_LEVEL": "WARNING", **(env or {})})
     started.append(proc)
     return proc
 
@@ -130,10 +145,40 @@ def count_sse_events(url: str, body: dict[str, object]) -> int:
                    and line.strip() != b"data: [DONE]")
 
 
-# Switchyard variants: (row suffix, extra mock-engine flags, HTTP front).
-_VARIANTS: tuple[tuple[str, list[str], str], ...] = (
-    ("", [], "aiohttp"), ("-16msg", ["--no-coalesce"], "aiohttp"),
-    (FRONT_SUFFIX, [], "rust"), (f"{FRONT_SUFFIX}-16msg", ["--no-coalesce"], "rust"))
+# Switchyard variants: (row suffix, extra mock-engine flags, router environment, HTTP front).
+_VARIANTS: tuple[tuple[str, list[str], dict[str, str], str], ...] = (
+    ("", [], NO_TRACING, "aiohttp"), ("-16msg", ["--no-coalesce"], NO_TRACING, "aiohttp"),
+    (FRONT_SUFFIX, [], NO_TRACING, "rust"),
+    (f"{FRONT_SUFFIX}-16msg", ["--no-coalesce"], NO_TRACING, "rust"))
+
+
+def _start_switchyard(started: Procs, suffix: str, flags: list[str],
+                      env: dict[str, str], front: str = "aiohttp") -> list[Target]:
+    """A router in front of two mock engines, and the direct-grpc row of its first engine (the
+    aiohttp front's only: the Rust front's engines are the same kind)."""
+    ports = [_free_port(), _free_port()]
+    engines = [_spawn(started, [_PY, "-m", "engine.mock", "--port", str(p), *flags])
+               for p in ports]
+    router_port = _free_port()
+    router = _spawn(started, [_PY, "-m", "pyrouter.cli", "router", "--port", str(router_port),
+                              "--policy", "round_robin", "--front", front,
+                              *[a for p in ports for a in ("--engine", f"127.0.0.1:{p}")]], env)
+    routed = Target(f"switchyard{suffix}", url=f"http://127.0.0.1:{router_port}/v1/completions",
+                    router=[router], backends=engines)
+    if front != "aiohttp":
+        return [routed]
+    return [routed, Target(f"direct-grpc{suffix}", grpc_address=f"127.0.0.1:{ports[0]}",
+                           backends=engines[:1])]
+
+
+def _start_tracing_targets(started: Procs, span_dir: str) -> list[Target]:
+    """--tracing compares routers with each other only: no direct HTTP row, no anchors; the
+    untraced router's direct-grpc row stays (the per-response shape names it)."""
+    targets: list[Target] = []
+    for suffix, env in tracing_variants(span_dir):
+        pair = _start_switchyard(started, suffix, [], env)
+        targets += pair if not suffix else pair[:1]
+    return targets
 
 
 def _start_targets(cfg: RouterBenchConfig, started: Procs) -> list[Target]:
@@ -142,20 +187,8 @@ def _start_targets(cfg: RouterBenchConfig, started: Procs) -> list[Target]:
                for p in worker_ports]
     worker_urls = [f"http://127.0.0.1:{p}" for p in worker_ports]
     targets = [Target("direct", url=f"{worker_urls[0]}/v1/completions", backends=workers[:1])]
-    for suffix, flags, front in _VARIANTS:
-        ports = [_free_port(), _free_port()]
-        engines = [_spawn(started, [_PY, "-m", "engine.mock", "--port", str(p), *flags])
-                   for p in ports]
-        router_port = _free_port()
-        router = _spawn(started, [_PY, "-m", "pyrouter.cli", "router", "--port",
-                                  str(router_port), "--policy", "round_robin", "--front", front,
-                                  *[a for p in ports for a in ("--engine", f"127.0.0.1:{p}")]])
-        targets.append(Target(f"switchyard{suffix}",
-                              url=f"http://127.0.0.1:{router_port}/v1/completions",
-                              router=[router], backends=engines))
-        if front == "aiohttp":  # the Rust front's engines are the same kind: one gRPC row
-            targets.append(Target(f"direct-grpc{suffix}", grpc_address=f"127.0.0.1:{ports[0]}",
-                                  backends=engines[:1]))
+    for suffix, flags, env, front in _VARIANTS:
+        targets += _start_switchyard(started, suffix, flags, env, front)
     anchors = {} if cfg.skip_anchors else ensure_anchors(cfg.anchor_bin)
     for name, binary in anchors.items():
         port = _free_port()
@@ -194,8 +227,10 @@ def run_bench(cfg: RouterBenchConfig) -> tuple[list[Row], dict[str, str]]:
     if ensure_wrk() is None:
         print("wrk unavailable: the Python load generator is used (it costs more CPU than the "
               "routers it measures; figures are not comparable with wrk's)", flush=True)
+    span_dir = tempfile.mkdtemp(prefix="switchyard-bench-spans-")
     with _procs() as started:
-        targets = _start_targets(cfg, started)
+        targets = (_start_tracing_targets(started, span_dir) if cfg.tracing
+                   else _start_targets(cfg, started))
         for t in list(targets):
             if t.grpc_address:
                 n = count_messages(t.grpc_address, cfg.max_tokens)
@@ -207,15 +242,17 @@ def run_bench(cfg: RouterBenchConfig) -> tuple[list[Row], dict[str, str]]:
                 targets.remove(t)
         for t in targets:
             if t.name.startswith("switchyard"):
-                shape[t.name] += f" ({shape[engine_twin(t.name)]} from the engine)"
+                shape[t.name] += f" ({shape.get(engine_twin(t.name), '?')} from the engine)"
         print("per response: " + ", ".join(f"{k}: {v}" for k, v in shape.items()), flush=True)
-        for stream in ([True, False] if cfg.non_streaming else [True]):
-            for c in cfg.concurrencies:
-                if not stream and c == min(cfg.concurrencies) and len(cfg.concurrencies) > 1:
-                    continue  # the non-streaming comparison is a throughput one
-                for t in targets:
-                    if stream or not t.grpc_address:
-                        results.append(_measure(cfg, t, stream, c))
+        for _ in range(cfg.repeat):
+            for stream in ([True, False] if cfg.non_streaming else [True]):
+                for c in cfg.concurrencies:
+                    if not stream and c == min(cfg.concurrencies) and len(cfg.concurrencies) > 1:
+                        continue  # the non-streaming comparison is a throughput one
+                    for t in targets:
+                        if stream or not t.grpc_address:
+                            results.append(_measure(cfg, t, stream, c))
+    shutil.rmtree(span_dir, ignore_errors=True)
     return results, shape
 
 
@@ -230,14 +267,21 @@ def run(args: argparse.Namespace) -> int:
     p.add_argument("--skip-anchors", action="store_true")
     p.add_argument("--streaming-only", action="store_true")
     p.add_argument("--json", default="", help="also write the raw rows here")
+    p.add_argument("--tracing", action="store_true",
+                   help="compare the router with tracing off, on (100%%) and sampled (10%%, 1%%)")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="measure every target this many times, interleaved; report medians")
     a = p.parse_args(getattr(args, "rest", None) or [])
     cfg = RouterBenchConfig(a.duration, a.concurrency, a.max_tokens, a.anchor_bin,
-                            a.skip_anchors, not a.streaming_only, a.json)
+                            a.skip_anchors, not a.streaming_only, a.json, a.tracing, a.repeat)
     load_before = os.getloadavg()
     results, shape = run_bench(cfg)
     load_after = os.getloadavg()
-    print(summarize(results, shape), flush=True)
-    print(issue_table(results), flush=True)
+    medians = median_rows(results)
+    print(summarize(medians, shape), flush=True)
+    print(issue_table(medians), flush=True)
+    for line in tracing_cost(results):
+        print(line, flush=True)
     print(f"load average before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, "
           f"after {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}; "
           f"{os.cpu_count()} CPUs", flush=True)

@@ -21,9 +21,11 @@ class Row:
 
 
 def engine_twin(target: str) -> str:
-    """The direct-gRPC row measuring the engines a Switchyard row's router stands in front of
-    (switchyard-rust streams from the same kind of mock engines as switchyard)."""
-    return target.replace("switchyard", "direct-grpc").replace(FRONT_SUFFIX, "")
+    """The direct-gRPC row of a Switchyard row: the one measuring the engines its router stands
+    in front of (the Rust front's and traced routers' engines are alike: the plain router's
+    row stands for them)."""
+    twin = target.replace("switchyard", "direct-grpc").replace(FRONT_SUFFIX, "")
+    return "direct-grpc" if "-trace" in twin else twin
 
 
 FRONT_SUFFIX = "-rust"  # the Switchyard row served by the Rust HTTP front

@@ -76,8 +76,11 @@ class EngineHandle:
         timing = req.scope.enter(self, "prep_recv", req.engine_request_id)
         hold = req.scope.hold(self, req.engine_request_id)
         hold.reservations += 1  # before the call: a cancelled call may still have reserved
-        resp = await self.client.prep_recv(req.engine_request_id, req.tokens, resolved)
-        timing[3] = time.perf_counter()
+        try:
+            resp = await self.client.prep_recv(req.engine_request_id, req.tokens, resolved,
+                                               metadata=req.timeline.verb_metadata(timing))
+        finally:
+            timing[3] = time.perf_counter()
         return KvReservation(self.id, req.engine_request_id, resp.kv_addr, resp.matched_len,
                              resp.end, resp.page_size, self.address)
 
@@ -98,15 +101,17 @@ class EngineHandle:
         hold.sends += 1
         try:
             resp = await self.client.remote_send(req.engine_request_id, req.tokens, kv.kv_addr,
-                                                 kv.dst_address, begin, end)
+                                                 kv.dst_address, begin, end,
+                                                 metadata=req.timeline.verb_metadata(timing))
         except grpc.aio.AioRpcError as exc:
             if exc.code() in CALLER_MISTAKES:
                 raise  # the policy asked for something invalid: its bug, reported as such
             raise TransferFailed(f"{self.id} -> {kv.engine_id}: {exc.code().name}: "
                                  f"{exc.details()}") from exc
+        finally:
+            timing[3] = time.perf_counter()
         hold.sends -= 1  # answered: the sender has finished with it
         hold.settle()
-        timing[3] = time.perf_counter()
         return SendResult(resp.bytes_sent, resp.transport, resp.total_ms, resp.cached_on_sender)
 
     def start_generate(self, req: RouterRequest, begin: int = 0,
@@ -165,14 +170,16 @@ class GenerationStream:
             sampling=sampling_to_proto(req.sampling, max_tokens=left,
                                        min_tokens=max(0, req.sampling.min_tokens - req.generated)),
             max_new_tokens_here=max_new_tokens_here, output_offset=req.generated)
+        metadata = req.timeline.verb_metadata(timing)  # opens the verb's span when traced
         self.front_call: FrontCall | None = None
         self._call: Any
         if engine.front is not None:
+            # Through the Rust front the trace context does not reach the engine yet.
             self.front_call = FrontCall(engine.front.start_generate(engine.num,
                                                                     request.SerializeToString()))
             self._call = self.front_call
         else:
-            self._call = engine.client.start_generate_request(request)
+            self._call = engine.client.start_generate_request(request, metadata=metadata)
         self.finished = False   # accounting released (the stream ended or was cancelled)
         self.delivered = False  # the engine sent its finish chunk: it holds nothing for us
         engine.core.table.on_dispatch(engine.num, self._prefill, self._decode)

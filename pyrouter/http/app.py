@@ -79,9 +79,9 @@ async def models(request: web.Request) -> web.Response:
 
 async def metrics(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    state.metrics.inflight.set(state.counters.inflight)
+    state.metrics.in_flight.set(state.counters.inflight)
     for e in state.engines.engines.values():
-        state.metrics.engine_healthy.labels(e.id, e.address).set(
+        state.metrics.engine_healthy.labels(e.id, e.role, e.address).set(
             1 if e.healthy and not e.draining else 0)
     resp = web.Response(body=generate_latest(state.metrics.registry))
     resp.content_type = CONTENT_TYPE_LATEST.split(";")[0]

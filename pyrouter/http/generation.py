@@ -10,10 +10,13 @@ from typing import Any, Literal
 from aiohttp import web
 
 from pyrouter.dispatch import RequestRun
-from pyrouter.errors import BadRequest, Busy, RouterError
+from pyrouter.errors import BadRequest, Busy, PolicyFailed, RouterError
 from pyrouter.http.parse import parse_request
 from pyrouter.request import RouterRequest
+from pyrouter.request_end import record_request_end
+from pyrouter.request_trace import start_request_trace
 from pyrouter.state import STATE, RouterState
+from pyrouter.timeline import RequestTimeline
 from router_core import IncrementalDetokenizer, SseEncoder
 
 log = logging.getLogger("switchyard.router")
@@ -31,37 +34,48 @@ async def _read_body(request: web.Request) -> Any:
 async def handle_generation(request: web.Request, kind: Literal["completion", "chat"]
                             ) -> web.StreamResponse:
     state = request.app[STATE]
-    body = await _read_body(request)
-    cfg = state.config
-    max_context = min(cfg.max_context, state.engines.max_context or cfg.max_context)
-    req = parse_request(body, kind, state.tokenizer, request["request_id"],
-                        cfg.served_model, max_context, cfg.default_temperature,
-                        cfg.default_top_p)
+    timeline = RequestTimeline()  # the request's clock starts before the body is read
+    try:
+        body = await _read_body(request)
+        cfg = state.config
+        max_context = min(cfg.max_context, state.engines.max_context or cfg.max_context)
+        req = parse_request(body, kind, state.tokenizer, request["request_id"],
+                            cfg.served_model, max_context, cfg.default_temperature,
+                            cfg.default_top_p)
+        if state.counters.inflight >= state.config.max_inflight:
+            raise Busy(f"{state.counters.inflight} requests in flight (limit "
+                       f"{state.config.max_inflight})", code="too_many_requests")
+    except RouterError as exc:
+        state.metrics.count_error(exc.code or exc.error_type)
+        raise
     req.engine_request_id = request["engine_request_id"]
-    if state.counters.inflight >= state.config.max_inflight:
-        raise Busy(f"{state.counters.inflight} requests in flight (limit "
-                   f"{state.config.max_inflight})", code="too_many_requests")
+    req.timeline = timeline
+    timeline.trace = start_request_trace(state.tracer, req, request.headers)
     req.scope.open(state.counters)
-    started = time.perf_counter()
-    status = "error"
+    status, error_type = "cancelled", ""  # a client gone mid-request ends with neither
     policy_name = state.slot.current.name
-    first_token: float | None = None
     run: RequestRun | None = None
     try:
         run = await state.dispatcher.admit(req)
         state.runs[req.request_id] = run
         policy_name = run.policy_name
-        first_token = time.perf_counter()
-        state.metrics.ttft.observe(first_token - started)
-        state.metrics.count_route(req.route.pattern)
+        state.metrics.count_selection(policy_name, req.route.label())
         request["route"] = req.route.header()
         if req.stream:
             resp = await _stream(request, state, req, run)
         else:
             resp = await _collect(state, req, run)
-        if not request.get("failed"):
-            status = "ok"
+        status = "error" if request.get("failed") else "ok"
+        error_type = request.get("failed") or ""
         return resp
+    except RouterError as exc:
+        status, error_type = "error", exc.code or exc.error_type
+        if isinstance(exc, PolicyFailed):
+            state.metrics.child(state.metrics.policy_errors, policy_name).inc()
+        raise
+    except Exception as exc:
+        status, error_type = "error", type(exc).__name__
+        raise
     finally:
         # One owner releases everything the request held, on every path (client gone too).
         if run is not None:
@@ -69,15 +83,7 @@ async def handle_generation(request: web.Request, kind: Literal["completion", "c
                 del state.runs[req.request_id]
             await run.close()
         req.scope.close()
-        state.metrics.count_request(policy_name, status)
-        ended = time.perf_counter()
-        state.dispatcher.record(req, status == "ok", started, first_token, ended)
-        state.metrics.latency.observe(ended - started)
-        if state.tracer is not None:
-            state.tracer.write_request(req, policy_name, started, first_token, ended, status)
-        if state.otel is not None:
-            state.otel.export_request(req, policy_name, request.headers, started, first_token,
-                                      ended, status)
+        record_request_end(state, req, policy_name, status, error_type)
 
 
 def _finish(reason: str) -> str:
@@ -89,13 +95,6 @@ def _usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> di
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
             "prompt_tokens_details": {"cached_tokens": cached_tokens}}
-
-
-def _account(state: RouterState, req: RouterRequest, prompt_tokens: int,
-             completion_tokens: int) -> None:
-    req.completion_tokens = completion_tokens
-    state.metrics.prompt_tokens.inc(prompt_tokens)
-    state.metrics.completion_tokens.inc(completion_tokens)
 
 
 async def _collect(state: RouterState, req: RouterRequest, run: RequestRun) -> web.Response:
@@ -117,7 +116,7 @@ async def _collect(state: RouterState, req: RouterRequest, run: RequestRun) -> w
     else:
         texts.append(detok.flush())
     prompt_tokens = req.prompt_len
-    _account(state, req, prompt_tokens, len(ids))
+    req.completion_tokens = len(ids)
     text = "".join(texts)
     choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": finish}
     if req.kind == "chat":
@@ -189,10 +188,11 @@ async def _stream(request: web.Request, state: RouterState, req: RouterRequest,
         log.warning("request %s failed mid-stream: %s", req.request_id, exc.message)
         pending += [b"data: " + json.dumps(exc.body()).encode() + b"\n\n", enc.done()]
         await resp.write_eof(b"".join(pending))
-        request["failed"] = True
+        request["failed"] = exc.code or exc.error_type
+        req.completion_tokens = completion
         return resp
     prompt_tokens = req.prompt_len
-    _account(state, req, prompt_tokens, completion)
+    req.completion_tokens = completion
     if req.include_usage:
         pending.append(enc.usage(prompt_tokens, completion, run.first.cached_tokens))
     pending.append(enc.done())

@@ -15,7 +15,7 @@ import asyncio
 import zlib
 from array import array
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -150,7 +150,7 @@ class FakeEngineClient:
 
     # ---- the verbs ----
     async def prep_recv(self, request_id: str, tokens: list[int], end: int = -1,
-                        lease_s: float = 0.0) -> pb.PrepRecvResponse:
+                        lease_s: float = 0.0, metadata: Any = None) -> pb.PrepRecvResponse:
         nth = await self._enter("prep_recv", request_id)
         resolved = end + len(tokens) if end < 0 else end
         if not 0 <= resolved <= len(tokens) or request_id in self.reservations:
@@ -162,7 +162,8 @@ class FakeEngineClient:
                                    matched_len=matched, end=resolved, page_size=self.block_size)
 
     async def remote_send(self, request_id: str, tokens: list[int], kv_addr: bytes, dst: str,
-                          begin: int, end: int, transport: str = "") -> pb.RemoteSendResponse:
+                          begin: int, end: int, transport: str = "", metadata: Any = None
+                          ) -> pb.RemoteSendResponse:
         nth = await self._enter("remote_send", request_id)
         target_name, _, target_rid = kv_addr.decode().partition("/")
         target = self.cluster.client(target_name)
@@ -181,7 +182,7 @@ class FakeEngineClient:
                                      end=end)
 
     def start_generate_request(self, request: pb.StartGenerateRequest,
-                               timeout_s: float | None = None) -> FakeCall:
+                               timeout_s: float | None = None, metadata: Any = None) -> FakeCall:
         return FakeCall(self, request)
 
     async def abort(self, request_id: str, handoff: bool = False) -> bool:

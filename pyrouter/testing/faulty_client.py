@@ -48,9 +48,11 @@ class FaultyClient:
         return resp
 
     def start_generate_request(self, request: pb.StartGenerateRequest,
-                               timeout_s: float | None = None) -> _FaultyCall:
+                               timeout_s: float | None = None, metadata: Any = None
+                               ) -> _FaultyCall:
         nth = self._nth("start_generate")
-        return _FaultyCall(self, nth, self.inner.start_generate_request(request, timeout_s))
+        return _FaultyCall(self, nth, self.inner.start_generate_request(request, timeout_s,
+                                                                        metadata))
 
 
 class _FaultyCall:

@@ -36,7 +36,7 @@ def by_kind(docs: tuple[dict[str, Any], ...], kind: str) -> dict[str, dict[str, 
 def source_text() -> str:
     """All Python source the images run (pyrouter/, engine/), for 'is this name read?' checks."""
     parts = []
-    for package in ("pyrouter", "engine"):
+    for package in ("pyrouter", "engine", "switchyard_telemetry"):
         for dirpath, _, files in os.walk(os.path.join(ROOT, package)):
             parts += [open(os.path.join(dirpath, f), encoding="utf-8").read()
                       for f in files if f.endswith(".py")]

@@ -110,8 +110,10 @@ def test_optional_profiles_only():
         assert (name in OURS) != bool(service.get("profiles")), name
     prometheus = yaml.safe_load(open(os.path.join(DEPLOY, "observability", "prometheus.yml"),
                                      encoding="utf-8"))
-    (job,) = prometheus["scrape_configs"]
-    assert job["static_configs"][0]["targets"] == [f"127.0.0.1:{parsed(OURS['router']).port}"]
+    jobs = {j["job_name"]: j["static_configs"][0]["targets"] for j in prometheus["scrape_configs"]}
+    assert jobs["switchyard-router"] == [f"127.0.0.1:{parsed(OURS['router']).port}"]
+    assert sorted(jobs["switchyard-engines"]) == sorted(
+        f"127.0.0.1:{parsed(s).metrics_port}" for s in ENGINES.values())
 
 
 # ---- images ----
@@ -205,3 +207,13 @@ def test_image_tags_follow_the_package_version():
         for doc in render(overlay):
             for c in doc.get("spec", {}).get("template", {}).get("spec", {}).get("containers", []):
                 assert c["image"].endswith(f":{version}"), (overlay, c["image"])
+
+
+def test_build_context_holds_every_package_the_wheel_ships():
+    # .dockerignore is a whitelist: a package missing from it breaks the wheel build in the image.
+    maturin = tomllib.load(open(os.path.join(ROOT, "pyproject.toml"), "rb"))["tool"]["maturin"]
+    allowed = {line.strip().lstrip("!") for line in open(os.path.join(ROOT, ".dockerignore"))
+               if line.strip().startswith("!")}
+    generated = {"switchyard_rpc"}  # written from proto/ inside the builder stage
+    missing = set(maturin["python-packages"]) - generated - allowed
+    assert not missing, f".dockerignore leaves out {sorted(missing)}"

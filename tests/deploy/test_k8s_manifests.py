@@ -126,6 +126,8 @@ def test_engine_args_ports_and_env_exist_in_the_code(overlay):
         ports = {p["name"]: p["containerPort"] for p in c["ports"]}
         assert ports["grpc"] == parsed.port == c["readinessProbe"]["grpc"]["port"]
         assert ports["kv"] == int(literal_env(c)["SWITCHYARD_TRANSFER_PORT"])
+        assert ports["metrics"] == int(literal_env(c)["SWITCHYARD_METRICS_PORT"]) == int(
+            sts["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"])
         assert c["startupProbe"]["tcpSocket"]["port"] == c["livenessProbe"]["tcpSocket"]["port"] \
             == "grpc"
 
@@ -176,7 +178,7 @@ def test_only_router_and_engines_reach_engine_ports(overlay):
     pools = engine_sets(docs)
     for sts in pools.values():
         assert selects(spec["podSelector"]["matchLabels"], pod_labels(sts))
-    (rule,) = spec["ingress"]
+    rule, metrics_rule = spec["ingress"]
     allowed = [peer["podSelector"]["matchLabels"] for peer in rule["from"]]
     assert all(set(peer) == {"podSelector"} for peer in rule["from"]), "no namespace/IP peers"
     router_labels = pod_labels(by_kind(docs, "Deployment")["router"])
@@ -184,7 +186,11 @@ def test_only_router_and_engines_reach_engine_ports(overlay):
     for sts in pools.values():
         c = container(sts)
         assert any(selects(a, pod_labels(sts)) for a in allowed)  # prefill -> decode KV pushes
-        assert {p["port"] for p in rule["ports"]} == {p["containerPort"] for p in c["ports"]}
+        ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+        assert {p["port"] for p in rule["ports"]} == {ports["grpc"], ports["kv"]}
+        # Only the read-only metrics port is open to scrapers anywhere.
+        assert "from" not in metrics_rule
+        assert [p["port"] for p in metrics_rule["ports"]] == [ports["metrics"]]
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

@@ -110,7 +110,9 @@ def test_importing_every_engine_module_never_imports_flashinfer() -> None:
     code = (
         "import importlib, pkgutil, sys\n"
         "import engine\n"
-        "names = [m.name for m in pkgutil.walk_packages(engine.__path__, 'engine.')]\n"
+        # The fast-mode kernels are a torch op library (torch.ops.load_library), not a module.
+        "names = [m.name for m in pkgutil.walk_packages(engine.__path__, 'engine.')\n"
+        "         if m.name != 'engine.kernels._switchyard_cpu']\n"
         "for name in names:\n"
         "    if not name.endswith('__main__'):\n"
         "        importlib.import_module(name)\n"

@@ -13,6 +13,7 @@ import requests
 
 from pyrouter.bench.proc_cpu import tree_cpu_s
 from pyrouter.bench.router_bench_tables import Row, issue_table
+from pyrouter.bench.router_bench_tracing import median_rows, tracing_cost
 from pyrouter.bench.wrk_runner import Measure, parse_wrk
 from router_core import MockOpenAIWorker
 
@@ -73,6 +74,24 @@ def test_issue_table_has_one_line_per_target_with_ratios() -> None:
     assert "2000 (0.50x)" in switchyard and "0.400" in switchyard and "2500 (0.25x)" in switchyard
     direct = next(line for line in table if line.startswith("| direct |"))
     assert "9000 |" in direct and "x)" not in direct
+
+
+def test_tracing_cost_is_the_median_of_per_round_ratios() -> None:
+    def row(name: str, rps: float, cpu: float) -> Row:
+        return Row(name, True, 32, Measure(rps, 1000 / rps, 2.0, 0, "wrk", int(rps * 5)), cpu)
+
+    # Three rounds; the machine got slower in round 2 for both targets alike.
+    results = [row("switchyard", 1000, 0.40), row("switchyard-trace100", 960, 0.42),
+               row("switchyard", 500, 0.80), row("switchyard-trace100", 490, 0.82),
+               row("switchyard", 1000, 0.40), row("switchyard-trace100", 900, 0.44)]
+    (line,) = tracing_cost(results)
+    assert line.startswith("tracing cost (streaming, c=32): switchyard-trace100 -4.0% "
+                           "throughput vs off (median of 3 rounds; rounds -4%, -2%, -10%)")
+    assert "router CPU per request +5.0%" in line
+    medians = {r.target: r for r in median_rows(results)}
+    assert medians["switchyard"].measure.rps == 1000 and medians["switchyard"].router_cpu_ms == 0.4
+    assert medians["switchyard-trace100"].measure.requests == (960 + 490 + 900) * 5
+    assert tracing_cost(results[:3]) == []  # rounds that do not pair up give no figure
 
 
 def test_mock_worker_process_streams_and_stops_on_sigterm() -> None:

@@ -65,7 +65,7 @@ def test_models_health_ready_metrics(mock_cluster):
     ready = requests.get(f"{mock_cluster.base}/ready")
     assert ready.status_code == 200 and ready.json()["healthy_engines"] == 2
     metrics = requests.get(f"{mock_cluster.base}/metrics")
-    assert "switchyard_router_requests_total" in metrics.text
+    assert "switchyard:requests_total" in metrics.text
     for resp in (models, ready, metrics):
         assert resp.headers["X-Request-Id"] and resp.headers["X-Switchyard-Route"]
 

@@ -1,4 +1,7 @@
-"""SWITCHYARD_TRACE_FILE records each request's decision and verbs; `switchyard trace` shows it."""
+"""SWITCHYARD_TRACE_FILE with mock engines: the router's spans of each request (decision, verbs,
+segments) under one trace, found by X-Request-Id; `switchyard trace list|show`; bad ids and
+files give clear errors. (Mock engines record no spans: tests/router/test_trace_pd_real.py
+follows a request into real engines.)"""
 from __future__ import annotations
 
 import os
@@ -8,22 +11,26 @@ import pytest
 import requests
 from router_procs import ROOT, SWITCHYARD, free_port, start_mock, start_router, wait_ready
 
-pytestmark = pytest.mark.timeout(60)
+from switchyard_telemetry.jsonl import read_spans
+
+pytestmark = pytest.mark.timeout(120)
 
 
 def test_trace_file_and_cli(tmp_path, front: str):
     trace_file = str(tmp_path / "trace.jsonl")
     ports, rp = [free_port(), free_port()], free_port()
     engines = [start_mock(p) for p in ports]
-    router = start_router(rp, ports, "--policy", "pd", env={"SWITCHYARD_TRACE_FILE": trace_file},
-                          front=front)
+    router = start_router(rp, ports, "--policy", "pd",
+                          env={"SWITCHYARD_TRACE_FILE": trace_file,
+                               "OTEL_BSP_SCHEDULE_DELAY": "50"}, front=front)
     base = f"http://127.0.0.1:{rp}"
     try:
         wait_ready(base, router, want_engines=2)
         r = requests.post(f"{base}/v1/completions",
                           json={"prompt": list(range(300, 340)), "max_tokens": 3})
         assert r.status_code == 200
-        request_id = r.json()["id"]
+        request_id = r.headers["X-Request-Id"]
+        assert request_id == r.json()["id"]
         bad = requests.post(f"{base}/v1/completions", json={"prompt": "x", "max_tokens": 0})
         assert bad.status_code == 400
     finally:
@@ -31,18 +38,31 @@ def test_trace_file_and_cli(tmp_path, front: str):
         for e in engines:
             e.stop()
 
+    spans = read_spans([trace_file])
+    (root,) = [s for s in spans if s["name"] == "router.request"]  # the 400 was not admitted
+    assert root["attrs"]["switchyard.request_id"] == request_id
+    assert root["attrs"]["switchyard.pattern"] == "pd" and root["parent_id"] is None
+    assert {s["trace_id"] for s in spans} == {root["trace_id"]}
+    names = sorted(s["name"] for s in spans)
+    assert names == sorted(["router.request", "router.segment", "router.decision",
+                            "verb.prep_recv", "verb.remote_send", "verb.start_generate"])
+
     env = {**os.environ, "SWITCHYARD_TRACE_FILE": trace_file}
 
-    def trace(*args: str) -> str:
-        return subprocess.run([*SWITCHYARD, "trace", *args], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=30, check=True).stdout
+    def trace(*args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
+        out = subprocess.run([*SWITCHYARD, "trace", *args], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == code, out.stderr
+        return out
 
-    listing = trace()
-    assert request_id in listing and "pd prefill=e" in listing and "ok" in listing
-    timeline = trace(request_id)
-    for name in ("router.request", "verb.prep_recv", "verb.remote_send", "verb.start_generate"):
-        assert name in timeline, timeline
-    assert "policy=pd" in timeline and "completion_tokens=3" in timeline
-    missing = subprocess.run([*SWITCHYARD, "trace", "nope", "--file", trace_file], cwd=ROOT,
-                             capture_output=True, text=True, timeout=30)
-    assert missing.returncode == 1 and "no trace" in missing.stderr
+    listing = trace("list").stdout
+    assert request_id in listing and "pd prefill=e" in listing and " ok " in listing
+    assert trace().stdout == listing  # `switchyard trace` alone lists
+    shown = trace("show", request_id[:20]).stdout  # a unique prefix is enough
+    for name in names:
+        assert name in shown, shown
+    assert "segment 0 (policy): pd prefill=e" in shown and "out=3" in shown
+    missing = trace("show", "nope", "--file", trace_file, code=1)
+    assert "no trace for request 'nope'" in missing.stderr
+    no_file = trace("list", "--file", str(tmp_path / "absent.jsonl"), code=2)
+    assert "not found" in no_file.stderr
