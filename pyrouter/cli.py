@@ -28,6 +28,7 @@ _BENCH_DISPATCH: dict[str, str] = {
     "router": "pyrouter.bench.router_bench:run",
     "serve": "pyrouter.bench.serve.main:run",
     "plot": "pyrouter.bench.plot:run",
+    "soak": "pyrouter.bench.soak.main:run",
 }
 
 
@@ -39,6 +40,34 @@ def _load(target: str) -> Callable[[argparse.Namespace], int]:
     return func
 
 
+def add_router_guard_arguments(parser: argparse.ArgumentParser) -> None:
+    """What bounds the router's exposure (docs/reliability.md); `serve` passes them through."""
+    g = parser.add_argument_group("protection (docs/reliability.md)")
+    g.add_argument("--admin-port", type=int, default=None,
+                   help="serve the /admin routes only on this port (not on --port)")
+    g.add_argument("--admin-host", default="127.0.0.1",
+                   help="address of the admin port (default loopback)")
+    g.add_argument("--engine-allow", action="append", default=[], metavar="CIDR|HOST[:PORT]",
+                   help="addresses POST /admin/engines may add, beyond loopback and the --engine "
+                   "hosts (repeatable; env SWITCHYARD_ENGINE_ALLOW, comma-separated)")
+    g.add_argument("--max-body-bytes", type=int, default=4 << 20,
+                   help="largest request body (413 beyond it)")
+    g.add_argument("--body-timeout-s", type=float, default=30.0,
+                   help="time a request body may take to arrive (408 beyond it)")
+    g.add_argument("--idle-timeout-s", type=float, default=30.0,
+                   help="a connection without a complete request for this long is closed "
+                   "(headers sent too slowly, or idle keep-alive)")
+    g.add_argument("--drain-s", type=float, default=None,
+                   help="on SIGTERM, how long requests in flight may finish (default "
+                   "SWITCHYARD_DRAIN_S or 30)")
+    g.add_argument("--rate-limit-rps", type=float, default=0.0,
+                   help="requests per second per caller (API key, else client address); 0 = off")
+    g.add_argument("--rate-limit-burst", type=int, default=0,
+                   help="burst size of --rate-limit-rps (default: max(1, rps))")
+    g.add_argument("--max-inflight-per-caller", type=int, default=0,
+                   help="requests in flight per caller before 429; 0 = off")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="switchyard", description="Switchyard LLM serving")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -47,8 +76,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--engines", type=int, default=2)
     serve.add_argument("--policy", default="round_robin")
     serve.add_argument("--policy-file", default=None)
+    serve.add_argument("--policy-dir", default=None, metavar="DIR",
+                       help="policy files the router loads at start and PUT /admin/policy "
+                       "may load by name")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--max-restarts", type=int, default=5,
+                       help="times a dead engine is restarted (with backoff) before it is left "
+                       "down")
+    add_router_guard_arguments(serve)
     add_runtime_arguments(serve)  # passed to every engine
     serve.add_argument("--front", choices=("aiohttp", "rust"), default="aiohttp",
                        help="the router's HTTP front (rust: axum + tonic in router_core)")
@@ -93,6 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "SmolLM2 model, its recommended setting; 1.0 otherwise)")
     rtr.add_argument("--default-top-p", type=float, default=None,
                      help="top_p when a request omits it (default: 0.9 for SmolLM2, else 1.0)")
+    add_router_guard_arguments(rtr)
 
     bench = sub.add_parser("bench", help="benchmark runners")
     bench.add_argument("what", choices=sorted(_BENCH_DISPATCH))

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from pyrouter.degrade import degraded_note
 from pyrouter.engines.handle import EngineHandle
 from pyrouter.errors import NoCapacity
 from pyrouter.outcomes import RecentOutcomes
@@ -101,14 +102,29 @@ class ClusterView:
 
     def best(self, role: str, req: RouterRequest,
              exclude: tuple[EngineHandle, ...] = ()) -> EngineHandle:
-        """The engine router_core scores cheapest for `role` (prefix overlap + load)."""
-        result = self.score(role, req)
-        for cand in result.candidates:
+        """The engine router_core scores cheapest for `role` (prefix overlap + load). When no
+        healthy engine takes `role`, the cheapest healthy engine of any role stands in and the
+        route header says so (pyrouter/degrade.py); NoCapacity only when none is left at all."""
+        engine = self._cheapest(role, req, exclude)
+        if engine is None and role != "any":
+            engine = self._cheapest("any", req, exclude)
+            if engine is not None:
+                note = degraded_note(role, engine.id)
+                if note not in req.route.degraded:
+                    req.route.degraded.append(note)
+                    self.note_event("degraded", role)
+        if engine is None:
+            raise NoCapacity(f"no healthy engine with role {role!r}", code="no_capacity")
+        return engine
+
+    def _cheapest(self, role: str, req: RouterRequest,
+                  exclude: tuple[EngineHandle, ...]) -> EngineHandle | None:
+        for cand in self.score(role, req).candidates:
             engine = self._by_num(cand.engine_id)
             if (engine is not None and engine.healthy and not engine.draining
                     and engine not in exclude):
                 return engine
-        raise NoCapacity(f"no healthy engine with role {role!r}", code="no_capacity")
+        return None
 
     def matched(self, engine: EngineHandle, req: RouterRequest) -> int:
         """Prompt tokens the router believes `engine` holds (from the prefix index)."""

@@ -54,8 +54,11 @@ def _engine_error(req: RouterRequest, policy_name: str, exc: grpc.aio.AioRpcErro
                   req.request_id, detail)
         return PolicyFailed(policy_name, f"engine rejected a verb ({detail})")
     if exc.code() == grpc.StatusCode.UNAVAILABLE:
-        return EngineUnavailable(f"engine unavailable during {stage}: {detail}",
-                                 code="engine_unavailable")
+        unavailable = EngineUnavailable(f"engine unavailable during {stage}: {detail}",
+                                        code="engine_unavailable")
+        # The verb that failed is the attempt's last one (policies await their verbs in turn).
+        unavailable.engine_id = attempt_verbs[-1][1] if attempt_verbs else None
+        return unavailable
     return EngineFailed(f"engine error during {stage}: {detail}", code="engine_error")
 
 
@@ -84,6 +87,21 @@ async def _first_chunk(stream: GenerationStream, timeout_s: float) -> pb.Generat
     except TimeoutError:
         raise EngineFailed(f"engine {stream.engine.id} produced no output within "
                            f"{timeout_s:g} s", code="engine_timeout") from None
+
+
+def _check_finish(chunk: pb.GenerateChunk, engine: EngineHandle, first: bool = False) -> None:
+    """Engine-internal endings never reach a client: `error` is an engine failure, and `abort`
+    (the engine ended the request itself, e.g. while shutting down) is one too — retryable on
+    another engine when nothing has been streamed yet."""
+    if chunk.finish_reason == "error":
+        raise EngineFailed(f"engine error: {chunk.error or 'unknown'}", code="engine_error")
+    if chunk.finish_reason == "abort":
+        if first and not chunk.token_ids:
+            unavailable = EngineUnavailable(f"engine {engine.id} aborted the request",
+                                            code="engine_aborted")
+            unavailable.engine_id = engine.id
+            raise unavailable
+        raise EngineFailed(f"engine {engine.id} aborted the request", code="engine_aborted")
 
 
 class RequestRun:
@@ -212,8 +230,7 @@ class RequestRun:
         if chunk is None:
             raise EngineFailed("engine closed the stream without finishing",
                                code="engine_error")
-        if chunk.finish_reason == "error":
-            raise EngineFailed(f"engine error: {chunk.error or 'unknown'}", code="engine_error")
+        _check_finish(chunk, stream.engine)
         return chunk
 
     async def chunks(self) -> AsyncIterator[pb.GenerateChunk]:
@@ -286,17 +303,21 @@ class Dispatcher:
         before any output, take it out of rotation and run the policy again (nothing has
         reached the client yet, so this is invisible)."""
         active = self.slot.current
+        engine_request_id = req.engine_request_id  # random; a retry's id derives from it
         for attempt in range(self.retries + 1):
             try:
                 return await self._attempt(req, active)
             except EngineUnavailable as exc:
                 if attempt == self.retries:
                     raise
-                for engine in req.scope.touched:
-                    self.engines.mark_unhealthy(engine.id)
+                # Only the engine that failed leaves rotation (a pd request's healthy prefill
+                # engine must stay in it: the retry may need it to stand in for the dead one).
+                failed = [exc.engine_id] if exc.engine_id else [e.id for e in req.scope.touched]
+                for engine_id in failed:
+                    self.engines.mark_unhealthy(engine_id)
                 log.warning("request %s: %s; retrying on another engine", req.request_id,
                             exc.message)
-                req.engine_request_id = f"{req.request_id}-r{attempt + 1}"
+                req.engine_request_id = f"{engine_request_id}-r{attempt + 1}"
                 req.route, req.matched_by_engine = RouteNote(), None
         raise AssertionError("unreachable")
 
@@ -312,11 +333,11 @@ class Dispatcher:
                 first = await _first_chunk(stream, self.policy_timeout_s)
             except grpc.aio.AioRpcError as exc:
                 raise _engine_error(req, active.name, exc, "generate",
-                                    req.scope.verbs[started_at:]) from exc
+                                    [*req.scope.verbs[started_at:],
+                                     ("start_generate", stream.engine.id)]) from exc
             if first is None:
                 raise EngineFailed("engine closed the stream without output")
-            if first.finish_reason == "error":
-                raise EngineFailed(f"engine error: {first.error or 'unknown'}")
+            _check_finish(first, stream.engine, first=True)
             req.timeline.first_token = time.perf_counter()
             return RequestRun(req, session, stream, first, started_at, self.policy_timeout_s)
         except BaseException as exc:

@@ -6,7 +6,10 @@ first segment), once per segment boundary (`next_segment`) and once at the end (
 never per token. The policy session, the dispatcher's retries and error mapping, the request
 scope, metrics, traces and outcomes are the Python ones the aiohttp front uses. Routes the front
 does not serve itself (/ready, /metrics, /admin/...) go to the aiohttp app (pyrouter/http/app.py)
-on a loopback port, so they are the same handlers.
+on a loopback port, so they are the same handlers behind the same key ring: the forwarded
+request carries the client's own Authorization header and nothing else, so an admin route takes
+an admin key exactly as on the aiohttp front (pyrouter/security/keys.py). While the router
+drains, `admit` answers 503 `shutting_down` as the aiohttp front does.
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from engine.core.errors import InvalidRequest
 from engine.core.sampling_params import SamplingParams
 from pyrouter.dispatch import RequestRun
 from pyrouter.errors import BadRequest, PolicyFailed, RouterError
+from pyrouter.http.generation import shutting_down
 from pyrouter.request import RouterRequest, SloSpec
 from pyrouter.request_end import record_request_end
 from pyrouter.request_trace import start_request_trace
@@ -69,10 +73,9 @@ def _request(spec: dict[str, Any], served_model: str) -> RouterRequest:
 
 
 class FrontBridge:
-    def __init__(self, state: RouterState, ops_base: str, ops_auth: str | None) -> None:
+    def __init__(self, state: RouterState, ops_base: str) -> None:
         self.state = state
         self._ops_base = ops_base
-        self._ops_headers = {"Authorization": f"Bearer {ops_auth}"} if ops_auth else {}
         self._ops: aiohttp.ClientSession | None = None
         self._admitting: dict[str, asyncio.Task[Any]] = {}
 
@@ -85,6 +88,8 @@ class FrontBridge:
         state = self.state
         policy = state.slot.current.name
         try:
+            if state.draining:
+                raise shutting_down()
             req = _request(spec, state.config.served_model)
         except RouterError as exc:
             state.metrics.count_error(exc.code or exc.error_type)
@@ -168,13 +173,15 @@ class FrontBridge:
         record_request_end(state, req, handle.policy, status, error_type)
 
     # ---- the routes the front does not serve ----
-    async def ops(self, method: str, path: str, query: str, body: bytes
+    async def ops(self, method: str, path: str, query: str, body: bytes, authorization: str
                   ) -> tuple[int, str, bytes]:
         if self._ops is None:
             self._ops = aiohttp.ClientSession(timeout=_OPS_TIMEOUT)
         url = f"{self._ops_base}{path}" + (f"?{query}" if query else "")
-        async with self._ops.request(method, url, data=body, headers={
-                **self._ops_headers, "Content-Type": "application/json"}) as resp:
+        headers = {"Content-Type": "application/json"}
+        if authorization:  # the client's own: the app's key ring decides (never a key of ours)
+            headers["Authorization"] = authorization
+        async with self._ops.request(method, url, data=body, headers=headers) as resp:
             return resp.status, resp.content_type, await resp.read()
 
     def engine_unavailable(self, num: int, message: str) -> None:

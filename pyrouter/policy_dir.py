@@ -19,7 +19,7 @@ import logging
 import os
 from collections.abc import Callable
 
-from pyrouter.errors import BadRequest
+from pyrouter.errors import BadRequest, Forbidden, NotFound
 from pyrouter.policy_registry import load_policy_file
 
 log = logging.getLogger("switchyard.router")
@@ -48,6 +48,36 @@ class PolicyDir:
         self.names: dict[str, list[str]] = {}  # file -> policy names it registered
         self.errors: dict[str, str] = {}  # file -> why its latest version failed to load
         self._task: asyncio.Task[None] | None = None
+
+    def resolve(self, name: str) -> str:
+        """The policy file `name` names inside this directory (a file name, or a path that
+        resolves inside it) — never a file elsewhere or a module: PUT /admin/policy
+        {"file": ...} loads only from here."""
+        if not name.endswith(".py") or "\x00" in name:
+            raise Forbidden("'file' must name a *.py file in the router's --policy-dir",
+                            param="file", code="policy_file_not_allowed")
+        path = name if os.path.isabs(name) else os.path.join(self.directory, name)
+        inside = os.path.realpath(self.directory) + os.sep
+        # realpath follows symlinks and `..`: a ConfigMap's files (symlinks into a hidden
+        # subdirectory) stay inside, a link or path to anywhere else does not.
+        if not os.path.realpath(path).startswith(inside):
+            raise Forbidden(f"policy file {name!r} is outside --policy-dir", param="file",
+                            code="policy_file_not_allowed")
+        if not os.path.isfile(path):
+            raise NotFound(f"no policy file {name!r} in --policy-dir", param="file",
+                           code="policy_file_not_found")
+        return path
+
+    def load_one(self, name: str) -> list[str]:
+        """Load (or reload) one file of the directory now; the names it registered."""
+        path = self.resolve(name)
+        names = load_policy_file(path)
+        key = _file_key(path)
+        if key is not None:
+            self.seen[path] = key
+        self.names[path] = names
+        self.errors.pop(path, None)
+        return names
 
     def files(self) -> list[str]:
         return sorted(glob.glob(os.path.join(self.directory, "*.py")))

@@ -38,6 +38,8 @@ class RouteNote:
 
     pattern: str = ""
     params: dict[str, object] = field(default_factory=dict)
+    # Roles that had no healthy engine and who stood in ("decode->e0"; pyrouter/degrade.py).
+    degraded: list[str] = field(default_factory=list)
 
     def label(self) -> str:
         """The pattern that ran, for metrics and outcomes: an adaptive policy's choice (`chose`)
@@ -47,6 +49,8 @@ class RouteNote:
     def header(self) -> str:
         parts = [self.pattern or "unknown"]
         parts.extend(f"{k}={v}" for k, v in self.params.items())
+        if self.degraded:
+            parts.append("degraded=" + ",".join(self.degraded))
         return " ".join(parts)
 
 
@@ -69,7 +73,8 @@ class RouterRequest:
     # Every reservation, send and generation on any engine, and the router's counts.
     scope: RequestScope = field(default_factory=RequestScope)
     prompt_len: int = 0  # set from tokens at construction
-    # The id the engines know this request by: request_id, or request_id-rN after N retries.
+    # The id the engines know this request by (random, never shown to a client; -rN after N
+    # retries).
     engine_request_id: str = ""
     completion_tokens: int = 0  # what the client received, filled when the response is complete
     # When each part of the request happened (metrics and spans at its end).
@@ -90,4 +95,4 @@ class RouterRequest:
 
     def note_route(self, pattern: str, **params: object) -> None:
         """Record the pattern that ran and its parameters (shown in X-Switchyard-Route)."""
-        self.route = RouteNote(pattern, dict(params))
+        self.route = RouteNote(pattern, dict(params), self.route.degraded)

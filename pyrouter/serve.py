@@ -2,22 +2,45 @@
 
 Engine roles come from the policy (`pd` -> one prefill + one decode engine). Each engine is a
 child process that dies with this one (PR_SET_PDEATHSIG), and Ctrl-C / SIGTERM stop the router
-first, then every engine (SIGTERM, then SIGKILL after a grace period), so nothing is orphaned.
+first (it drains: pyrouter/http/drain.py), then every engine (SIGTERM, then SIGKILL after a grace
+period), so nothing is orphaned.
+
+The deployment gets a fresh engine token (engine/server/auth.py) in a 0600 file that the engines
+and the router read, unless SWITCHYARD_ENGINE_TOKEN[_FILE] is already set. An engine that dies
+is reaped and restarted on its port (the router's health watcher takes it back into rotation)
+with exponential backoff, at most --max-restarts times in a row (an engine that then runs for two
+minutes starts over); the policy meanwhile runs degraded on the engines left
+(pyrouter/degrade.py).
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
+import secrets
 import signal
 import sys
 import tempfile
+import time
+from dataclasses import replace
 from pathlib import Path
 
+from engine.server.auth import TOKEN_ENV, TOKEN_FILE_ENV
 from engine.server.launcher import EngineProcess, EngineSpec, launch, stop_engines, wait_healthy
-from pyrouter.server import initial_policy, serve_router
+from pyrouter.server import initial_policy, rust_front_refusal, serve_router
 
+log = logging.getLogger("switchyard.serve")
 _READY_TIMEOUT_S = float(os.environ.get("SWITCHYARD_ENGINE_READY_TIMEOUT_S", "900"))
+_BACKOFF_START_S = 1.0
+_BACKOFF_MAX_S = 60.0
+_WATCH_S = 0.5
+# An engine that ran this long before it died was not crash-looping: its backoff starts over.
+_STABLE_S = 120.0
+# Router flags `serve` passes through as they are (pyrouter/cli.py: add_router_guard_arguments).
+_ROUTER_GUARD_FLAGS = ("admin_port", "admin_host", "engine_allow", "max_body_bytes",
+                       "body_timeout_s", "idle_timeout_s", "drain_s", "rate_limit_rps",
+                       "rate_limit_burst", "max_inflight_per_caller")
 
 
 def engine_specs(args: argparse.Namespace, roles: list[str]) -> list[EngineSpec]:
@@ -34,18 +57,96 @@ def engine_specs(args: argparse.Namespace, roles: list[str]) -> list[EngineSpec]
             for i, role in enumerate(roles)]
 
 
+def deployment_token(log_dir: Path) -> None:
+    """A fresh engine token for this deployment, in a file only this user can read; every child
+    (engines) and the router in this process read it through SWITCHYARD_ENGINE_TOKEN_FILE."""
+    if os.environ.get(TOKEN_ENV) or os.environ.get(TOKEN_FILE_ENV):
+        return  # the operator's own
+    path = log_dir / "engine-token"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_urlsafe(32))
+    os.environ[TOKEN_FILE_ENV] = str(path)
+
+
+class EngineKeeper:
+    """Watches the engine processes: reaps one that exits and starts it again on its port, with
+    exponential backoff, at most `max_restarts` times per engine."""
+
+    def __init__(self, engines: list[EngineProcess], specs: list[EngineSpec], log_dir: Path,
+                 max_restarts: int) -> None:
+        self.engines = engines
+        self.specs = {s.name: s for s in specs}
+        self.log_dir = log_dir
+        self.max_restarts = max_restarts
+        self.restarts: dict[str, int] = {}  # restarts since the engine last ran stably
+        self.total_restarts = 0
+        self._started = {e.name: time.monotonic() for e in engines}
+        self._stopping = False
+
+    async def run(self) -> None:
+        # Engine index -> when its restart is due. Each engine waits out its own backoff while
+        # the others are still watched (one engine's 60 s backoff must not delay another's).
+        due: dict[int, float] = {}
+        while not self._stopping:
+            for i, engine in enumerate(self.engines):
+                if i in due:
+                    if time.monotonic() >= due[i]:
+                        del due[i]
+                        spec = replace(self.specs[engine.name], port=engine.port)
+                        self.engines[i] = launch(spec, self.log_dir, die_with_parent=True)
+                        self._started[engine.name] = time.monotonic()
+                    continue
+                if engine.alive():
+                    continue  # poll() in alive() also reaps an exited child: no zombie
+                if time.monotonic() - self._started.get(engine.name, 0.0) > _STABLE_S:
+                    self.restarts[engine.name] = 0
+                done = self.restarts.get(engine.name, 0)
+                if done >= self.max_restarts:
+                    continue
+                delay = min(_BACKOFF_MAX_S, _BACKOFF_START_S * 2 ** done)
+                print(f"engine {engine.name} exited with code {engine.proc.returncode}; "
+                      f"restarting in {delay:.0f} s ({done + 1}/{self.max_restarts})",
+                      flush=True)
+                self.restarts[engine.name] = done + 1
+                self.total_restarts += 1
+                self._started[engine.name] = float("inf")  # not stable until it runs again
+                due[i] = time.monotonic() + delay
+            await asyncio.sleep(_WATCH_S)
+
+    def stop(self) -> None:
+        self._stopping = True
+
+
+def _router_args(args: argparse.Namespace, engines: list[EngineProcess],
+                 policy: str) -> argparse.Namespace:
+    router_args = argparse.Namespace(
+        engine=[f"{e.address}@{e.role}" for e in engines], policy=policy,
+        policy_file=None, policy_dir=getattr(args, "policy_dir", None), model=args.model,
+        host=args.host, port=args.port, max_inflight=None, max_context=None, poll_s=None,
+        default_temperature=None, default_top_p=None,
+        front=getattr(args, "front", "aiohttp"))
+    for name in _ROUTER_GUARD_FLAGS:
+        setattr(router_args, name, getattr(args, name, None))
+    return router_args
+
+
 async def _serve(args: argparse.Namespace, log_dir: Path) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    deployment_token(log_dir)
     active = initial_policy(args.policy, args.policy_file)
     roles = active.spec.engine_roles(args.engines)
     print(f"starting {len(roles)} engine(s) {roles} for policy {active.name}; logs in {log_dir}",
           flush=True)
     engines: list[EngineProcess] = []
+    keeper: EngineKeeper | None = None
+    keeper_task: asyncio.Task[None] | None = None
     try:
-        for spec in engine_specs(args, roles):
+        specs = engine_specs(args, roles)
+        for spec in specs:
             engines.append(launch(spec, log_dir, die_with_parent=True))
 
         def ready(e: EngineProcess) -> None:
@@ -59,15 +160,17 @@ async def _serve(args: argparse.Namespace, log_dir: Path) -> int:
         except RuntimeError as exc:
             print(exc, file=sys.stderr, flush=True)
             return 1
-        router_args = argparse.Namespace(
-            engine=[f"{e.address}@{e.role}" for e in engines], policy=active.name,
-            policy_file=None, model=args.model, host=args.host, port=args.port,
-            max_inflight=None, max_context=None, poll_s=None, default_temperature=None,
-            default_top_p=None, front=args.front)
-        await serve_router(router_args, stop, banner=f"switchyard serving on "
-                           f"http://{args.host}:{args.port}/v1 (Ctrl-C stops everything)")
+        keeper = EngineKeeper(engines, specs, log_dir, int(getattr(args, "max_restarts", 5)))
+        keeper_task = asyncio.create_task(keeper.run())
+        await serve_router(_router_args(args, engines, active.name), stop,
+                           banner=f"switchyard serving on http://{args.host}:{args.port}/v1 "
+                           "(Ctrl-C stops everything)")
         return 0
     finally:
+        if keeper is not None:
+            keeper.stop()
+        if keeper_task is not None:
+            keeper_task.cancel()
         print("stopping engines ...", flush=True)
         stop_engines(engines)
         print("all engines stopped", flush=True)
@@ -76,6 +179,10 @@ async def _serve(args: argparse.Namespace, log_dir: Path) -> int:
 def run(args: argparse.Namespace) -> int:
     if args.engines < 1:
         print("--engines must be >= 1", file=sys.stderr)
+        return 2
+    refusal = rust_front_refusal(args)
+    if refusal:  # before any engine starts
+        print(f"switchyard serve: {refusal}", file=sys.stderr)
         return 2
     from pyrouter.server import setup_logging_and_loop
 

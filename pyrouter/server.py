@@ -9,19 +9,26 @@ import signal
 
 from aiohttp import web
 
+from engine.server.auth import TLS_CA_ENV
 from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.membership import EngineSet
 from pyrouter.errors import BadRequest
 from pyrouter.front_bridge import FrontBridge
-from pyrouter.http.app import make_app
+from pyrouter.http.app import make_admin_app, make_app
+from pyrouter.http.drain import drain
 from pyrouter.live_config import LiveConfig
 from pyrouter.metrics import RouterMetrics
 from pyrouter.policy_registry import ActivePolicy, get_policy, load_policy_source
+from pyrouter.security.engine_allow import EngineAllowList
+from pyrouter.security.keys import ADMIN_KEYS_ENV, KeyRing
+from pyrouter.security.rate_limit import CallerLimiter, RateRules
 from pyrouter.state import RouterConfig, RouterState
 from pyrouter.tokenizer import load_router_tokenizer, model_display_id
 from router_core import DetokenizerVocab, RouterFront
 
 log = logging.getLogger("switchyard.router")
+DRAIN_ENV = "SWITCHYARD_DRAIN_S"  # the engines' drain variable; the router's default grace too
+LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
 
 
 def initial_policy(name: str, policy_file: str | None) -> ActivePolicy:
@@ -51,14 +58,61 @@ def _sampling_defaults(args: argparse.Namespace) -> dict[str, float]:
             "default_top_p": top_p if top_p is not None else (0.9 if default_model else 1.0)}
 
 
+def _opt(args: argparse.Namespace, name: str, default: float) -> float:
+    value = getattr(args, name, None)
+    return float(default if value is None else value)
+
+
+# Hardening of the aiohttp front that --front rust does not have (docs/reliability.md).
+_RUST_FRONT_REFUSES = ("rate_limit_rps", "rate_limit_burst", "max_inflight_per_caller")
+
+
+def rust_front_refusal(args: argparse.Namespace) -> str | None:
+    """Why `--front rust` cannot serve with these flags (None: it can). Per-caller rate limits
+    live in the aiohttp front's generation handler only; the Rust front must not pretend."""
+    if getattr(args, "front", "aiohttp") != "rust":
+        return None
+    given = [f"--{n.replace('_', '-')}" for n in _RUST_FRONT_REFUSES if getattr(args, n, None)]
+    if given:
+        return (f"--front rust does not enforce per-caller rate limits ({', '.join(given)}); "
+                "use the default aiohttp front for them")
+    if os.environ.get(TLS_CA_ENV):
+        return (f"--front rust does not dial engines over TLS ({TLS_CA_ENV} is set); "
+                "use the default aiohttp front for mTLS")
+    return None
+
+
+def router_config(args: argparse.Namespace) -> RouterConfig:
+    """The router's settings from its flags and environment (keys never come from flags)."""
+    refusal = rust_front_refusal(args)
+    if refusal:
+        raise BadRequest(refusal)
+    admin_separate = getattr(args, "admin_port", None) is not None
+    try:
+        return RouterConfig(
+            served_model=model_display_id(args.model),
+            max_context=int(getattr(args, "max_context", None) or 8192),
+            max_inflight=int(getattr(args, "max_inflight", None) or 4096),
+            keys=KeyRing.from_env(admin_plane_separate=admin_separate),
+            max_body_bytes=int(_opt(args, "max_body_bytes", 4 << 20)),
+            body_timeout_s=_opt(args, "body_timeout_s", 30.0),
+            idle_timeout_s=_opt(args, "idle_timeout_s", 30.0),
+            drain_s=_opt(args, "drain_s", float(os.environ.get(DRAIN_ENV, "") or 30.0)),
+            rate=RateRules(_opt(args, "rate_limit_rps", 0.0),
+                           int(_opt(args, "rate_limit_burst", 0)),
+                           int(_opt(args, "max_inflight_per_caller", 0))),
+            engine_allow=EngineAllowList.from_config(
+                getattr(args, "engine_allow", None) or [],
+                [parse_engine_arg(e)[0] for e in args.engine]),
+            **_sampling_defaults(args))
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+
+
 async def build_state(args: argparse.Namespace) -> RouterState:
-    keys = frozenset(k.strip() for k in os.environ.get("SWITCHYARD_API_KEYS", "").split(",")
-                     if k.strip())
+    config = router_config(args)
     tokenizer = load_router_tokenizer(args.model)
-    config = RouterConfig(served_model=model_display_id(args.model),
-                          max_context=int(getattr(args, "max_context", None) or 8192),
-                          max_inflight=int(getattr(args, "max_inflight", None) or 4096),
-                          api_keys=keys, **_sampling_defaults(args))
+    tokenizer.max_token_bytes()  # computed once now, not on the first request
     engines = EngineSet(poll_s=float(getattr(args, "poll_s", None) or 0.5))
     for spec in args.engine:
         engines.add(*parse_engine_arg(spec))
@@ -69,7 +123,19 @@ async def build_state(args: argparse.Namespace) -> RouterState:
                        Dispatcher(engines, slot, policy_timeout_s=timeout_s,
                                   events=metrics.count_event),
                        DetokenizerVocab.from_tokenizer_json(tokenizer.to_json()),
-                       metrics=metrics)
+                       metrics=metrics, limiter=CallerLimiter(config.rate))
+
+
+async def _start_site(app: web.Application, host: str, port: int,
+                      idle_timeout_s: float) -> web.AppRunner:
+    # keepalive_timeout closes a connection that has not sent a complete request in that time:
+    # headers trickling in (slowloris) as much as an idle keep-alive connection.
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
+                           keepalive_timeout=idle_timeout_s)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, backlog=4096, reuse_address=True)
+    await site.start()
+    return runner
 
 
 def start_rust_front(state: RouterState, args: argparse.Namespace, ops_port: int
@@ -77,15 +143,17 @@ def start_rust_front(state: RouterState, args: argparse.Namespace, ops_port: int
     """The Rust HTTP front on --host/--port; the aiohttp app answers its other routes on
     `ops_port` (loopback)."""
     cfg = state.config
-    bridge = FrontBridge(state, f"http://127.0.0.1:{ops_port}",
-                         next(iter(cfg.api_keys), None))
+    # The bridge forwards the client's own Authorization header to the loopback app: its key
+    # ring decides the admin routes (no key of the router's is ever added).
+    bridge = FrontBridge(state, f"http://127.0.0.1:{ops_port}")
     # to_state()'s keys are RouterFront's tokenizer arguments.
     front = RouterFront(
         bridge, args.host, args.port, **state.tokenizer.to_state(),
         served_model=cfg.served_model, max_context=cfg.max_context,
-        max_inflight=cfg.max_inflight, api_keys=sorted(cfg.api_keys),
+        max_inflight=cfg.max_inflight, api_keys=sorted(cfg.keys.api_keys),
         default_temperature=cfg.default_temperature, default_top_p=cfg.default_top_p,
-        first_chunk_timeout_s=state.dispatcher.policy_timeout_s)
+        first_chunk_timeout_s=state.dispatcher.policy_timeout_s,
+        max_body_bytes=cfg.max_body_bytes)
     state.engines.attach_front(front)
     return front, bridge
 
@@ -94,31 +162,41 @@ async def serve_router(args: argparse.Namespace, stop: asyncio.Event,
                        banner: str | None = None) -> None:
     live = LiveConfig.from_args(args)  # --policy-dir loads first: --policy may name its policies
     state = await build_state(args)
+    state.policy_dir = live.policy_dir
     await live.start(state)
+    cfg = state.config
     rust = getattr(args, "front", "aiohttp") == "rust"
-    runner = web.AppRunner(make_app(state), handler_cancellation=True, access_log=None)
-    await runner.setup()
+    admin_port = getattr(args, "admin_port", None)
     # --front rust: the aiohttp app serves only the front's non-OpenAI routes, on loopback.
     host, port = ("127.0.0.1", 0) if rust else (args.host, args.port)
-    site = web.TCPSite(runner, host, port, backlog=4096, reuse_address=True)
-    await site.start()
+    runners = [await _start_site(make_app(state, with_admin=admin_port is None), host, port,
+                                 cfg.idle_timeout_s)]
     front: RouterFront | None = None
     bridge: FrontBridge | None = None
-    if rust:
-        ops_port = int(runner.addresses[0][1])
-        front, bridge = start_rust_front(state, args, ops_port)
-    print(banner or f"switchyard router on http://{args.host}:{args.port} "
-          f"policy={state.slot.current.name} engines={len(state.engines.engines)}"
-          f"{' front=rust' if rust else ''}", flush=True)
     try:
+        if admin_port is not None:
+            admin_host = getattr(args, "admin_host", None) or "127.0.0.1"
+            runners.append(await _start_site(make_admin_app(state), admin_host, admin_port,
+                                             cfg.idle_timeout_s))
+            log.info("admin routes on http://%s:%d only", admin_host, admin_port)
+            if cfg.keys.admin_open and admin_host not in LOOPBACK_HOSTS:
+                log.warning("admin routes on %s need no key: set %s or keep them on loopback",
+                            admin_host, ADMIN_KEYS_ENV)
+        if rust:
+            front, bridge = start_rust_front(state, args, int(runners[0].addresses[0][1]))
+        print(banner or f"switchyard router on http://{args.host}:{args.port} "
+              f"policy={state.slot.current.name} engines={len(state.engines.engines)}"
+              f"{' front=rust' if rust else ''}", flush=True)
         await stop.wait()
+        await drain(state, cfg.drain_s)
     finally:
         if front is not None:
             # On a thread: requests ending meanwhile still run their close on this loop.
             await asyncio.to_thread(front.shutdown, 1.0)
         if bridge is not None:
             await bridge.aclose()
-        await runner.cleanup()
+        for runner in runners:
+            await runner.cleanup()
         await live.close()
         await state.engines.close()
 

@@ -1,8 +1,9 @@
 """Everything one router instance holds; the aiohttp app carries it under STATE."""
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -10,7 +11,11 @@ from engine.tokenizer import EngineTokenizer
 from pyrouter.dispatch import Dispatcher, PolicySlot, RequestRun
 from pyrouter.engines.membership import EngineSet
 from pyrouter.metrics import RouterMetrics
+from pyrouter.policy_dir import PolicyDir
 from pyrouter.scope import RouterCounters
+from pyrouter.security.engine_allow import EngineAllowList
+from pyrouter.security.keys import KeyRing
+from pyrouter.security.rate_limit import CallerLimiter, RateRules
 from router_core import DetokenizerVocab
 from switchyard_telemetry.provider import tracer_from_env
 
@@ -23,15 +28,29 @@ class RouterConfig:
     served_model: str
     max_context: int = 8192
     max_inflight: int = 4096
-    api_keys: frozenset[str] = frozenset()
+    keys: KeyRing = field(default_factory=KeyRing)
     # Sampling defaults for requests that omit them (vLLM likewise applies a model's
     # generation defaults); OpenAI's own defaults are 1.0 / 1.0.
     default_temperature: float = 1.0
     default_top_p: float = 1.0
+    # Bounded work per client (docs/reliability.md): body size, the time a body may take to
+    # arrive (408), the time a connection may sit without a complete request (headers not
+    # finished, or idle between requests; then it is closed), per-caller limits (429).
+    max_body_bytes: int = 4 << 20
+    body_timeout_s: float = 30.0
+    idle_timeout_s: float = 30.0
+    rate: RateRules = field(default_factory=RateRules)
+    # SIGTERM: /ready turns 503 and new requests get 503 at once; requests in flight get this
+    # long to finish before their streams are ended with an error event.
+    drain_s: float = 30.0
+    engine_allow: EngineAllowList = field(default_factory=lambda: EngineAllowList([]))
 
     def __post_init__(self) -> None:
         if self.max_context < 2 or self.max_inflight < 1:
             raise ValueError("max_context must be >= 2 and max_inflight >= 1")
+        if self.max_body_bytes < 1024 or not (self.body_timeout_s > 0 and self.idle_timeout_s > 0
+                                              and self.drain_s >= 0):
+            raise ValueError("max_body_bytes must be >= 1024, the timeouts > 0, drain_s >= 0")
         if not 0.0 <= self.default_temperature <= 2.0 or not 0.0 < self.default_top_p <= 1.0:
             raise ValueError("default temperature must be in [0, 2] and top_p in (0, 1]")
 
@@ -48,6 +67,13 @@ class RouterState:
     counters: RouterCounters = field(default_factory=RouterCounters)
     # Admitted requests still streaming, by request id (live migration finds them here).
     runs: dict[str, RequestRun] = field(default_factory=dict)
+    limiter: CallerLimiter = field(default_factory=lambda: CallerLimiter(RateRules()))
+    # --policy-dir: the only place PUT /admin/policy may load a file from (None: nowhere).
+    policy_dir: PolicyDir | None = None
+    draining: bool = False  # SIGTERM received: nothing new is admitted
+    # The handler task of every admitted generation request (the drain cancels what outlives
+    # its grace period; pyrouter/http/drain.py).
+    handlers: dict[asyncio.Task[Any], web.Request] = field(default_factory=dict)
     # The OpenTelemetry tracer when tracing is configured (switchyard_telemetry/provider.py).
     tracer: Tracer | None = field(default_factory=lambda: router_tracer())
 

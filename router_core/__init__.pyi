@@ -77,7 +77,9 @@ class EngineLoad:
     decode_context_tokens: int    # KV positions those decodes read per step, summed
     unfinished_tokens: int
     kv_pages_used: int
+    kv_pages_evictable: int       # of kv_pages_used, held only by the prefix cache (not pressure)
     kv_pages_total: int
+    kv_pressure: float            # share of kv_pages_total that requests hold (evictable cache excluded)
     decode_step_ms: float         # engine-measured mean decode-only step (informational)
     latency_model: dict[str, float]  # term -> ms per unit of its feature; {} = no model yet
     prefill_chunk_size: int       # prefill token budget per step; 0 = not reported (one step)
@@ -96,7 +98,8 @@ class EngineTable:
     def update_stats(self, engine_id: int, queued_prefill_tokens: int, running_decodes: int,
                      unfinished_tokens: int, kv_pages_used: int, kv_pages_total: int,
                      decode_step_ms: float, *, latency_model: dict[str, float] | None = None,
-                     prefill_chunk_size: int = 0, decode_context_tokens: int = 0) -> None:
+                     prefill_chunk_size: int = 0, decode_context_tokens: int = 0,
+                     kv_pages_evictable: int = 0) -> None:
         """From an engine's Stats: latency_model = dict(stats.latency_model.coeffs_ms) (None or {}
         = no model yet: predicted times are NaN). ValueError for an unknown or repeated term or a
         non-finite coefficient, or a non-finite/negative decode_step_ms."""
@@ -311,14 +314,17 @@ class MockEngineServer:
     (block_hashes with page_size and seed) answers PrepRecv/MatchPrefix and feeds KVEvents.
     Knobs: tokens_per_chunk / chunk_delay_ms (a decode step), coalesce (one message carries every
     token produced so far), fail_rate (UNAVAILABLE before any token), fail_after_tokens (INTERNAL
-    mid-stream), fail_remote_send, unhealthy_file (NOT_SERVING while it exists).
+    mid-stream), abort_after_tokens (finish_reason "abort" mid-stream), fail_remote_send,
+    unhealthy_file (NOT_SERVING while it exists), engine_token (Engine RPCs without
+    `authorization: Bearer <token>` get UNAUTHENTICATED; "" = open; health stays open).
     ValueError for bad knobs, OSError when the address cannot be bound."""
     def __new__(cls, port: int, host: str = "127.0.0.1", *, threads: int = 1,
                 engine_id: str = "mock", role: Literal["any", "prefill", "decode"] = "any",
                 tokens_per_chunk: int = 1, chunk_delay_ms: float = 0.0, coalesce: bool = True,
                 fail_rate: float = 0.0, fail_after_tokens: int = 0,
-                fail_remote_send: bool = False, unhealthy_file: str = "", page_size: int = 16,
-                vocab_size: int = 49152, seed: int = 0) -> MockEngineServer: ...
+                abort_after_tokens: int = 0, fail_remote_send: bool = False,
+                unhealthy_file: str = "", page_size: int = 16, vocab_size: int = 49152,
+                seed: int = 0, engine_token: str = "") -> MockEngineServer: ...
     @property
     def port(self) -> int: ...
     def is_running(self) -> bool: ...
@@ -369,7 +375,8 @@ class RouterFront:
     def port(self) -> int: ...
     @property
     def inflight(self) -> int: ...
-    def set_engine(self, num: int, address: str, timeout_s: float) -> None: ...
+    def set_engine(self, num: int, address: str, timeout_s: float,
+                   engine_token: str = ...) -> None: ...
     def remove_engine(self, num: int) -> None: ...
     def set_engine_max_context(self, tokens: int) -> None: ...
     def start_generate(self, num: int, request: bytes) -> GenerateCall: ...

@@ -320,7 +320,8 @@ class EngineCore:
                 latency_model_source=latency.source, latency_model_samples=len(latency),
                 latency_model_fit_error=latency.fit_error(),
                 prefill_chunk_size=self.scheduler.chunk_size,
-                decode_requests=decodes, decode_context_tokens=decode_context)
+                decode_requests=decodes, decode_context_tokens=decode_context,
+                kv_pages_evictable=self.cache.num_evictable())
 
     def _forget(self, request: Request) -> None:
         self._requests.pop(request.request_id, None)

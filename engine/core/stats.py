@@ -29,3 +29,4 @@ class EngineStats:
     prefill_chunk_size: int = 0
     decode_requests: int = 0
     decode_context_tokens: int = 0
+    kv_pages_evictable: int = 0

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
+from engine.server.auth import engine_token
+
 T = TypeVar("T")
 
 _TRUE = ("1", "true", "yes", "on")
@@ -41,6 +43,9 @@ class MockConfig:
     fail_rate: float = 0.0
     # Fail every StartGenerate mid-stream after this many tokens (0 = never).
     fail_after_tokens: int = 0
+    # End every StartGenerate with finish_reason "abort" after this many tokens (0 = never): an
+    # engine that gave up on the request itself (shutting down, evicted).
+    abort_after_tokens: int = 0
     # Every RemoteSend fails with UNAVAILABLE (a broken KV transfer).
     fail_remote_send: bool = False
     # While this file exists the gRPC health service reports NOT_SERVING.
@@ -49,6 +54,9 @@ class MockConfig:
     vocab_size: int = 49152
     # Block hash seed (ModelInfo.block_hash_seed) and the fail_rate generator's seed.
     seed: int = 0
+    # The deployment's engine token (engine/server/auth.py): Engine RPCs without it are refused
+    # with UNAUTHENTICATED, as a real engine refuses them ("" = open).
+    engine_token: str = ""
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> MockConfig:
@@ -69,11 +77,13 @@ class MockConfig:
             coalesce=pick("coalesce", _flag, True),
             fail_rate=pick("fail_rate", float, 0.0),
             fail_after_tokens=pick("fail_after_tokens", int, 0),
+            abort_after_tokens=pick("abort_after_tokens", int, 0),
             fail_remote_send=pick("fail_remote_send", _flag, False),
             unhealthy_file=pick("unhealthy_file", str, ""),
             page_size=int(getattr(args, "page_size", None) or 16),
             vocab_size=pick("vocab_size", int, 49152),
             seed=pick("seed", int, 0),
+            engine_token=engine_token() or "",
         )
 
     def server_kwargs(self) -> dict[str, Any]:

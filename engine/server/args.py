@@ -52,6 +52,9 @@ def add_mock_arguments(parser: argparse.ArgumentParser) -> None:
                       help="fraction of StartGenerate calls failing with UNAVAILABLE")
     mock.add_argument("--fail-after-tokens", type=int, default=None,
                       help="every StartGenerate fails with INTERNAL after this many tokens")
+    mock.add_argument("--abort-after-tokens", type=int, default=None,
+                      help="every StartGenerate ends with finish_reason 'abort' after this many "
+                      "tokens (an engine giving up on a request itself)")
     mock.add_argument("--fail-remote-send", action="store_const", const="1", default=None,
                       help="every RemoteSend fails (a broken KV transfer)")
     mock.add_argument("--unhealthy-file", default=None,

@@ -18,15 +18,19 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from engine.server.auth import call_metadata, engine_token, open_channel
 from switchyard_rpc import engine_pb2 as pb
 from switchyard_rpc import engine_pb2_grpc as pb_grpc
 
 # Long prompts travel as repeated int32, so lift the 4 MiB default; keepalive notices a dead
-# engine on an idle channel (the router keeps one channel per engine for its lifetime).
+# engine on an idle channel (the router keeps one channel per engine for its lifetime), and a
+# short reconnect backoff finds a restarted engine within seconds (gRPC's default grows to 2 min).
 Metadata = tuple[tuple[str, str], ...]
 _CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 256 << 20),
                     ("grpc.max_send_message_length", 256 << 20),
-                    ("grpc.keepalive_time_ms", 20_000)]
+                    ("grpc.keepalive_time_ms", 20_000),
+                    ("grpc.initial_reconnect_backoff_ms", 250),
+                    ("grpc.max_reconnect_backoff_ms", 3_000)]
 
 
 @dataclass(slots=True)
@@ -48,10 +52,13 @@ def sampling(max_tokens: int = 16, temperature: float = 0.0, **kwargs: Any) -> p
 
 
 class EngineClient:
-    def __init__(self, address: str, timeout_s: float = 120.0) -> None:
+    """`token`: the engine token to present (default: the deployment's, engine/server/auth.py)."""
+
+    def __init__(self, address: str, timeout_s: float = 120.0, token: str | None = None) -> None:
         self.address = address
         self.timeout_s = timeout_s
-        self._channel = grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
+        self._md = call_metadata(token if token is not None else engine_token())
+        self._channel = open_channel(address, _CHANNEL_OPTIONS)
         self._stub = pb_grpc.EngineStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
 
@@ -65,21 +72,26 @@ class EngineClient:
     async def close(self) -> None:
         await self._channel.close()
 
+    def _call_md(self, extra: Metadata | None) -> Metadata:
+        """The engine token plus a call's own metadata (a traced request's context)."""
+        return self._md + extra if extra else self._md
+
     async def prep_recv(self, request_id: str, tokens: list[int], end: int = -1,
                         lease_s: float = 0.0, metadata: Metadata | None = None
                         ) -> pb.PrepRecvResponse:
         req = pb.PrepRecvRequest(request_id=request_id, tokens=tokens, end=end, lease_s=lease_s)
         resp: pb.PrepRecvResponse = await self._stub.PrepRecv(req, timeout=self.timeout_s,
-                                                              metadata=metadata)
+                                                              metadata=self._call_md(metadata))
         return resp
 
     async def remote_send(self, request_id: str, tokens: list[int], kv_addr: bytes, dst: str,
                           begin: int, end: int, transport: str = "",
-                          metadata: Metadata | None = None) -> pb.RemoteSendResponse:
+                          metadata: Metadata | None = None, timeout_s: float | None = None
+                          ) -> pb.RemoteSendResponse:
         req = pb.RemoteSendRequest(request_id=request_id, tokens=tokens, kv_addr=kv_addr, dst=dst,
                                    begin=begin, end=end, transport=transport)
-        resp: pb.RemoteSendResponse = await self._stub.RemoteSend(req, timeout=self.timeout_s,
-                                                                  metadata=metadata)
+        resp: pb.RemoteSendResponse = await self._stub.RemoteSend(
+            req, timeout=timeout_s or self.timeout_s, metadata=self._call_md(metadata))
         return resp
 
     def start_generate(self, request_id: str, tokens: list[int], begin: int = 0,
@@ -98,8 +110,8 @@ class EngineClient:
         """start_generate for a request the caller built (the router's hot path); no deadline by
         default, since a generation may stream for as long as max_tokens needs. `metadata`:
         e.g. the W3C trace context of a traced request (switchyard_telemetry.propagation)."""
-        call: grpc.aio.UnaryStreamCall = self._stub.StartGenerate(request, timeout=timeout_s,
-                                                                  metadata=metadata)
+        call: grpc.aio.UnaryStreamCall = self._stub.StartGenerate(
+            request, timeout=timeout_s, metadata=self._call_md(metadata))
         return call
 
     async def generate(self, request_id: str, tokens: list[int], begin: int = 0,
@@ -120,17 +132,17 @@ class EngineClient:
     async def abort(self, request_id: str, handoff: bool = False) -> bool:
         """handoff=True: a running generation ends with "handoff" (to continue elsewhere)."""
         resp = await self._stub.Abort(pb.AbortRequest(request_id=request_id, handoff=handoff),
-                                      timeout=self.timeout_s)
+                                      timeout=self.timeout_s, metadata=self._md)
         return bool(resp.found)
 
     async def match_prefix(self, tokens: list[int]) -> int:
         resp = await self._stub.MatchPrefix(pb.MatchPrefixRequest(tokens=tokens),
-                                            timeout=self.timeout_s)
+                                            timeout=self.timeout_s, metadata=self._md)
         return int(resp.matched_len)
 
     async def stats(self, timeout_s: float | None = None) -> pb.StatsResponse:
-        resp: pb.StatsResponse = await self._stub.Stats(pb.StatsRequest(),
-                                                        timeout=timeout_s or self.timeout_s)
+        resp: pb.StatsResponse = await self._stub.Stats(
+            pb.StatsRequest(), timeout=timeout_s or self.timeout_s, metadata=self._md)
         return resp
 
     async def configure(self, prefill_chunk_size: int | None = None,
@@ -141,18 +153,18 @@ class EngineClient:
         if prefill_chunk_size is not None:
             request.prefill_chunk_size = prefill_chunk_size
         resp: pb.ConfigureResponse = await self._stub.Configure(
-            request, timeout=timeout_s or self.timeout_s)
+            request, timeout=timeout_s or self.timeout_s, metadata=self._md)
         return resp
 
     async def model_info(self, timeout_s: float | None = None) -> pb.ModelInfoResponse:
         resp: pb.ModelInfoResponse = await self._stub.ModelInfo(
-            pb.ModelInfoRequest(), timeout=timeout_s or self.timeout_s)
+            pb.ModelInfoRequest(), timeout=timeout_s or self.timeout_s, metadata=self._md)
         return resp
 
     def kv_events(self, snapshot: bool = False) -> AsyncIterator[pb.KVEventBatch]:
         """Endless stream (cancel it to stop); with snapshot=True the first batch is the full set."""
         stream: AsyncIterator[pb.KVEventBatch] = self._stub.KVEvents(
-            pb.KVEventsRequest(snapshot=snapshot))
+            pb.KVEventsRequest(snapshot=snapshot), metadata=self._md)
         return stream
 
     async def healthy(self, timeout_s: float = 2.0) -> bool:

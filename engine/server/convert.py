@@ -73,6 +73,7 @@ def stats_to_proto(stats: EngineStats, bytes_received: int, bytes_sent: int) -> 
         kv_pages_used=stats.kv_pages_used,
         kv_pages_total=stats.kv_pages_total,
         cached_blocks=stats.cached_blocks,
+        kv_pages_evictable=stats.kv_pages_evictable,
         recent_step_ms=stats.recent_step_ms,
         decode_step_ms=stats.decode_step_ms,
         page_size=stats.page_size,

@@ -22,7 +22,6 @@ from switchyard_rpc import engine_pb2 as pb
 
 # Largest chunk handed to a transport at once (keeps shm staging and wire buffers bounded).
 _MAX_CHUNK_BYTES = 4 << 20
-_ACK_TIMEOUT_S = 120.0
 
 
 def resolve_end(end: int, n_tokens: int) -> int:
@@ -114,7 +113,8 @@ class KVSender:
                 raise pump.error
             if out.finish_reason != "sent":
                 raise TransferError(out.error or f"send ended with {out.finish_reason}", "ABORTED")
-            result = await asyncio.to_thread(session.finish, _ACK_TIMEOUT_S)
+            # Bounded by the bytes in flight (engine/transfer/base.py: ack_deadline_s).
+            result = await asyncio.to_thread(session.finish)
         except BaseException:
             session.abort("the sender failed")
             if not finished:

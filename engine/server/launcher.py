@@ -8,7 +8,6 @@ them (SIGTERM, then SIGKILL). Callers must stop what they start (finally/teardow
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import dataclasses
 import os
 import signal
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.server.client import EngineClient
+from engine.server.parent_death import PARENT_PID_ENV
 
 REPO = Path(__file__).resolve().parents[2]  # run from the checkout the package lives in
 START_TIMEOUT_S = 300.0
@@ -111,14 +111,6 @@ class EngineProcess:
             return ""
 
 
-def _die_with_parent() -> None:
-    """In the child: get SIGTERM when the parent dies (even by SIGKILL)."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
 def launch(spec: EngineSpec, log_dir: Path, die_with_parent: bool = False) -> EngineProcess:
     """Start one engine process (does not wait for it to serve)."""
     port = spec.port or free_port()
@@ -126,12 +118,15 @@ def launch(spec: EngineSpec, log_dir: Path, die_with_parent: bool = False) -> En
         spec = dataclasses.replace(spec, metrics_port=free_port())
     log_path = Path(log_dir) / f"{spec.name}.log"
     env = {**os.environ, **spec.env}
+    if die_with_parent:  # the engine arranges it itself (engine/server/parent_death.py)
+        env[PARENT_PID_ENV] = str(os.getpid())
     if spec.threads is not None:
         env["SWITCHYARD_TORCH_THREADS"] = str(spec.threads)
-    with open(log_path, "wb") as log:
+    # Appended, not truncated: an engine restarted on the same name (switchyard serve) keeps
+    # the log of the run that died, which says why.
+    with open(log_path, "ab") as log:
         proc = subprocess.Popen(spec.argv(port), cwd=REPO, env=env, stdout=log,
-                                stderr=subprocess.STDOUT,
-                                preexec_fn=_die_with_parent if die_with_parent else None)
+                                stderr=subprocess.STDOUT)
     return EngineProcess(spec.name, spec.role, port, proc, log_path, spec.metrics_port)
 
 

@@ -10,8 +10,9 @@ for this engine's transfer listener when bound to 0.0.0.0), SWITCHYARD_KV_TRANSP
 shm|tcp for this engine's sends), SWITCHYARD_LEASE_S, SWITCHYARD_TORCH_THREADS,
 SWITCHYARD_LATENCY_PROFILE (off|auto|force when --latency-profile is not given),
 SWITCHYARD_DRAIN_S (engine/server/drain.py: how long a SIGTERM waits for the work in flight),
-SWITCHYARD_METRICS_PORT (Prometheus /metrics when --metrics-port is not given), and tracing's
-SWITCHYARD_TRACE_FILE / OTEL_* (switchyard_telemetry/provider.py).
+SWITCHYARD_METRICS_PORT (Prometheus /metrics when --metrics-port is not given), tracing's
+SWITCHYARD_TRACE_FILE / OTEL_* (switchyard_telemetry/provider.py),
+and SWITCHYARD_ENGINE_TOKEN[_FILE] and SWITCHYARD_ENGINE_TLS_* (engine/server/auth.py: who may call).
 
 Before serving, the engine profiles its step time or loads a cached profile
 (engine/core/latency_cache.py); a failed profile is logged and the engine serves without one.
@@ -28,6 +29,7 @@ import time
 from typing import Any
 
 from engine.server.drain import drain_seconds, wait_idle
+from engine.server.parent_death import die_with_parent_if_asked
 
 log = logging.getLogger("switchyard.engine")
 _GRACE_S = 5.0
@@ -105,6 +107,7 @@ async def serve_async(args: argparse.Namespace) -> None:
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
     from engine.core.engine_core import EngineCore
+    from engine.server.auth import add_listening_port, engine_token, server_interceptors
     from engine.server.errors import status_code_name
     from engine.server.model_info import kv_layout, model_info
     from engine.server.servicer import EngineServicer
@@ -123,7 +126,7 @@ async def serve_async(args: argparse.Namespace) -> None:
     layout = kv_layout(core)
     listener = TransferListener(receiving_sink(core, core.kv.device), layout, host=args.host,
                                 port=int(os.environ.get("SWITCHYARD_TRANSFER_PORT", "0")),
-                                classify=status_code_name)
+                                classify=status_code_name, token=engine_token())
     listener.host = _advertised_host(args.host)
     steps = StepLoop(core, loop)
     steps.start()
@@ -134,7 +137,7 @@ async def serve_async(args: argparse.Namespace) -> None:
     # Clients ping every 20 s (engine/server/client.py) to notice a dead engine; accept those
     # pings during long silent RPCs (a RemoteSend whose prefill takes minutes) instead of
     # answering GOAWAY "too_many_pings" after the third one, which killed such calls.
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", 64 << 20),
+    server = grpc.aio.server(interceptors=server_interceptors(), options=[("grpc.max_receive_message_length", 64 << 20),
                                       ("grpc.max_send_message_length", 64 << 20),
                                       ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
                                       ("grpc.http2.max_ping_strikes", 0),
@@ -142,7 +145,7 @@ async def serve_async(args: argparse.Namespace) -> None:
     pb_grpc.add_EngineServicer_to_server(servicer, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    if server.add_insecure_port(f"{args.host}:{args.port}") == 0:
+    if add_listening_port(server, f"{args.host}:{args.port}") == 0:
         raise SystemExit(f"cannot bind gRPC port {args.host}:{args.port}")
     await server.start()
     for name in ("", "switchyard.v1.Engine"):
@@ -170,6 +173,7 @@ async def serve_async(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    die_with_parent_if_asked()
     if getattr(args, "mock", False):
         from engine.mock import serve
 

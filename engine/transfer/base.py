@@ -13,6 +13,18 @@ from typing import NamedTuple
 
 import torch
 
+# How long a finished send may wait for the receiver's last acknowledgement: a fixed allowance
+# for a busy receiver plus the bytes still in flight at a bandwidth floor far below any link's
+# (a loaded CPU receiver scatters hundreds of MB/s). A dead receiver fails the link at once
+# (socket error); this bounds the wait on one that is alive but stuck.
+ACK_BASE_S = 5.0
+ACK_FLOOR_BYTES_PER_S = 20e6
+
+
+def ack_deadline_s(bytes_in_flight: int) -> float:
+    """Seconds to wait for the acknowledgement of `bytes_in_flight` bytes before giving up."""
+    return ACK_BASE_S + max(0, bytes_in_flight) / ACK_FLOOR_BYTES_PER_S
+
 
 class TransferError(RuntimeError):
     """A transfer that did not land. `code` names the gRPC status the server answers with."""
@@ -47,8 +59,9 @@ class SendSession(ABC):
     def commit(self, layer: int, start: int, stop: int, chunk: ChunkBuffer) -> None: ...
 
     @abstractmethod
-    def finish(self, timeout_s: float) -> TransferResult:
-        """Blocks until the receiver acknowledged everything; raises TransferError otherwise."""
+    def finish(self, timeout_s: float | None = None) -> TransferResult:
+        """Blocks until the receiver acknowledged everything; raises TransferError otherwise
+        (also after `timeout_s`; None: ack_deadline_s of the bytes this session committed)."""
 
     @abstractmethod
     def abort(self, reason: str) -> None:

@@ -5,10 +5,19 @@ thread drains an outgoing queue (so the step thread only enqueues), a reader thr
 receiver's acknowledgements. In `shm` mode the frames only point into the staging area and the
 bytes never touch the socket; in `tcp` mode the raw tensor bytes follow each header. A subclass
 may bring its own staging ring (CUDA IPC: device memory the receiver maps; cuda_ipc.py).
+
+A link fails safe: anything that goes wrong in either thread (a socket error, a bad frame, an
+acknowledgement the ring does not expect, a bug) marks the link dead, fails every session in
+flight at once (the receiver's engine falls back to prefilling locally) and the transport pool
+opens a fresh link for the next send. A session whose send is cancelled half-way may leave a
+chunk it allocated but never sent in the ring; acknowledgements are cumulative (staging.py), so
+the next acknowledged chunk frees it too — release order cannot break.
 """
 from __future__ import annotations
 
 import json
+import logging
+import os
 import queue
 import socket
 import threading
@@ -17,7 +26,15 @@ from typing import Any, NamedTuple
 
 import torch
 
-from engine.transfer.base import ChunkBuffer, SendSession, TransferError, TransferResult, Transport
+from engine.server.auth import engine_token
+from engine.transfer.base import (
+    ChunkBuffer,
+    SendSession,
+    TransferError,
+    TransferResult,
+    Transport,
+    ack_deadline_s,
+)
 from engine.transfer.frames import (
     FrameError,
     FrameKind,
@@ -29,10 +46,25 @@ from engine.transfer.frames import (
 from engine.transfer.layout import KVLayout
 from engine.transfer.staging import StagingArea, StagingRing, StagingTimeout
 
+log = logging.getLogger(__name__)
 # How long a sender waits for staging space before deciding the receiver is stuck.
 _STAGING_WAIT_S = 30.0
 # Frames the writer sends in one go at most.
 _MAX_BATCH = 64
+
+
+# Fault injection for the real-process fault suite (tests/router/test_fault_injection_real.py):
+# the first link of this process has its acknowledgement thread crash after this many acks.
+FAULT_ACK_CRASH_ENV = "SWITCHYARD_FAULT_KV_ACK_CRASH_AFTER"
+_ack_crash = {"left": int(os.environ.get(FAULT_ACK_CRASH_ENV, "0") or 0)}
+
+
+def _injected_ack_crash() -> None:
+    if _ack_crash["left"] > 0:
+        _ack_crash["left"] -= 1
+        if _ack_crash["left"] == 0:
+            _ack_crash["left"] = -1  # once per process
+            raise RuntimeError(f"injected acknowledgement-thread crash ({FAULT_ACK_CRASH_ENV})")
 
 
 class _Outgoing(NamedTuple):
@@ -80,6 +112,9 @@ class SocketLink(Transport):
 
     def _handshake(self, timeout_s: float) -> None:
         hello = self.ring.hello() if self.ring else {}
+        token = engine_token()
+        if token:  # the receiver refuses links without the deployment's engine token
+            hello = {**hello, "token": token}
         try:
             send_frame(self._sock, Header(FrameKind.HELLO), json.dumps(hello).encode())
             reply = recv_header(self._sock)
@@ -130,8 +165,9 @@ class SocketLink(Transport):
                 batch.append(more)
             try:
                 self._send_batch(batch)
-            except OSError as exc:
-                self._die(f"KV link to {self.peer} lost while sending: {exc}")
+            except Exception as exc:  # noqa: BLE001 - whatever broke, the link is unusable now
+                self._die(f"KV link to {self.peer} lost while sending: "
+                          f"{type(exc).__name__}: {exc}")
                 return
 
     def _send_batch(self, batch: list[_Outgoing]) -> None:
@@ -154,28 +190,44 @@ class SocketLink(Transport):
             self._sock.sendall(headers)
 
     def _read_loop(self) -> None:
-        while True:
-            try:
-                header = recv_header(self._sock)
-                body = recv_payload(self._sock, header) if header.payload_len else b""
-            except (OSError, FrameError) as exc:
-                self._die(f"KV link to {self.peer} lost: {exc}")
-                return
-            if header.kind == FrameKind.CHUNK_ACK and self.ring is not None:
-                self.ring.release(header.offset)
-            elif header.kind == FrameKind.END_ACK:
-                with self._lock:
-                    session = self._sessions.pop(header.session, None)
-                if session is not None:
-                    session.complete(json.loads(body or b"{}"))
+        try:
+            while True:
+                self._read_one()
+        except (OSError, FrameError) as exc:
+            self._die(f"KV link to {self.peer} lost: {exc}")
+        except Exception as exc:  # noqa: BLE001 - a link whose state is in doubt is dead
+            self._die(f"KV link to {self.peer} broken: {type(exc).__name__}: {exc}")
 
-    def _die(self, reason: str) -> None:
+    def _read_one(self) -> None:
+        header = recv_header(self._sock)
+        body = recv_payload(self._sock, header) if header.payload_len else b""
+        if header.kind == FrameKind.CHUNK_ACK and self.ring is not None:
+            _injected_ack_crash()
+            self.ring.release(header.offset)
+        elif header.kind == FrameKind.END_ACK:
+            reply = json.loads(body or b"{}")
+            with self._lock:
+                session = self._sessions.pop(header.session, None)
+            if session is not None:
+                session.complete(reply)
+        elif header.kind != FrameKind.CHUNK_ACK:
+            raise FrameError(f"unexpected frame {header.kind.name} from the receiver")
+
+    def fail_link(self, reason: str) -> None:
+        """Mark the link dead from outside its threads (a stuck receiver): every session in
+        flight fails now and the pool opens a fresh link for the next send."""
+        self._die(reason)
+
+    def _die(self, reason: str, closing: bool = False) -> None:
         with self._lock:
             if self._dead is not None:
                 return
             self._dead = reason
             sessions = list(self._sessions.values())
             self._sessions.clear()
+        if not closing:
+            log.warning("%s; failing %d send(s) in flight, the next send opens a new link",
+                        reason, len(sessions))
         for session in sessions:
             session.fail(TransferError(reason))
         try:
@@ -187,7 +239,7 @@ class SocketLink(Transport):
             self.ring.close()
 
     def close(self) -> None:
-        self._die(f"KV link to {self.peer} closed")
+        self._die(f"KV link to {self.peer} closed", closing=True)
         self._sock.close()
 
 
@@ -199,6 +251,7 @@ class _LinkSession(SendSession):
         self._error: TransferError | None = None
         self._reply: dict[str, object] = {}
         self._chunks = 0
+        self._bytes = 0  # committed so far: what may still be in flight at finish()
         self._t_first: float | None = None
         self._t_finish = 0.0
         self._t_ack = 0.0
@@ -229,6 +282,7 @@ class _LinkSession(SendSession):
         if self._t_first is None:
             self._t_first = time.perf_counter()
         self._chunks += 1
+        self._bytes += chunk.tensor.numel() * chunk.tensor.element_size()
         header = Header(FrameKind.DATA, self._sid, layer, start, stop)
         if chunk.offset >= 0:
             header.kind = FrameKind.SHM_DATA
@@ -242,13 +296,17 @@ class _LinkSession(SendSession):
         else:
             self._link.enqueue(header, chunk.tensor)
 
-    def finish(self, timeout_s: float) -> TransferResult:
+    def finish(self, timeout_s: float | None = None) -> TransferResult:
         self._t_finish = time.perf_counter()
         if self._t_first is None:
             self._t_first = self._t_finish
+        if timeout_s is None:
+            timeout_s = ack_deadline_s(self._bytes)
         self._link.enqueue(Header(FrameKind.END, self._sid))
         if not self._done.wait(timeout_s):
-            self.abort("timed out waiting for the receiver's acknowledgement")
+            # A receiver that stays silent this long is stuck: nothing on this link is trusted.
+            self._link.fail_link(f"no acknowledgement from {self._link.peer} within "
+                                 f"{timeout_s:.1f} s")
         if self._error is not None:
             raise self._error
         if "error" in self._reply:

@@ -19,6 +19,7 @@ from typing import Protocol
 
 import torch
 
+from engine.server.auth import token_matches
 from engine.transfer.cuda_ipc import AttachedDeviceStaging
 from engine.transfer.frames import (
     FrameError,
@@ -65,9 +66,10 @@ class _Incoming:
 class TransferListener:
     def __init__(
         self, sink: KVSink, layout: KVLayout, host: str = "127.0.0.1", port: int = 0,
-        classify: Callable[[BaseException], str] = _default_code,
+        classify: Callable[[BaseException], str] = _default_code, token: str | None = None,
     ) -> None:
         self._sink = sink
+        self._token = token  # the deployment's engine token a sender's HELLO must carry
         self._layout = layout
         self._classify = classify
         self._server = socket.create_server((host, port), reuse_port=False)
@@ -115,6 +117,8 @@ class TransferListener:
             # The sender died or hung up: its partial sessions are dropped, leases free the pages.
             if not self._closed:
                 log.info("KV transfer connection closed: %s", exc)
+        except Exception:  # noqa: BLE001 - close the connection: the sender sees it and fails safe
+            log.exception("KV transfer connection failed")
         finally:
             with self._lock:
                 self._conns.discard(conn)
@@ -127,6 +131,10 @@ class TransferListener:
         if header.kind != FrameKind.HELLO:
             raise FrameError(f"expected HELLO, got {header.kind.name}")
         hello = json.loads(recv_payload(conn, header) or b"{}")
+        if not token_matches(self._token, str(hello.get("token", ""))):
+            send_frame(conn, Header(FrameKind.HELLO_ACK),
+                       json.dumps({"error": "missing or invalid engine token"}).encode())
+            raise FrameError("KV link refused: missing or invalid engine token")
         staging: AttachedArea | None = None
         try:
             if hello.get("shm_path"):

@@ -8,6 +8,7 @@ import time
 
 import grpc
 
+from engine.server.auth import call_metadata, engine_token, open_channel
 from pyrouter.bench.wrk_runner import Measure
 from switchyard_rpc import engine_pb2 as pb
 from switchyard_rpc import engine_pb2_grpc as pb_grpc
@@ -17,7 +18,8 @@ async def _run(address: str, concurrency: int, duration_s: float, max_tokens: in
     latencies: list[float] = []
     errors = 0
     ids = itertools.count()
-    async with grpc.aio.insecure_channel(address) as channel:
+    metadata = call_metadata(engine_token())
+    async with open_channel(address, []) as channel:
         stub = pb_grpc.EngineStub(channel)
         sampling = pb.SamplingParams(max_tokens=max_tokens, ignore_eos=True)
         start = time.perf_counter()
@@ -31,7 +33,7 @@ async def _run(address: str, concurrency: int, duration_s: float, max_tokens: in
                                               tokens=[19556, 28, 957, 1462, 314],
                                               sampling=sampling)
                 try:
-                    async for _ in stub.StartGenerate(req):
+                    async for _ in stub.StartGenerate(req, metadata=metadata):
                         pass
                 except grpc.aio.AioRpcError:
                     errors += 1
@@ -49,11 +51,13 @@ async def _run(address: str, concurrency: int, duration_s: float, max_tokens: in
 
 
 async def _count(address: str, max_tokens: int) -> int:
-    async with grpc.aio.insecure_channel(address) as channel:
+    async with open_channel(address, []) as channel:
         req = pb.StartGenerateRequest(request_id="direct-count", tokens=[19556, 28, 957, 1462, 314],
                                       sampling=pb.SamplingParams(max_tokens=max_tokens,
                                                                  ignore_eos=True))
-        return len([chunk async for chunk in pb_grpc.EngineStub(channel).StartGenerate(req)])
+        stream = pb_grpc.EngineStub(channel).StartGenerate(
+            req, metadata=call_metadata(engine_token()))
+        return len([chunk async for chunk in stream])
 
 
 def count_messages(address: str, max_tokens: int) -> int:

@@ -10,6 +10,7 @@ import logging
 
 import grpc
 
+from engine.server.auth import engine_token
 from engine.server.client import EngineClient
 from pyrouter.core import make_router_core
 from pyrouter.engines.handle import EngineHandle
@@ -50,7 +51,9 @@ class EngineSet:
 
     def _join_front(self, handle: EngineHandle) -> None:
         if self.front is not None:
-            self.front.set_engine(handle.num, handle.address, _VERB_TIMEOUT_S)
+            # The front's own gRPC calls carry the deployment's engine token, as EngineClient's.
+            self.front.set_engine(handle.num, handle.address, _VERB_TIMEOUT_S,
+                                  engine_token() or "")
             self.front.set_engine_max_context(self.max_context)
             handle.front = self.front
 
@@ -112,8 +115,18 @@ class EngineSet:
         if handle is not None and handle.healthy:
             handle.healthy = False
             self.core.table.set_health(handle.num, False)
+            self._forget_load(handle)
             log.warning("engine %s (%s) failed a request; out of rotation until healthy",
                         handle.id, handle.address)
+
+    def _forget_load(self, handle: EngineHandle) -> None:
+        """An unreachable engine's last Stats say nothing about now (a restarted process starts
+        empty): its load reads zero until it answers again."""
+        load = self.core.table.get(handle.num)
+        if load.unfinished_tokens or load.kv_pages_used or load.running_decodes \
+                or load.queued_prefill_tokens:
+            self.core.table.update_stats(handle.num, 0, 0, 0, 0, int(load.kv_pages_total), 0.0)
+        handle.cached_blocks = 0
 
     def healthy(self) -> list[EngineHandle]:
         return [e for e in self.engines.values() if e.healthy and not e.draining]
@@ -187,7 +200,8 @@ class EngineSet:
                         int(s.unfinished_tokens), int(s.kv_pages_used), int(s.kv_pages_total),
                         float(s.decode_step_ms), latency_model=dict(s.latency_model.coeffs_ms),
                         prefill_chunk_size=int(s.prefill_chunk_size),
-                        decode_context_tokens=int(s.decode_context_tokens))
+                        decode_context_tokens=int(s.decode_context_tokens),
+                        kv_pages_evictable=int(s.kv_pages_evictable))
             except grpc.aio.AioRpcError as exc:
                 serving = False
                 log.debug("engine %s (%s) unreachable: %s", handle.id, handle.address,
@@ -200,6 +214,8 @@ class EngineSet:
                 log.info("engine %s (%s) is now %s", handle.id, handle.address,
                          "healthy" if serving else "UNHEALTHY")
                 handle.healthy = serving
+            if not serving:
+                self._forget_load(handle)
             self.core.table.set_health(handle.num, serving and not handle.draining)
             await asyncio.sleep(self.poll_s)
 

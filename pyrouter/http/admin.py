@@ -1,4 +1,10 @@
-"""Admin API: switch policy live, list/add/drain engines (INTERFACES.md)."""
+"""Admin API: switch policy live, list/add/drain engines (INTERFACES.md).
+
+Who may call these is keys.py's rule (an admin key, never an inference key). What they may do
+is bounded too: a policy file loads only from --policy-dir (by its name there), an engine is
+added only at an address on the allow-list (pyrouter/security/engine_allow.py), and every
+field is checked before anything changes.
+"""
 from __future__ import annotations
 
 import asyncio
@@ -7,10 +13,11 @@ from typing import Any
 
 from aiohttp import web
 
-from pyrouter.errors import BadRequest
-from pyrouter.http.admin_body import json_object
+from pyrouter.errors import BadRequest, Forbidden
+from pyrouter.http.body import json_object
 from pyrouter.http.migrate import migrate_handler
-from pyrouter.policy_registry import ActivePolicy, available, get_policy, load_policy_source
+from pyrouter.policy_registry import ActivePolicy, available, get_policy
+from pyrouter.security.engine_allow import split_host_port
 from pyrouter.state import STATE, RouterState
 
 log = logging.getLogger("switchyard.router")
@@ -35,9 +42,13 @@ async def put_policy_handler(request: web.Request) -> web.Response:
     if not isinstance(name, str) or not isinstance(params, dict) or not isinstance(
             policy_file, str | None):
         raise BadRequest("expected {\"policy\": NAME, \"params\": {...}, \"file\": optional "
-                         "policy file path or module name}", param="policy")
+                         "name of a policy file in --policy-dir}", param="policy")
     if policy_file:
-        load_policy_source(policy_file)
+        if state.policy_dir is None:
+            raise Forbidden("this router loads no policy files at run time (start it with "
+                            "--policy-dir DIR to allow files from DIR)", param="file",
+                            code="policy_file_not_allowed")
+        state.policy_dir.load_one(policy_file)
     spec = get_policy(name)
     # A new ActivePolicy (fresh state) takes new requests; in-flight ones keep their own.
     state.slot.current = ActivePolicy(spec, spec.check_params(params))
@@ -49,13 +60,15 @@ def _engine_view(state: RouterState) -> list[dict[str, Any]]:
     out = []
     for e in sorted(state.engines.engines.values(), key=lambda e: e.num):
         load = state.engines.core.table.get(e.num)
+        state_name = "draining" if e.draining else "healthy" if e.healthy else "unreachable"
         out.append({"id": e.id, "address": e.address, "role": e.role, "healthy": e.healthy,
-                    "draining": e.draining, "model": e.model_id,
+                    "draining": e.draining, "state": state_name, "model": e.model_id,
                     "load": {"unfinished_tokens": int(load.unfinished_tokens),
                              "running": int(load.running_decodes),
                              "queued_prefill_tokens": int(load.queued_prefill_tokens),
                              "inflight": int(load.inflight)},
                     "kv_pages_used": int(load.kv_pages_used),
+                    "kv_pages_evictable": int(load.kv_pages_evictable),
                     "kv_pages_total": int(load.kv_pages_total),
                     "cached_blocks": e.cached_blocks,
                     "active_requests": len(e.active)})
@@ -66,18 +79,39 @@ async def list_engines(request: web.Request) -> web.Response:
     return web.json_response({"engines": _engine_view(request.app[STATE])})
 
 
+async def _resolve(host: str) -> list[str]:
+    """The IPs `host` resolves to (none when it does not)."""
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, None)
+    except (OSError, UnicodeError):
+        return []
+    return sorted({str(info[4][0]) for info in infos})
+
+
 async def add_engine(request: web.Request) -> web.Response:
     state = request.app[STATE]
     body = await json_object(request)
     address = body.get("address")
     role = body.get("role")
+    wait = body.get("wait", True)
+    timeout_s = body.get("timeout_s", 30)
     if not isinstance(address, str) or (role is not None and not isinstance(role, str)):
-        raise BadRequest("expected {\"address\": \"HOST:PORT\", \"role\": optional}",
+        raise BadRequest("expected {\"address\": \"HOST:PORT\", \"role\": optional, "
+                         "\"wait\": optional bool, \"timeout_s\": optional seconds}",
                          param="address")
+    if not isinstance(wait, bool):
+        raise BadRequest("'wait' must be a boolean", param="wait")
+    if (isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float)
+            or not 0 < timeout_s <= 600):
+        raise BadRequest("'timeout_s' must be a number of seconds in (0, 600]", param="timeout_s")
+    host, port = split_host_port(address)
+    if port is None:
+        raise BadRequest(f"engine address must be HOST:PORT, got {address!r}", param="address")
+    state.config.engine_allow.check(address, await _resolve(host))
     handle = state.engines.add(address, role)
-    if body.get("wait", True):
+    if wait:
         # Answer once the engine is healthy (or say it is not yet) so scripts can rely on it.
-        await state.engines.wait_ready_one(handle.id, timeout_s=float(body.get("timeout_s", 30)))
+        await state.engines.wait_ready_one(handle.id, timeout_s=float(timeout_s))
     return web.json_response({"id": handle.id, "address": handle.address, "role": handle.role,
                               "healthy": handle.healthy}, status=201)
 

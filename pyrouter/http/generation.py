@@ -1,6 +1,15 @@
-"""POST /v1/completions and /v1/chat/completions: parse, admit via the policy, stream or collect."""
+"""POST /v1/completions and /v1/chat/completions: parse, admit via the policy, stream or collect.
+
+Finish reasons a client sees are OpenAI's `stop` and `length`; an engine's internal endings
+(`abort`, `error`, `handoff`) never reach it (pyrouter/dispatch.py turns the first two into
+errors). While the router drains (SIGTERM), new requests get 503 `shutting_down` with
+Retry-After; a request still running when the grace period ends is cancelled by the drain
+(pyrouter/http/drain.py) and ends properly: a stream with an error event, `[DONE]` and the end of
+the body, a plain request with a 503.
+"""
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -10,8 +19,11 @@ from typing import Any, Literal
 from aiohttp import web
 
 from pyrouter.dispatch import RequestRun
-from pyrouter.errors import BadRequest, Busy, PolicyFailed, RouterError
+from pyrouter.errors import Busy, PolicyFailed, RouterError, ShuttingDown
+from pyrouter.http.body import read_body
+from pyrouter.http.drain import DRAIN_RETRY_AFTER_S, SHUTDOWN_KEY
 from pyrouter.http.parse import parse_request
+from pyrouter.json_body import parse_json
 from pyrouter.request import RouterRequest
 from pyrouter.request_end import record_request_end
 from pyrouter.request_trace import start_request_trace
@@ -20,15 +32,40 @@ from pyrouter.timeline import RequestTimeline
 from router_core import IncrementalDetokenizer, SseEncoder
 
 log = logging.getLogger("switchyard.router")
-_CLIENT_FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
+_CLIENT_FINISH = {"stop": "stop", "length": "length"}
 ROUTE_HEADER = "X-Switchyard-Route"
+# Set on a request whose error this module already counted (pyrouter/request_end.py), so the
+# app's error middleware does not count it twice.
+ERROR_COUNTED = "error_counted"
+# Bodies above this size are parsed and tokenised on a worker thread (tokenising releases the
+# GIL there), so a long prompt never stalls the event loop for the other requests.
+_OFF_LOOP_BYTES = 16 << 10
 
 
-async def _read_body(request: web.Request) -> Any:
-    try:
-        return await request.json(loads=json.loads)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BadRequest(f"request body is not valid JSON: {exc}") from exc
+def shutting_down() -> ShuttingDown:
+    return ShuttingDown("the router is shutting down; retry on another replica",
+                        retry_after_s=DRAIN_RETRY_AFTER_S)
+
+
+def _caller(request: web.Request, state: RouterState) -> str:
+    """Whose limits apply: the API key when keys are configured, else the client's address."""
+    key = state.config.keys.caller(request.headers.get("Authorization", ""))
+    return f"key:{key}" if key is not None else f"addr:{request.remote or '?'}"
+
+
+async def _parse(request: web.Request, state: RouterState,
+                 kind: Literal["completion", "chat"]) -> RouterRequest:
+    raw = await read_body(request)
+    cfg = state.config
+    max_context = min(cfg.max_context, state.engines.max_context or cfg.max_context)
+    max_prompt_bytes = max_context * state.tokenizer.max_token_bytes()
+
+    def parse() -> RouterRequest:
+        return parse_request(parse_json(raw), kind, state.tokenizer, request["request_id"],
+                             cfg.served_model, max_context, cfg.default_temperature,
+                             cfg.default_top_p, max_prompt_bytes)
+
+    return await asyncio.to_thread(parse) if len(raw) > _OFF_LOOP_BYTES else parse()
 
 
 async def handle_generation(request: web.Request, kind: Literal["completion", "chat"]
@@ -36,22 +73,26 @@ async def handle_generation(request: web.Request, kind: Literal["completion", "c
     state = request.app[STATE]
     timeline = RequestTimeline()  # the request's clock starts before the body is read
     try:
-        body = await _read_body(request)
-        cfg = state.config
-        max_context = min(cfg.max_context, state.engines.max_context or cfg.max_context)
-        req = parse_request(body, kind, state.tokenizer, request["request_id"],
-                            cfg.served_model, max_context, cfg.default_temperature,
-                            cfg.default_top_p)
+        if state.draining:
+            raise shutting_down()
+        req = await _parse(request, state, kind)
         if state.counters.inflight >= state.config.max_inflight:
             raise Busy(f"{state.counters.inflight} requests in flight (limit "
-                       f"{state.config.max_inflight})", code="too_many_requests")
+                       f"{state.config.max_inflight})", code="too_many_requests",
+                       retry_after_s=1.0)
+        caller = _caller(request, state)
+        state.limiter.acquire(caller)
     except RouterError as exc:
         state.metrics.count_error(exc.code or exc.error_type)
+        request[ERROR_COUNTED] = True
         raise
     req.engine_request_id = request["engine_request_id"]
     req.timeline = timeline
     timeline.trace = start_request_trace(state.tracer, req, request.headers)
     req.scope.open(state.counters)
+    task = asyncio.current_task()
+    if task is not None:
+        state.handlers[task] = request
     status, error_type = "cancelled", ""  # a client gone mid-request ends with neither
     policy_name = state.slot.current.name
     run: RequestRun | None = None
@@ -68,6 +109,12 @@ async def handle_generation(request: web.Request, kind: Literal["completion", "c
         status = "error" if request.get("failed") else "ok"
         error_type = request.get("failed") or ""
         return resp
+    except asyncio.CancelledError:
+        if not request.get(SHUTDOWN_KEY) or task is None:
+            raise  # the client went away
+        task.uncancel()  # the drain's signal, answered here: a plain 503
+        status, error_type = "error", "shutting_down"
+        raise shutting_down() from None
     except RouterError as exc:
         status, error_type = "error", exc.code or exc.error_type
         if isinstance(exc, PolicyFailed):
@@ -78,12 +125,16 @@ async def handle_generation(request: web.Request, kind: Literal["completion", "c
         raise
     finally:
         # One owner releases everything the request held, on every path (client gone too).
+        if task is not None:
+            state.handlers.pop(task, None)
+        state.limiter.release(caller)
         if run is not None:
             if state.runs.get(req.request_id) is run:
                 del state.runs[req.request_id]
             await run.close()
         req.scope.close()
         record_request_end(state, req, policy_name, status, error_type)
+        request[ERROR_COUNTED] = status != "ok"
 
 
 def _finish(reason: str) -> str:
@@ -186,17 +237,33 @@ async def _stream(request: web.Request, state: RouterState, req: RouterRequest,
                 pending.clear()
     except RouterError as exc:  # headers are gone: end the stream with an error event
         log.warning("request %s failed mid-stream: %s", req.request_id, exc.message)
-        pending += [b"data: " + json.dumps(exc.body()).encode() + b"\n\n", enc.done()]
-        await resp.write_eof(b"".join(pending))
-        request["failed"] = exc.code or exc.error_type
         req.completion_tokens = completion
-        return resp
+        return await _end_with_error(request, resp, pending, enc, exc)
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if not request.get(SHUTDOWN_KEY) or task is None:
+            raise  # the client went away: nobody to write to
+        task.uncancel()  # the drain's grace is over: end the stream properly
+        req.completion_tokens = completion
+        return await _end_with_error(request, resp, pending, enc, shutting_down())
     prompt_tokens = req.prompt_len
     req.completion_tokens = completion
     if req.include_usage:
         pending.append(enc.usage(prompt_tokens, completion, run.first.cached_tokens))
     pending.append(enc.done())
     await resp.write_eof(b"".join(pending))
+    return resp
+
+
+async def _end_with_error(request: web.Request, resp: web.StreamResponse, pending: list[bytes],
+                          enc: SseEncoder, exc: RouterError) -> web.StreamResponse:
+    """An error event, then [DONE] and the chunked terminator: the client always sees an end."""
+    pending += [b"data: " + json.dumps(exc.body()).encode() + b"\n\n", enc.done()]
+    request["failed"] = exc.code or exc.error_type
+    try:
+        await resp.write_eof(b"".join(pending))
+    except ConnectionError:
+        pass  # the client left meanwhile
     return resp
 
 

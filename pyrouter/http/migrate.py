@@ -17,7 +17,7 @@ from aiohttp import web
 
 from pyrouter.engines.handle import EngineHandle
 from pyrouter.errors import BadRequest, NotFound
-from pyrouter.http.admin_body import json_object
+from pyrouter.http.body import json_object
 from pyrouter.migration import copy_context
 from pyrouter.state import STATE, RouterState
 

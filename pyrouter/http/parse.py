@@ -1,7 +1,10 @@
 """OpenAI request bodies -> RouterRequest, with every field checked (bad input -> 400).
 
 This file checks the body's shape (types, which fields exist); the sampling rules themselves
-are the engine's (engine/core/sampling_params.py), the one set both sides apply.
+are the engine's (engine/core/sampling_params.py), the one set both sides apply. Work is bounded
+before it is done: a prompt whose text is longer than `max_prompt_bytes` (the context length
+times the most bytes one token stands for) cannot fit, so it is refused without tokenising, and a
+list of token ids longer than the context is refused before its ids are checked.
 """
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from typing import Any, Literal
 from engine.core.errors import InvalidRequest
 from engine.core.sampling_params import SamplingParams
 from engine.tokenizer import EngineTokenizer, TokenizerError
-from pyrouter.errors import BadRequest
+from pyrouter.errors import BadRequest, NotFound
 from pyrouter.request import RouterRequest, SloSpec
 
 _MAX_TOKENS_DEFAULT = {"completion": 16, "chat": 256}
@@ -63,12 +66,24 @@ def _stop(body: dict[str, Any]) -> list[str]:
     return list(stop)
 
 
-def _prompt_tokens(body: dict[str, Any], tok: EngineTokenizer) -> list[int]:
+def _too_long(n_bytes: int, max_prompt_bytes: int, max_context: int, param: str) -> None:
+    if max_prompt_bytes and n_bytes > max_prompt_bytes:
+        raise BadRequest(f"the prompt's {n_bytes} bytes cannot fit the context length "
+                         f"{max_context}", param=param, code="context_length_exceeded")
+
+
+def _prompt_tokens(body: dict[str, Any], tok: EngineTokenizer, max_context: int,
+                   max_prompt_bytes: int) -> list[int]:
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
         prompt = prompt[0]  # a batch of one
     if isinstance(prompt, str):
-        return tok.encode(prompt)
+        _too_long(len(prompt.encode("utf-8", "surrogatepass")), max_prompt_bytes, max_context,
+                  "prompt")
+        return _encode(tok, prompt, "prompt")
+    if isinstance(prompt, list) and len(prompt) > max_context:
+        raise BadRequest(f"the prompt's {len(prompt)} tokens exceed the context length "
+                         f"{max_context}", param="prompt", code="context_length_exceeded")
     if isinstance(prompt, list) and prompt and all(
             isinstance(t, int) and not isinstance(t, bool) for t in prompt):
         if not all(0 <= t < tok.vocab_size for t in prompt):
@@ -78,51 +93,85 @@ def _prompt_tokens(body: dict[str, Any], tok: EngineTokenizer) -> list[int]:
                      "one prompt are not supported)", param="prompt")
 
 
-def _chat_tokens(body: dict[str, Any], tok: EngineTokenizer) -> list[int]:
+def _encode(tok: EngineTokenizer, text: str, param: str, add_special: bool = True) -> list[int]:
+    try:
+        return tok.encode(text, add_special_tokens=add_special)
+    except (TokenizerError, UnicodeError, TypeError) as exc:  # e.g. a lone surrogate
+        raise BadRequest(f"the {param} cannot be tokenised: {exc}", param=param,
+                         code="invalid_prompt") from None
+
+
+def _content(msg: dict[str, Any], i: int) -> str:
+    content = msg.get("content")
+    if isinstance(content, list):  # content parts: keep the text ones
+        texts = []
+        for j, part in enumerate(content):
+            if not isinstance(part, dict):
+                raise BadRequest(f"messages[{i}].content[{j}] must be an object",
+                                 param=f"messages[{i}].content")
+            if part.get("type") == "text":
+                text = part.get("text")
+                if not isinstance(text, str):
+                    raise BadRequest(f"messages[{i}].content[{j}].text must be a string",
+                                     param=f"messages[{i}].content")
+                texts.append(text)
+        content = "".join(texts)
+    if not isinstance(content, str):
+        raise BadRequest(f"messages[{i}].content must be a string",
+                         param=f"messages[{i}].content")
+    return content
+
+
+def _chat_tokens(body: dict[str, Any], tok: EngineTokenizer, max_context: int,
+                 max_prompt_bytes: int) -> list[int]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("'messages' must be a non-empty list", param="messages")
     clean: list[dict[str, str]] = []
+    total_bytes = 0
     for i, msg in enumerate(messages):
         if not isinstance(msg, dict) or msg.get("role") not in (
                 "system", "user", "assistant", "developer", "tool"):
             raise BadRequest(f"messages[{i}] needs a role of system|user|assistant",
                              param=f"messages[{i}]")
-        content = msg.get("content")
-        if isinstance(content, list):  # content parts: keep the text ones
-            content = "".join(p.get("text", "") for p in content
-                              if isinstance(p, dict) and p.get("type") == "text")
-        if not isinstance(content, str):
-            raise BadRequest(f"messages[{i}].content must be a string",
-                             param=f"messages[{i}].content")
+        content = _content(msg, i)
+        total_bytes += len(content.encode("utf-8", "surrogatepass"))
         role = "system" if msg["role"] == "developer" else msg["role"]
         clean.append({"role": role, "content": content})
+    _too_long(total_bytes, max_prompt_bytes, max_context, "messages")
     try:
         text = tok.apply_chat_template(clean, add_generation_prompt=True)
     except TokenizerError as exc:
-        raise BadRequest(str(exc), param="messages") from exc
-    return tok.encode(text, add_special_tokens=False)
+        raise BadRequest(str(exc), param="messages", code="invalid_messages") from exc
+    return _encode(tok, text, "messages", add_special=False)
 
 
 def parse_request(body: Any, kind: Literal["completion", "chat"], tok: EngineTokenizer,
                   request_id: str, served_model: str, max_context: int,
-                  default_temperature: float = 1.0, default_top_p: float = 1.0
-                  ) -> RouterRequest:
+                  default_temperature: float = 1.0, default_top_p: float = 1.0,
+                  max_prompt_bytes: int = 0) -> RouterRequest:
+    """`max_prompt_bytes`: prompt text beyond this many UTF-8 bytes cannot fit the context (0:
+    no pre-check; the caller passes max_context * tokenizer.max_token_bytes())."""
     if not isinstance(body, dict):
-        raise BadRequest("request body must be a JSON object")
+        raise BadRequest("request body must be a JSON object", code="invalid_json")
     model = body.get("model", "default")
     if model not in ("default", served_model, None):
-        raise BadRequest(f"model {model!r} is not served here; use {served_model!r} or "
-                         f"'default'", param="model", code="model_not_found")
+        shown = repr(model) if isinstance(model, str) and len(model) <= 200 else "given"
+        raise NotFound(f"the model {shown} does not exist here; use {served_model!r} or "
+                       "'default'", param="model", code="model_not_found")
     if _integer(body, "n", 1, 1, 1) != 1 or _flag(body, "echo"):
-        raise BadRequest("'n' > 1 and 'echo' are not supported", param="n")
+        raise BadRequest("'n' > 1 and 'echo' are not supported", param="n",
+                         code="unsupported_parameter")
     for key in ("presence_penalty", "frequency_penalty", "repetition_penalty"):
         if body.get(key) not in (None, 0, 0.0) and not (key == "repetition_penalty"
                                                          and body.get(key) == 1):
-            raise BadRequest(f"'{key}' is not supported yet", param=key)
+            raise BadRequest(f"'{key}' is not supported yet", param=key,
+                             code="unsupported_parameter")
     if body.get("logprobs") not in (None, False) or body.get("top_logprobs"):
-        raise BadRequest("'logprobs' are not supported yet", param="logprobs")
-    tokens = _chat_tokens(body, tok) if kind == "chat" else _prompt_tokens(body, tok)
+        raise BadRequest("'logprobs' are not supported yet", param="logprobs",
+                         code="unsupported_parameter")
+    tokens = (_chat_tokens(body, tok, max_context, max_prompt_bytes) if kind == "chat"
+              else _prompt_tokens(body, tok, max_context, max_prompt_bytes))
     if not tokens:
         raise BadRequest("the prompt is empty", param="prompt")
     max_tokens = _integer(body, "max_completion_tokens", None, 1, max_context)
@@ -147,8 +196,8 @@ def parse_request(body: Any, kind: Literal["completion", "chat"], tok: EngineTok
             max_tokens=max_tokens,
             temperature=_number(body, "temperature", default_temperature),
             top_p=_number(body, "top_p", default_top_p),
-            top_k=_integer(body, "top_k", 0) or 0,
-            min_tokens=_integer(body, "min_tokens", 0) or 0,
+            top_k=_integer(body, "top_k", 0, -1, 2**31 - 1) or 0,
+            min_tokens=_integer(body, "min_tokens", 0, 0, max_context) or 0,
             seed=_integer(body, "seed", None), stop=_stop(body),
             ignore_eos=_flag(body, "ignore_eos"))
     except InvalidRequest as exc:

@@ -28,8 +28,7 @@ def _switch_roles(cluster: ClusterView, roles: MuxRoles, req: RouterRequest) -> 
     loads = {e.id: cluster.load(e) for e in cluster.engines("any")}
     watermark = float(cluster.params["kv_watermark"])
     note = roles.maybe_switch(
-        {e: bool(load.kv_pages_total) and load.kv_pages_used / load.kv_pages_total > watermark
-         for e, load in loads.items()},
+        {e: load.kv_pressure > watermark for e, load in loads.items()},
         {e: load.running_decodes for e, load in loads.items()},
         {e: load.queued_prefill_tokens for e, load in loads.items()},
         float(cluster.params["switch_interval_s"]), float(cluster.params["wait_ratio"]))

@@ -41,6 +41,7 @@ class FakeEngine:
     running_decodes: int = 0
     unfinished_tokens: int = 0
     kv_pages_used: int = 0
+    kv_pages_evictable: int = 0  # of kv_pages_used, held only by the prefix cache
     kv_pages_total: int = 4096
     decode_step_ms: float = 0.0
     # The engine's step-time model, term -> ms per unit (router_core's terms: const,
@@ -96,7 +97,8 @@ class FakeCluster:
             handle.num, spec.queued_prefill_tokens, spec.running_decodes, spec.unfinished_tokens,
             spec.kv_pages_used, spec.kv_pages_total, spec.decode_step_ms,
             latency_model=dict(spec.latency_model), prefill_chunk_size=spec.prefill_chunk_size,
-            decode_context_tokens=spec.decode_context_tokens)
+            decode_context_tokens=spec.decode_context_tokens,
+            kv_pages_evictable=spec.kv_pages_evictable)
 
     def request(self, tokens: Sequence[int], max_tokens: int = 8, slo: SloSpec | None = None,
                 **sampling: Any) -> RouterRequest:

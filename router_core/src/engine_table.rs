@@ -57,6 +57,8 @@ pub struct EngineLoad {
     pub decode_context_tokens: u64,
     pub unfinished_tokens: u64,
     pub kv_pages_used: u64,
+    /// Of `kv_pages_used`, pages only the prefix cache holds (evicted on demand).
+    pub kv_pages_evictable: u64,
     pub kv_pages_total: u64,
     pub decode_step_ms: f64,
     pub latency: StepModel,
@@ -83,6 +85,7 @@ impl EngineLoad {
             decode_context_tokens: 0,
             unfinished_tokens: 0,
             kv_pages_used: 0,
+            kv_pages_evictable: 0,
             kv_pages_total: 0,
             decode_step_ms: 0.0,
             latency: StepModel::unknown(),
@@ -117,12 +120,15 @@ impl EngineLoad {
         self.latency.time_ms(work)
     }
 
-    /// Fraction of KV pages in use once `extra_pages` more are allocated (0 when unknown).
+    /// Fraction of KV pages held by requests once `extra_pages` more are allocated (0 when
+    /// unknown). Pages only the prefix cache holds do not count: the engine evicts them the
+    /// moment it needs room, so a full but idle cache is no pressure.
     pub fn kv_pressure(&self, extra_pages: u64) -> f64 {
         if self.kv_pages_total == 0 {
             return 0.0;
         }
-        (self.kv_pages_used + extra_pages) as f64 / self.kv_pages_total as f64
+        let held = self.kv_pages_used.saturating_sub(self.kv_pages_evictable);
+        (held + extra_pages) as f64 / self.kv_pages_total as f64
     }
 }
 
@@ -133,6 +139,8 @@ pub struct StatsUpdate {
     pub running_decodes: u64,
     pub unfinished_tokens: u64,
     pub kv_pages_used: u64,
+    /// Of kv_pages_used, pages only the prefix cache holds (0 = not reported).
+    pub kv_pages_evictable: u64,
     pub kv_pages_total: u64,
     pub decode_step_ms: f64,
     pub decode_context_tokens: u64,
@@ -188,6 +196,7 @@ impl EngineTable {
         row.running_decodes = stats.running_decodes;
         row.unfinished_tokens = stats.unfinished_tokens;
         row.kv_pages_used = stats.kv_pages_used;
+        row.kv_pages_evictable = stats.kv_pages_evictable.min(stats.kv_pages_used);
         row.kv_pages_total = stats.kv_pages_total;
         row.decode_step_ms = stats.decode_step_ms;
         row.decode_context_tokens = stats.decode_context_tokens;
@@ -270,12 +279,28 @@ mod tests {
             running_decodes: running,
             unfinished_tokens: 100,
             kv_pages_used: 5,
+            kv_pages_evictable: 0,
             kv_pages_total: 10,
             decode_step_ms: step,
             decode_context_tokens: 400,
             latency_model: model,
             prefill_chunk_size: 64,
         }
+    }
+
+    #[test]
+    fn pages_only_the_cache_holds_are_no_kv_pressure() {
+        let mut t = EngineTable::new();
+        t.upsert(1, Role::Any);
+        let mut full_cache = stats(0, 1.0, vec![]);
+        full_cache.kv_pages_used = 10;
+        full_cache.kv_pages_evictable = 8;
+        t.update_stats(1, &full_cache).unwrap();
+        assert!((t.get(1).unwrap().kv_pressure(1) - 0.3).abs() < 1e-9);
+        // An engine reporting more evictable than used pages never goes below zero.
+        full_cache.kv_pages_evictable = 50;
+        t.update_stats(1, &full_cache).unwrap();
+        assert!((t.get(1).unwrap().kv_pressure(0)).abs() < 1e-9);
     }
 
     #[test]

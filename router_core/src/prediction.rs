@@ -14,7 +14,8 @@
 //!                  decodes see meanwhile: their TPOT under interference)
 //! decode_step_ms = a decode step with this request added to the running decodes
 //! tpot_slack_ms  = tpot_slo_ms - decode_step_ms   (inf without an SLO)
-//! kv_use         = (pages used + pages this request allocates) / pages total
+//! kv_use         = (pages requests hold + pages this request allocates) / pages total
+//!                  (pages only the prefix cache holds are free on demand, so not counted)
 //! ```
 //!
 //! Times are ms, NaN when the engine has sent no latency model (a mock, or before its first
@@ -172,6 +173,7 @@ mod tests {
             running_decodes: decodes,
             unfinished_tokens: 0,
             kv_pages_used: 60,
+            kv_pages_evictable: 0,
             kv_pages_total: 100,
             decode_step_ms: 0.0,
             decode_context_tokens: decode_ctx,

@@ -9,7 +9,8 @@
 //! cost         = prefill_cost + decode_cost + kv_cost
 //! ```
 //!
-//! `kv_pressure` is the fraction of the engine's KV pages in use once this prompt's uncached
+//! `kv_pressure` is the fraction of the engine's KV pages requests hold (pages only the prefix
+//! cache holds are free on demand) once this prompt's uncached
 //! pages are allocated, so new KV costs more where KV is scarce (up to double at weight 1 on a
 //! full engine, more when it would have to evict). `router_tokens` is work the router dispatched
 //! that the engine's last Stats cannot include yet (so back-to-back requests spread out, and
@@ -162,6 +163,7 @@ mod tests {
                 running_decodes: 0,
                 unfinished_tokens: unfinished,
                 kv_pages_used: 0,
+                kv_pages_evictable: 0,
                 kv_pages_total: 100,
                 decode_step_ms: 0.0,
                 decode_context_tokens: 0,

@@ -101,3 +101,17 @@ def test_kv_events_mirror_the_cache(loaded_model_fp32: LoadedModel,
     seq, snapshot = core.kv_snapshot()
     assert seq == last == core.stats().kv_event_seq
     assert held == set(snapshot) and any(e.kind == "evicted" for e in core.kv_events_since(0))
+
+
+def test_stats_count_pages_only_the_cache_holds_as_evictable(loaded_model_fp32: LoadedModel,
+                                                            prompts: list[list[int]]) -> None:
+    core = make_engine(loaded_model_fp32)
+    core.add_request("running", prompts[0], greedy(8))
+    while not core.stats().decode_requests:  # prefilled, now decoding: its pages are held
+        core.step()
+    busy = core.stats()
+    assert busy.kv_pages_used > busy.kv_pages_evictable
+    drain(core)
+    idle = core.stats()
+    # Finished: every page is the cache's alone, so none of it is KV pressure.
+    assert idle.kv_pages_evictable == idle.kv_pages_used == idle.cached_blocks > 0

@@ -57,13 +57,13 @@ class Proc:
         self.log.close()
 
 
-def start_mock(port: int, *extra: str) -> EngineProcess:
+def start_mock(port: int, *extra: str, env: dict[str, str] | None = None) -> EngineProcess:
     """A mock engine (synthetic tokens; router logic and fault tests only) on `port`."""
     role = extra[extra.index("--role") + 1] if "--role" in extra else "any"
     rest = [a for i, a in enumerate(extra)
             if a != "--role" and (i == 0 or extra[i - 1] != "--role")]
-    return launch(EngineSpec(f"mock{port}", role=role, mock=True, port=port, extra_args=rest),
-                  LOG_DIR)
+    return launch(EngineSpec(f"mock{port}", role=role, mock=True, port=port, extra_args=rest,
+                             env=dict(env or {})), LOG_DIR)
 
 
 def start_router(port: int, engines: Sequence[int], *extra: str,

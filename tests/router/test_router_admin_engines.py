@@ -92,7 +92,7 @@ def test_api_keys_and_busy(front: str):
     p0, rp = free_port(), free_port()
     engine = start_mock(p0, "--chunk-delay-ms", "100")
     router = start_router(rp, [p0], "--max-inflight", "1", front=front,
-                          env={"SWITCHYARD_API_KEYS": "k1,k2"})
+                          env={"SWITCHYARD_API_KEYS": "k1,k2", "SWITCHYARD_ADMIN_KEYS": "adm"})
     base = f"http://127.0.0.1:{rp}"
     try:
         wait_ready(base, router)
@@ -103,6 +103,12 @@ def test_api_keys_and_busy(front: str):
                           headers={"Authorization": "Bearer wrong"})
         assert r.status_code == 401
         assert requests.get(f"{base}/admin/engines").status_code == 401
+        # An inference key never opens the admin plane; the admin key does (and only there).
+        assert requests.get(f"{base}/admin/engines",
+                            headers={"Authorization": "Bearer k1"}).status_code == 401
+        adm = {"Authorization": "Bearer adm"}
+        assert requests.get(f"{base}/admin/engines", headers=adm).status_code == 200
+        assert requests.post(f"{base}/v1/completions", json=body, headers=adm).status_code == 401
         ok = {"Authorization": "Bearer k2"}
         assert requests.post(f"{base}/v1/completions", json=body, headers=ok).status_code == 200
         # one request in flight (slow engine) -> the next one gets 429, not a hang
@@ -113,6 +119,7 @@ def test_api_keys_and_busy(front: str):
         time.sleep(0.2)
         r = requests.post(f"{base}/v1/completions", json=body, headers=ok)
         assert r.status_code == 429 and r.json()["error"]["type"] == "rate_limit_error"
+        assert int(r.headers["Retry-After"]) >= 1
         t.join(timeout=30)
         assert first[0].status_code == 200
     finally:

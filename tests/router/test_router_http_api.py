@@ -87,7 +87,6 @@ def test_request_id_is_echoed(mock_cluster):
     ({"prompt": "x", "max_tokens": "ten"}, "max_tokens"),
     ({"prompt": "x", "temperature": -1}, "temperature"),
     ({"prompt": "x", "top_p": 2}, "top_p"),
-    ({"prompt": "x", "model": "gpt-9"}, "model"),
     ({"prompt": 17}, "prompt"),
     ({"prompt": [1, 2, -5]}, "prompt"),
     ({"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}, "stop"),
@@ -102,7 +101,17 @@ def test_bad_input_is_400_in_openai_shape(mock_cluster, body, param):
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert err["type"] == "invalid_request_error" and err["param"] == param and err["message"]
+    assert err["code"]  # never null (issue 13, finding 9)
     assert r.headers["X-Switchyard-Route"] == "none" and r.headers["X-Request-Id"]
+
+
+def test_unknown_model_is_404_model_not_found(mock_cluster):
+    r = requests.post(f"{mock_cluster.base}/v1/completions",
+                      json={"prompt": "x", "model": "gpt-9"})
+    assert r.status_code == 404, r.text
+    err = r.json()["error"]
+    assert (err["code"], err["param"], err["type"]) == ("model_not_found", "model",
+                                                       "not_found_error")
 
 
 def test_bad_json_and_bad_chat(mock_cluster):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import requests
@@ -13,12 +14,23 @@ BUGGY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "policy_files",
 
 
 @pytest.fixture(scope="module", params=FRONTS)
-def buggy_router(request: pytest.FixtureRequest) -> Iterator[tuple[str, object]]:
+def router_front(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(scope="module")
+def policy_dir(tmp_path_factory: pytest.TempPathFactory, router_front: str) -> Path:
+    return tmp_path_factory.mktemp(f"policy-dir-{router_front}")  # one per router: tests write
+
+
+@pytest.fixture(scope="module")
+def buggy_router(router_front: str, policy_dir) -> Iterator[tuple[str, object]]:
     engine_port, router_port = free_port(), free_port()
     engine = start_mock(engine_port)
     router = start_router(router_port, [engine_port], "--policy-file", BUGGY,
                           "--policy", "sometimes_crashes", "--policy-timeout-s", "1",
-                          front=str(request.param))
+                          "--policy-dir", str(policy_dir), "--policy-dir-poll-s", "3600",
+                          front=router_front)
     base = f"http://127.0.0.1:{router_port}"
     try:
         wait_ready(base, router)
@@ -62,9 +74,9 @@ def test_verb_misuse_is_a_clear_500(buggy_router, name, phrase):
     assert _post(base, [1, 2, 3]).status_code == 200
 
 
-def test_policy_file_loaded_live(buggy_router, tmp_path):
+def test_policy_file_loaded_live(buggy_router, policy_dir):
     base, _ = buggy_router
-    path = tmp_path / "mine.py"
+    path = policy_dir / "mine.py"
     path.write_text("from pyrouter import policy\n\n"
                     "@policy('first_engine_only')\n"
                     "async def route(req, cluster):\n"
@@ -72,21 +84,30 @@ def test_policy_file_loaded_live(buggy_router, tmp_path):
                     "    req.note_route('mine', engine=e.id)\n"
                     "    return e.start_generate(req)\n")
     r = requests.put(f"{base}/admin/policy", json={"policy": "first_engine_only",
-                                                    "file": str(path)})
+                                                    "file": "mine.py"})
     assert r.status_code == 200 and "first_engine_only" in r.json()["available"]
     assert _post(base, [5, 6]).headers["X-Switchyard-Route"] == "mine engine=e0"
-    broken = tmp_path / "broken.py"
+    broken = policy_dir / "broken.py"
     broken.write_text("this is not python(\n")
-    r = requests.put(f"{base}/admin/policy", json={"policy": "x", "file": str(broken)})
+    r = requests.put(f"{base}/admin/policy", json={"policy": "x", "file": "broken.py"})
     assert r.status_code == 400 and "failed to load" in r.json()["error"]["message"]
     assert requests.get(f"{base}/admin/policy").json()["policy"] == "first_engine_only"
+    r = requests.put(f"{base}/admin/policy", json={"policy": "x", "file": "absent.py"})
+    assert r.status_code == 404 and r.json()["error"]["code"] == "policy_file_not_found"
 
 
-def test_policy_module_loaded_live(buggy_router):
+def test_no_code_runs_from_outside_the_policy_dir(buggy_router, policy_dir, tmp_path):
+    """Finding 2: `file` used to execute any Python file or module on the router host."""
     base, _ = buggy_router
-    r = requests.put(f"{base}/admin/policy", json={
-        "policy": "sometimes_crashes", "file": "tests.router.policy_files.buggy"})
-    assert r.status_code == 200, r.text
-    assert _post(base, [1, 2, 3]).status_code == 200
-    r = requests.put(f"{base}/admin/policy", json={"policy": "x", "file": "no.such.module"})
-    assert r.status_code == 400 and "cannot import" in r.json()["error"]["message"]
+    marker = tmp_path / "pwned"
+    evil = tmp_path / "evil.py"
+    evil.write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    escape = policy_dir / "escape.py"
+    escape.symlink_to(evil)  # a link inside the directory to a file outside it
+    for source in (str(evil), "../" + evil.name, "escape.py", str(escape),
+                   "tests.router.policy_files.buggy", "os"):
+        r = requests.put(f"{base}/admin/policy", json={"policy": "x", "file": source})
+        assert r.status_code == 403, (source, r.text)
+        assert r.json()["error"]["code"] == "policy_file_not_allowed"
+    assert not marker.exists()
+    assert requests.get(f"{base}/admin/policy").json()["policy"] != "x"

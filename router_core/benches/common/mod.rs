@@ -51,6 +51,7 @@ pub fn populated_core(engines: u32, total_blocks: usize) -> (RouterCore, u64) {
                 running_decodes: u64::from(e % 5),
                 unfinished_tokens: u64::from(e % 11) * 50,
                 kv_pages_used: u64::from(e % 13) * 100,
+                kv_pages_evictable: 0,
                 kv_pages_total: 4096,
                 decode_step_ms: 10.0,
                 decode_context_tokens: u64::from(e % 5) * 1500,

@@ -5,7 +5,8 @@
 //!
 //! Unary verbs get the client's deadline (sent to the engine as `grpc-timeout` and enforced
 //! here, so an expired call is DEADLINE_EXCEEDED as grpc.aio reports it); a generation has none
-//! (it streams for as long as its max_tokens needs).
+//! (it streams for as long as its max_tokens needs). Every call carries the deployment's engine
+//! token (`authorization: Bearer <token>`, engine/server/auth.py) when there is one.
 
 mod generate_call;
 
@@ -18,6 +19,7 @@ use crate::rpc::MAX_MESSAGE_BYTES;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
+use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Status};
 
@@ -29,13 +31,24 @@ pub struct EngineRpc {
     address: String,
     client: EngineClient<Channel>,
     timeout: Duration,
+    /// `Bearer <engine token>`, or None when the engines are open.
+    authorization: Option<MetadataValue<Ascii>>,
 }
 
 impl EngineRpc {
-    /// A client for `address` (HOST:PORT) whose unary verbs time out after `timeout`. The
-    /// connection opens on the first call; call from inside a tokio runtime (the channel's
-    /// worker task is spawned on it).
-    pub fn connect_lazy(address: &str, timeout: Duration) -> Result<Self> {
+    /// A client for `address` (HOST:PORT) whose unary verbs time out after `timeout`, sending
+    /// `engine_token` ("" = none). The connection opens on the first call; call from inside a
+    /// tokio runtime (the channel's worker task is spawned on it).
+    pub fn connect_lazy(address: &str, timeout: Duration, engine_token: &str) -> Result<Self> {
+        let authorization = if engine_token.is_empty() {
+            None
+        } else {
+            // The token itself never goes into the message.
+            let value = format!("Bearer {engine_token}").parse().map_err(|_| {
+                RouterCoreError::InvalidArgument("the engine token is not valid header text".into())
+            })?;
+            Some(value)
+        };
         let endpoint = Endpoint::from_shared(format!("http://{address}"))
             .map_err(|err| {
                 RouterCoreError::InvalidArgument(format!("bad engine address {address:?}: {err}"))
@@ -50,6 +63,7 @@ impl EngineRpc {
             address: address.to_owned(),
             client,
             timeout,
+            authorization,
         })
     }
 
@@ -61,6 +75,16 @@ impl EngineRpc {
         self.timeout
     }
 
+    fn request<M>(&self, message: M) -> Request<M> {
+        let mut request = Request::new(message);
+        if let Some(value) = &self.authorization {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
+        request
+    }
+
     /// Runs a unary call under the client's deadline.
     async fn unary<Req, Resp, Fut>(
         &self,
@@ -70,7 +94,7 @@ impl EngineRpc {
     where
         Fut: Future<Output = std::result::Result<tonic::Response<Resp>, Status>>,
     {
-        let mut request = Request::new(message);
+        let mut request = self.request(message);
         request.set_timeout(self.timeout);
         match tokio::time::timeout(self.timeout, call(self.client.clone(), request)).await {
             Ok(answer) => answer.map(tonic::Response::into_inner),
@@ -127,7 +151,7 @@ impl EngineRpc {
         runtime: &tokio::runtime::Handle,
     ) -> Arc<GenerateCall> {
         let mut client = self.client.clone();
-        let mut request = Request::new(message);
+        let mut request = self.request(message);
         if let Some(deadline) = deadline {
             request.set_timeout(deadline);
         }

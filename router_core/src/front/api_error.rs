@@ -40,6 +40,11 @@ impl ApiError {
         Self::new(400, "invalid_request_error", message)
     }
 
+    /// 404: the request names something not served here (an unknown model).
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(404, "not_found_error", message)
+    }
+
     /// 401: a missing or wrong API key.
     pub fn unauthorized(message: impl Into<String>) -> Self {
         Self::new(401, "authentication_error", message)
@@ -48,7 +53,14 @@ impl ApiError {
     /// A status the HTTP layer produces itself (404 unknown route, 405, 413), shaped as the
     /// Python front shaped aiohttp's own errors.
     pub fn http(status: u16, reason: &str) -> Self {
-        Self::new(status, "invalid_request_error", reason).with_code(status.to_string())
+        // The aiohttp front's codes for the same statuses (pyrouter/http/app.py).
+        let code = match status {
+            404 => "not_found".to_owned(),
+            405 => "method_not_allowed".to_owned(),
+            413 => "request_too_large".to_owned(),
+            _ => status.to_string(),
+        };
+        Self::new(status, "invalid_request_error", reason).with_code(code)
     }
 
     /// 429: too many requests in flight.
@@ -77,8 +89,20 @@ impl ApiError {
     }
 
     pub fn body(&self) -> Value {
+        // Every error carries a code (docs/reliability.md); without a specific one, its status's.
+        let code = self.code.clone().unwrap_or_else(|| {
+            match self.status {
+                400 => "invalid_request",
+                401 => "invalid_api_key",
+                429 => "too_many_requests",
+                502 => "engine_error",
+                503 => "service_unavailable",
+                _ => "internal_error",
+            }
+            .to_owned()
+        });
         json!({"error": {"message": self.message, "type": self.error_type,
-                         "param": self.param, "code": self.code}})
+                         "param": self.param, "code": code}})
     }
 
     pub fn body_bytes(&self) -> Vec<u8> {
@@ -127,10 +151,14 @@ mod tests {
         assert_eq!(
             err.body(),
             json!({"error": {"message": "bad", "type": "invalid_request_error",
-                             "param": "max_tokens", "code": null}})
+                             "param": "max_tokens", "code": "invalid_request"}})
         );
         let nf = ApiError::http(404, "Not Found");
-        assert_eq!(nf.body()["error"]["code"], "404");
+        assert_eq!(nf.body()["error"]["code"], "not_found");
+        assert_eq!(
+            ApiError::http(405, "x").body()["error"]["code"],
+            "method_not_allowed"
+        );
         assert_eq!(ApiError::no_capacity("x").status, 503);
     }
 

@@ -72,6 +72,9 @@ pub struct OpsRequest {
     pub path: String,
     pub query: String,
     pub body: Vec<u8>,
+    /// The client's own Authorization header ("" when absent): the deciding side checks it
+    /// (admin routes take admin keys, which this front never sees), so it is never replaced.
+    pub authorization: String,
 }
 
 #[derive(Debug, Clone)]
@@ -99,7 +102,8 @@ pub trait PolicyBridge: Send + Sync + 'static {
 
     fn close(&self, run: Self::Run, end: RequestEnd) -> BoxFuture<()>;
 
-    /// Routes the front does not serve itself (/ready, /metrics, /admin/..., unknown paths).
+    /// Routes the front does not serve itself (/ready, /metrics, /admin/..., unknown paths);
+    /// the deciding side checks their keys.
     fn ops(&self, request: OpsRequest) -> BoxFuture<OpsResponse>;
 
     /// An engine failed a fast-path request before any output: out of rotation (as the

@@ -165,6 +165,7 @@ mod tests {
                         running_decodes: 0,
                         unfinished_tokens: *unfinished,
                         kv_pages_used: 0,
+                        kv_pages_evictable: 0,
                         kv_pages_total: 100,
                         decode_step_ms: 0.0,
                         decode_context_tokens: 0,

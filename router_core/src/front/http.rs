@@ -1,7 +1,9 @@
 //! The HTTP surface: one axum handler that gives every response its envelope (X-Request-Id,
-//! X-Switchyard-Route, OpenAI error bodies), checks API keys, serves the OpenAI routes, /health
-//! and /v1/models itself, and hands every other route (/ready, /metrics, /admin/..., unknown
-//! paths) to the deciding side.
+//! X-Switchyard-Route, OpenAI error bodies), checks API keys on the OpenAI routes it serves
+//! itself (/v1/completions, /v1/chat/completions, /v1/models; /health is open), and hands every
+//! other route (/ready, /metrics, /admin/..., unknown paths) to the deciding side with the
+//! client's own Authorization header: that side's key ring decides (admin keys are separate and
+//! an inference key never opens an admin route).
 
 use super::api_error::{ApiError, ShapedError};
 use super::bridge::{OpsRequest, PolicyBridge};
@@ -23,8 +25,8 @@ use std::sync::Arc;
 use std::time::Instant;
 use tokio::net::TcpListener;
 
-/// Routes anyone may call when API keys are configured.
-const OPEN_PATHS: [&str; 3] = ["/health", "/ready", "/metrics"];
+/// Served here and needing an API key when keys are configured.
+const KEYED_PATHS: [&str; 3] = ["/v1/completions", "/v1/chat/completions", "/v1/models"];
 /// Routes served here (others go to the deciding side).
 const OWN_PATHS: [&str; 4] = [
     "/v1/completions",
@@ -105,15 +107,18 @@ async fn handle<B: PolicyBridge>(State(front): State<Arc<Front<B>>>, request: Re
         "/v1/chat/completions" => Some(RequestKind::Chat),
         _ => None,
     };
-    let engine_request_id = new_request_id(kind.map_or("req-", RequestKind::id_prefix));
+    let id_prefix = kind.map_or("req-", RequestKind::id_prefix);
+    // Two independent random ids: the one the client sees never names the request on an engine
+    // (so a seen or guessed id aborts nothing).
+    let engine_request_id = new_request_id(id_prefix);
     let client_id = parts
         .headers
         .get("x-request-id")
         .and_then(|v| v.to_str().ok());
     let request_id =
-        client_request_id(client_id).map_or_else(|| engine_request_id.clone(), str::to_owned);
+        client_request_id(client_id).map_or_else(|| new_request_id(id_prefix), str::to_owned);
     let keys = &front.config.api_keys;
-    if !keys.is_empty() && !OPEN_PATHS.contains(&path) && !authorized(&parts.headers, keys) {
+    if !keys.is_empty() && KEYED_PATHS.contains(&path) && !authorized(&parts.headers, keys) {
         let err = ApiError::unauthorized("missing or invalid API key").with_code("invalid_api_key");
         return api_error(&err, &request_id);
     }
@@ -150,7 +155,13 @@ async fn handle<B: PolicyBridge>(State(front): State<Arc<Front<B>>>, request: Re
                 "created": front.started_unix, "owned_by": "switchyard"}]});
             json_response(200, body.to_string().into_bytes(), "none", &request_id)
         }
-        _ if own => api_error(&ApiError::http(405, "Method Not Allowed"), &request_id),
+        _ if own => {
+            let mut resp = api_error(&ApiError::http(405, "Method Not Allowed"), &request_id);
+            let allow = if kind.is_some() { "POST" } else { "GET" };
+            resp.headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static(allow));
+            resp
+        }
         _ => {
             let body = match axum::body::to_bytes(body, front.config.max_body_bytes).await {
                 Ok(body) => body.to_vec(),
@@ -163,6 +174,12 @@ async fn handle<B: PolicyBridge>(State(front): State<Arc<Front<B>>>, request: Re
                 path: path.to_owned(),
                 query: parts.uri.query().unwrap_or("").to_owned(),
                 body,
+                authorization: parts
+                    .headers
+                    .get(header::AUTHORIZATION)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_owned(),
             };
             let answer = front.bridge.ops(ops).await;
             let mut resp = Response::new(Body::from(answer.body));

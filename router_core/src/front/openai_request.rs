@@ -285,13 +285,11 @@ pub fn parse_generation(
                 Value::String(s) => format!("'{s}'"),
                 v => v.to_string(),
             };
-            return Err(bad(
-                format!(
-                    "model {shown} is not served here; use '{}' or 'default'",
-                    limits.served_model
-                ),
-                "model",
-            )
+            return Err(ApiError::not_found(format!(
+                "model {shown} is not served here; use '{}' or 'default'",
+                limits.served_model
+            ))
+            .with_param("model")
             .with_code("model_not_found"));
         }
     }
@@ -364,7 +362,8 @@ fn sampling(body: &Fields, max_tokens: i128, limits: &RequestLimits) -> Result<S
     let inf = f64::INFINITY;
     let temperature = number(body, "temperature", limits.default_temperature, -inf, inf)?;
     let top_p = number(body, "top_p", limits.default_top_p, -inf, inf)?;
-    let top_k = integer(body, "top_k", I64_LO, I64_HI)?.unwrap_or(0);
+    // The engine's top_k is an int32 (as pyrouter/http/parse.py bounds it).
+    let top_k = integer(body, "top_k", -1, i128::from(i32::MAX))?.unwrap_or(0);
     let min_tokens = integer(body, "min_tokens", I64_LO, I64_HI)?.unwrap_or(0);
     let seed = integer(body, "seed", I64_LO, I64_HI)?;
     let stop = stop_strings(body)?;

@@ -24,6 +24,9 @@ pub struct MockEngineConfig {
     pub fail_rate: f64,
     /// Every StartGenerate fails with INTERNAL after this many tokens (0 = never).
     pub fail_after_tokens: u32,
+    /// Every StartGenerate ends with finish_reason "abort" after this many tokens (0 = never):
+    /// an engine that gave up on the request itself (shutting down, evicted).
+    pub abort_after_tokens: u32,
     /// Every RemoteSend fails with UNAVAILABLE (a broken KV transfer).
     pub fail_remote_send: bool,
     /// While this file exists, grpc.health.v1 reports NOT_SERVING ("" = never).
@@ -33,6 +36,10 @@ pub struct MockEngineConfig {
     pub vocab_size: u32,
     /// Block hash seed (ModelInfo's block_hash_seed) and the fail_rate generator's seed.
     pub seed: u64,
+    /// The deployment's engine token: Engine RPCs without `authorization: Bearer <token>` are
+    /// refused with UNAUTHENTICATED, as a real engine refuses them (engine/server/auth.py);
+    /// grpc.health.v1 stays open for probes. "" = open.
+    pub engine_token: String,
 }
 
 impl Default for MockEngineConfig {
@@ -45,11 +52,13 @@ impl Default for MockEngineConfig {
             coalesce: true,
             fail_rate: 0.0,
             fail_after_tokens: 0,
+            abort_after_tokens: 0,
             fail_remote_send: false,
             unhealthy_file: String::new(),
             page_size: 16,
             vocab_size: 49152,
             seed: 0,
+            engine_token: String::new(),
         }
     }
 }

@@ -164,6 +164,7 @@ struct Generation {
     tokens_per_chunk: u32,
     coalesce: bool,
     fail_after_tokens: u32,
+    abort_after_tokens: u32,
     step_ms: f64,
     sent: u32,
     done: bool,
@@ -177,9 +178,10 @@ impl Generation {
             return None;
         }
         let ready = self.clock.ready_after(self.sent).await;
-        if self.guard.running.aborted.load(Ordering::Acquire) {
+        let gave_up = self.abort_after_tokens > 0 && self.sent >= self.abort_after_tokens;
+        if gave_up || self.guard.running.aborted.load(Ordering::Acquire) {
             self.done = true;
-            let handoff = self.guard.running.handoff.load(Ordering::Relaxed);
+            let handoff = !gave_up && self.guard.running.handoff.load(Ordering::Relaxed);
             return Some(Ok(GenerateChunk {
                 finish_reason: if handoff { "handoff" } else { "abort" }.into(),
                 ..Default::default()
@@ -193,6 +195,10 @@ impl Generation {
         } else {
             available.min(self.tokens_per_chunk)
         };
+        if self.abort_after_tokens > 0 {
+            // Never past the point where the engine gives up: the next message is the abort.
+            n = n.min(self.abort_after_tokens - self.sent);
+        }
         if self.fail_after_tokens > 0 && self.sent + n > self.fail_after_tokens {
             n = self.fail_after_tokens.saturating_sub(self.sent);
             if n == 0 {
@@ -270,6 +276,7 @@ pub fn generation_stream(
         tokens_per_chunk: config.tokens_per_chunk,
         coalesce: config.coalesce,
         fail_after_tokens: config.fail_after_tokens,
+        abort_after_tokens: config.abort_after_tokens,
         step_ms: config.chunk_delay_ms,
         sent: 0,
         done: false,
@@ -392,6 +399,27 @@ mod tests {
         assert_eq!(status.code(), tonic::Code::Internal);
         assert_eq!(running.load(), (0, 0));
         assert_eq!(cache.num_blocks(), 0, "a failed generation caches nothing");
+    }
+
+    #[tokio::test]
+    async fn gives_up_with_abort_after_the_configured_tokens() {
+        let config = MockEngineConfig {
+            abort_after_tokens: 3,
+            ..Default::default()
+        };
+        let (messages, running, cache) = collect(config, 8, 8).await;
+        assert_eq!(ids(&messages).concat().len(), 3);
+        let last = messages.last().unwrap().as_ref().unwrap();
+        assert_eq!(
+            (last.token_ids.len(), last.finish_reason.as_str()),
+            (0, "abort")
+        );
+        assert_eq!(running.load(), (0, 0));
+        assert_eq!(
+            cache.num_blocks(),
+            0,
+            "an abandoned generation caches nothing"
+        );
     }
 
     #[tokio::test]

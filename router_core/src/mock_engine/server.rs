@@ -1,6 +1,6 @@
 //! Hosting the mock engine: the Engine service plus grpc.health.v1 on a background tokio
 //! runtime, the `unhealthy_file` health switch, and a clean shutdown (health NOT_SERVING, new
-//! connections refused, open streams given the grace period).
+//! connections refused, open streams given the grace period), and the deployment's engine token.
 
 use super::config::MockEngineConfig;
 use super::service::MockEngine;
@@ -13,9 +13,12 @@ use crate::rpc::{ENGINE_SERVICE_NAME, MAX_MESSAGE_BYTES};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
+use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
+use tonic::{Request, Status};
 
 /// How often the `unhealthy_file` switch is looked at.
 const HEALTH_POLL: Duration = Duration::from_millis(100);
@@ -59,12 +62,34 @@ async fn watch_unhealthy_file(reporter: HealthReporter, path: String, mut shutdo
     }
 }
 
+/// Engine RPCs must carry `authorization: Bearer <engine_token>` (compared in constant time, as
+/// the real engine's interceptor does); an empty token leaves the engine open.
+fn token_check(
+    expected: String,
+) -> impl Fn(Request<()>) -> std::result::Result<Request<()>, Status> + Clone {
+    let expected = format!("Bearer {expected}");
+    let open = expected == "Bearer ";
+    move |request: Request<()>| {
+        let presented = request
+            .metadata()
+            .get("authorization")
+            .map(|value| value.as_bytes())
+            .unwrap_or_default();
+        if open || bool::from(presented.ct_eq(expected.as_bytes())) {
+            Ok(request)
+        } else {
+            Err(Status::unauthenticated("missing or wrong engine token"))
+        }
+    }
+}
+
 fn serve(listener: TcpListener, config: MockEngineConfig, shutdown: Shutdown) -> ServeFuture {
     Box::pin(async move {
         let (reporter, health_service) = health_reporter();
         let engine = EngineServer::new(MockEngine::new(config.clone(), shutdown.clone()))
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let engine = InterceptedService::new(engine, token_check(config.engine_token.clone()));
         set_health(&reporter, ServingStatus::Serving).await;
         tokio::spawn(watch_unhealthy_file(
             reporter.clone(),
@@ -161,6 +186,31 @@ mod tests {
         server.shutdown(Duration::from_secs(1)).unwrap();
         // Shutdown ended the open KVEvents stream instead of waiting for the grace period.
         assert!(events.message().await.map_or(true, |m| m.is_none()));
+    }
+
+    #[tokio::test]
+    async fn engine_token_is_required_but_health_stays_open() {
+        let config = MockEngineConfig {
+            engine_token: "deployment-token".into(),
+            ..Default::default()
+        };
+        let mut server = start_mock_engine("127.0.0.1:0".parse().unwrap(), config, 1).unwrap();
+        let channel = channel(server.local_addr()).await;
+        assert_eq!(health(&channel, "").await, Status::Serving as i32);
+        let events = || KvEventsRequest { snapshot: true };
+        let mut engine = EngineClient::new(channel.clone());
+        let refused = engine.kv_events(events()).await.unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::Unauthenticated);
+        let mut wrong = Request::new(events());
+        let bad = "Bearer deployment-tokeX".parse().unwrap();
+        wrong.metadata_mut().insert("authorization", bad);
+        let refused = engine.kv_events(wrong).await.unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::Unauthenticated);
+        let mut right = Request::new(events());
+        let good = "Bearer deployment-token".parse().unwrap();
+        right.metadata_mut().insert("authorization", good);
+        assert!(engine.kv_events(right).await.is_ok());
+        server.shutdown(Duration::from_secs(1)).unwrap();
     }
 
     #[test]

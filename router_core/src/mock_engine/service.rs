@@ -264,6 +264,8 @@ impl Engine for MockEngine {
             prefill_chunk_size: self.prefill_chunk_size.load(Ordering::Relaxed),
             unfinished_tokens: unfinished as i64,
             kv_pages_used: blocks,
+            // The mock's pages are all cache: nothing holds them once a request ends.
+            kv_pages_evictable: blocks,
             kv_pages_total: REPORTED_CAPACITY,
             cached_blocks: blocks,
             page_size: self.config.page_size as i32,

@@ -280,6 +280,7 @@ impl PolicyBridge for PyBridge {
                 request.path,
                 request.query,
                 PyBytes::new(py, &request.body),
+                request.authorization,
             )
                 .into_pyobject(py)
         });
@@ -421,12 +422,22 @@ impl PyRouterFront {
         self.front.inflight()
     }
 
-    /// An engine the front may stream from (`num`: the router_core engine id).
-    fn set_engine(&self, num: u32, address: &str, timeout_s: f64) -> PyResult<()> {
+    /// An engine the front may stream from (`num`: the router_core engine id); its calls carry
+    /// `engine_token` ("" = none).
+    #[pyo3(signature = (num, address, timeout_s, engine_token = ""))]
+    fn set_engine(
+        &self,
+        num: u32,
+        address: &str,
+        timeout_s: f64,
+        engine_token: &str,
+    ) -> PyResult<()> {
         let timeout = duration("timeout_s", timeout_s)?;
         let _runtime = self.front.runtime.enter();
-        self.front
-            .set_engine(num, EngineRpc::connect_lazy(address, timeout)?);
+        self.front.set_engine(
+            num,
+            EngineRpc::connect_lazy(address, timeout, engine_token)?,
+        );
         Ok(())
     }
 

@@ -62,8 +62,8 @@ impl PyMockEngineServer {
     #[pyo3(signature = (port, host = "127.0.0.1", *, threads = 1, engine_id = "mock",
                         role = "any", tokens_per_chunk = 1, chunk_delay_ms = 0.0,
                         coalesce = true, fail_rate = 0.0, fail_after_tokens = 0,
-                        fail_remote_send = false, unhealthy_file = "", page_size = 16,
-                        vocab_size = 49152, seed = 0))]
+                        abort_after_tokens = 0, fail_remote_send = false, unhealthy_file = "",
+                        page_size = 16, vocab_size = 49152, seed = 0, engine_token = ""))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -77,11 +77,13 @@ impl PyMockEngineServer {
         coalesce: bool,
         fail_rate: f64,
         fail_after_tokens: u32,
+        abort_after_tokens: u32,
         fail_remote_send: bool,
         unhealthy_file: &str,
         page_size: u32,
         vocab_size: u32,
         seed: u64,
+        engine_token: &str,
     ) -> PyResult<Self> {
         let config = MockEngineConfig {
             engine_id: engine_id.to_owned(),
@@ -91,11 +93,13 @@ impl PyMockEngineServer {
             coalesce,
             fail_rate,
             fail_after_tokens,
+            abort_after_tokens,
             fail_remote_send,
             unhealthy_file: unhealthy_file.to_owned(),
             page_size,
             vocab_size,
             seed,
+            engine_token: engine_token.to_owned(),
         };
         config.validate()?;
         let server =

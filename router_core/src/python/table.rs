@@ -23,7 +23,10 @@ pub struct PyEngineLoad {
     decode_context_tokens: u64,
     unfinished_tokens: u64,
     kv_pages_used: u64,
+    kv_pages_evictable: u64,
     kv_pages_total: u64,
+    /// EngineLoad::kv_pressure(0): the share of pages requests hold.
+    kv_pressure: f64,
     decode_step_ms: f64,
     latency_model: HashMap<String, f64>,
     prefill_chunk_size: u64,
@@ -42,7 +45,9 @@ impl From<&EngineLoad> for PyEngineLoad {
             decode_context_tokens: row.decode_context_tokens,
             unfinished_tokens: row.unfinished_tokens,
             kv_pages_used: row.kv_pages_used,
+            kv_pages_evictable: row.kv_pages_evictable,
             kv_pages_total: row.kv_pages_total,
+            kv_pressure: row.kv_pressure(0),
             decode_step_ms: row.decode_step_ms,
             latency_model: row.latency.named().into_iter().collect(),
             prefill_chunk_size: row.prefill_chunk_size,
@@ -101,7 +106,8 @@ impl PyEngineTable {
 
     #[pyo3(signature = (engine_id, queued_prefill_tokens, running_decodes, unfinished_tokens,
                         kv_pages_used, kv_pages_total, decode_step_ms, *, latency_model = None,
-                        prefill_chunk_size = 0, decode_context_tokens = 0))]
+                        prefill_chunk_size = 0, decode_context_tokens = 0,
+                        kv_pages_evictable = 0))]
     #[allow(clippy::too_many_arguments)]
     fn update_stats(
         &self,
@@ -116,12 +122,14 @@ impl PyEngineTable {
         latency_model: Option<HashMap<String, f64>>,
         prefill_chunk_size: u64,
         decode_context_tokens: u64,
+        kv_pages_evictable: u64,
     ) -> PyResult<()> {
         let stats = StatsUpdate {
             queued_prefill_tokens,
             running_decodes,
             unfinished_tokens,
             kv_pages_used,
+            kv_pages_evictable,
             kv_pages_total,
             decode_step_ms,
             decode_context_tokens,

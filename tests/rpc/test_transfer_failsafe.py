@@ -1,0 +1,225 @@
+"""KV links fail safe (issue 13, finding 1): a broken acknowledgement path marks the link dead at
+once instead of leaving later sends waiting on it, a stuck receiver is given up on after a
+deadline derived from the bytes in flight, and sends cancelled at any point leave the staging
+ring consistent (cumulative acks free a chunk that was allocated and never sent).
+
+The broken receivers here are scripted sockets speaking the frame protocol; the healthy one is
+the real TransferListener."""
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from engine.transfer import TransferError, TransferListener, TransportPool, base
+from engine.transfer.frames import FrameKind, Header, recv_header, recv_payload, send_frame
+from engine.transfer.link import SocketLink
+from tests.rpc.test_transfer_unit import LAYOUT, DictSink, _addr, _classify, _send
+
+pytestmark = pytest.mark.timeout(120)
+
+
+class ScriptedReceiver:
+    """Accepts one link, answers HELLO, then misbehaves: on the first chunk it acknowledges an
+    offset the sender never allocated (`bad_ack`), or it never acknowledges anything."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self._server.getsockname()[1])
+        self._conns: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        try:
+            conn, _ = self._server.accept()
+        except OSError:
+            return
+        self._conns.append(conn)
+        try:
+            hello = recv_header(conn)
+            recv_payload(conn, hello)
+            send_frame(conn, Header(FrameKind.HELLO_ACK), b"{}")
+            while True:
+                header = recv_header(conn)
+                if header.payload_len and header.kind != FrameKind.SHM_DATA:
+                    recv_payload(conn, header)
+                if header.kind == FrameKind.SHM_DATA and self.mode == "bad_ack":
+                    send_frame(conn, Header(FrameKind.CHUNK_ACK, offset=header.offset + 12345))
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self._server.close()
+        for conn in self._conns:
+            conn.close()
+
+
+def _push(link: SocketLink, rid: str, n: int = 8, layers: int = 3) -> base.SendSession:
+    session = link.open_session(rid)
+    for layer in range(layers):
+        buf = session.buffer(layer, 0, n)
+        buf.tensor.normal_()
+        session.commit(layer, 0, n, buf)
+    return session
+
+
+@pytest.fixture()
+def receiver() -> Iterator[tuple[DictSink, TransferListener]]:
+    sink = DictSink()
+    listener = TransferListener(sink, LAYOUT, classify=_classify)
+    yield sink, listener
+    listener.close()
+
+
+def test_bad_ack_kills_the_link_at_once_and_the_pool_reopens(receiver) -> None:
+    """The ack thread hitting an error it did not expect (the reported `staging release out of
+    order`) used to die quietly, leaving a live-looking link whose sends waited 120 s each."""
+    bad = ScriptedReceiver("bad_ack")
+    link = SocketLink("127.0.0.1", bad.port, LAYOUT, staging_bytes=1 << 16)
+    try:
+        session = _push(link, "victim")
+        started = time.monotonic()
+        with pytest.raises(TransferError, match="broken"):
+            session.finish(timeout_s=60)
+        assert time.monotonic() - started < 5, "the failed link was waited on"
+        assert not link.alive
+        with pytest.raises(TransferError):
+            link.open_session("next")  # nothing new goes onto a dead link
+    finally:
+        link.close()
+        bad.close()
+    # The pool never hands out a dead link: the next send to a (healthy) receiver gets a new one.
+    sink, listener = receiver
+    pool = TransportPool(LAYOUT)
+    try:
+        first = pool.get(_addr(listener, "a", 8), override="shm")
+        first.close()  # as if its threads had died
+        second = pool.get(_addr(listener, "a", 8), override="shm")
+        assert second is not first and second.alive
+        sink.reserve("a", 8)
+        expected = torch.randn(LAYOUT.num_layers, 2, 8, 2, 8)
+        assert isinstance(second, SocketLink)
+        assert _send(second, "a", expected, 8) == LAYOUT.range_bytes(8)
+    finally:
+        pool.close()
+
+
+def test_stuck_receiver_deadline_follows_bytes_in_flight(monkeypatch) -> None:
+    assert base.ack_deadline_s(0) == base.ACK_BASE_S
+    assert base.ack_deadline_s(400_000_000) == pytest.approx(
+        base.ACK_BASE_S + 400_000_000 / base.ACK_FLOOR_BYTES_PER_S)
+    monkeypatch.setattr(base, "ACK_BASE_S", 0.3)
+    stuck = ScriptedReceiver("silent")
+    link = SocketLink("127.0.0.1", stuck.port, LAYOUT, staging_bytes=1 << 16)
+    try:
+        session = _push(link, "stuck")
+        started = time.monotonic()
+        with pytest.raises(TransferError, match="no acknowledgement"):
+            session.finish()  # default: the deadline of the bytes this session committed
+        waited = time.monotonic() - started
+        assert 0.3 <= waited < 5
+        assert not link.alive  # a silent receiver's link is not reused
+    finally:
+        link.close()
+        stuck.close()
+
+
+# One send's fate: how many (layer) chunks it commits, then where it stops.
+_FATES = st.sampled_from(["finish", "abort_after_commit", "abort_after_buffer", "abandon"])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(sends=st.lists(st.tuples(st.integers(0, 6), st.integers(1, 9), _FATES),
+                      min_size=1, max_size=6))
+def test_sends_cancelled_anywhere_leave_the_ring_consistent(receiver, sends) -> None:
+    """Hundreds of random cancellation points on a small (wrapping) shm ring: no error escapes
+    the link, a clean send afterwards lands every byte, and the ring is empty again."""
+    sink, listener = receiver
+    link = SocketLink("127.0.0.1", listener.port, LAYOUT, staging_bytes=4096)
+    try:
+        for i, (chunks, tokens, fate) in enumerate(sends):
+            rid = f"s{i}"
+            sink.reserve(rid, 16)
+            session = link.open_session(rid)
+            for c in range(chunks):
+                buf = session.buffer(c % LAYOUT.num_layers, 0, tokens)
+                session.commit(c % LAYOUT.num_layers, 0, tokens, buf)
+            if fate == "finish":
+                session.finish(timeout_s=10)
+            elif fate == "abort_after_commit":
+                session.abort("client deadline")
+            elif fate == "abort_after_buffer":
+                session.buffer(0, 0, tokens)  # allocated, never sent
+                session.abort("client deadline")
+                with pytest.raises(TransferError):
+                    session.buffer(0, 0, tokens)
+            # "abandon": the session is simply dropped (the RPC task was cancelled)
+        assert link.alive, link._dead
+        sink.reserve("clean", 9)
+        expected = torch.randn(LAYOUT.num_layers, 2, 9, 2, 8)
+        assert _send(link, "clean", expected, 4) == LAYOUT.range_bytes(9)
+        assert torch.equal(sink.store["clean"], expected)
+        assert link.ring is not None and link.ring.in_flight() == 0
+    finally:
+        link.close()
+
+
+def test_json_reply_garbage_fails_the_link_not_the_thread() -> None:
+    """An END_ACK whose body is not JSON: the link dies with a reason, the session fails."""
+    server = socket.create_server(("127.0.0.1", 0))
+    port = int(server.getsockname()[1])
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn:
+            recv_payload(conn, recv_header(conn))
+            send_frame(conn, Header(FrameKind.HELLO_ACK), json.dumps({}).encode())
+            while (h := recv_header(conn)).kind != FrameKind.END:
+                if h.payload_len:
+                    recv_payload(conn, h)
+            send_frame(conn, Header(FrameKind.END_ACK, h.session), b"\xff not json")
+            time.sleep(1)
+
+    threading.Thread(target=serve, daemon=True).start()
+    link = SocketLink("127.0.0.1", port, LAYOUT)  # tcp mode
+    try:
+        session = _push(link, "garbage")
+        with pytest.raises(TransferError, match="broken"):
+            session.finish(timeout_s=30)
+        assert not link.alive
+    finally:
+        link.close()
+        server.close()
+
+
+def test_link_needs_the_engine_token(monkeypatch) -> None:
+    """Finding 3 for the KV plane: a receiver with a deployment token refuses links without it,
+    so nobody else can write into its reservations."""
+    sink = DictSink()
+    listener = TransferListener(sink, LAYOUT, classify=_classify, token="deploy-secret")
+    try:
+        monkeypatch.delenv("SWITCHYARD_ENGINE_TOKEN", raising=False)
+        monkeypatch.delenv("SWITCHYARD_ENGINE_TOKEN_FILE", raising=False)
+        with pytest.raises(TransferError, match="engine token"):
+            SocketLink("127.0.0.1", listener.port, LAYOUT)
+        monkeypatch.setenv("SWITCHYARD_ENGINE_TOKEN", "guess")
+        with pytest.raises(TransferError, match="engine token"):
+            SocketLink("127.0.0.1", listener.port, LAYOUT, staging_bytes=1 << 16)
+        monkeypatch.setenv("SWITCHYARD_ENGINE_TOKEN", "deploy-secret")
+        link = SocketLink("127.0.0.1", listener.port, LAYOUT, staging_bytes=1 << 16)
+        try:
+            sink.reserve("ok", 5)
+            expected = torch.randn(LAYOUT.num_layers, 2, 5, 2, 8)
+            assert _send(link, "ok", expected, 5) == LAYOUT.range_bytes(5)
+        finally:
+            link.close()
+    finally:
+        listener.close()
