@@ -27,6 +27,7 @@ _BENCH_DISPATCH: dict[str, str] = {
     "router-core": "pyrouter.bench.router_core_bench:run",
     "router": "pyrouter.bench.router_bench:run",
     "serve": "pyrouter.bench.serve.main:run",
+    "simulate": "pyrouter.sim.main:run",
     "plot": "pyrouter.bench.plot:run",
     "soak": "pyrouter.bench.soak.main:run",
 }

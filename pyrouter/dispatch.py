@@ -332,9 +332,9 @@ class Dispatcher:
             try:
                 first = await _first_chunk(stream, self.policy_timeout_s)
             except grpc.aio.AioRpcError as exc:
+                # scope.verbs already ends with this start_generate (recorded before the RPC).
                 raise _engine_error(req, active.name, exc, "generate",
-                                    [*req.scope.verbs[started_at:],
-                                     ("start_generate", stream.engine.id)]) from exc
+                                    req.scope.verbs[started_at:]) from exc
             if first is None:
                 raise EngineFailed("engine closed the stream without output")
             _check_finish(first, stream.engine, first=True)

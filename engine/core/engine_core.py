@@ -187,10 +187,14 @@ class EngineCore:
                 request.page_table, request.num_computed = [], 0
                 request.needs_prefix_match = True
                 return
-            for layer in range(self.model_config.num_layers):
-                self.kv.layer(layer)[new].copy_(self.kv.layer(layer)[old])
+            self._copy_page(old, new)
             request.page_table[idx] = new
             self.pool.decref([old])
+
+    def _copy_page(self, old: int, new: int) -> None:
+        """Copy one KV page's contents, every layer (copy-on-write)."""
+        for layer in range(self.model_config.num_layers):
+            self.kv.layer(layer)[new].copy_(self.kv.layer(layer)[old])
 
     def prep_recv(self, request_id: str, tokens: Sequence[int], end: int,
                   lease_s: float | None = None, trace: Any = None) -> Reservation:

@@ -6,11 +6,12 @@ engine's scheduler and lock on purpose: they are one component, cut in two files
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from engine.core.batch import LayerHook
+from engine.core.batch import LayerHook, ScheduledChunk
 from engine.core.latency_model import StepShape
 from engine.core.outputs import SendChunk, StepOutput
 from engine.core.request import Request
@@ -21,14 +22,33 @@ from engine.core.stopping import banned_ids, finish_reason_after
 
 if TYPE_CHECKING:
     from engine.core.engine_core import EngineCore
-    from engine.model.runner import ModelRunner
 
 
 _BLOCKED_BACKOFF_S = 0.002
 
 
+class StepModel(Protocol):
+    """What runs a step's chunks: engine/model/runner.py's ModelRunner (logits of the chunks
+    that need them), or a simulated engine's stand-in."""
+
+    def run(self, chunks: list[ScheduledChunk], layer_hook: LayerHook | None = None) -> Any: ...
+
+
+@dataclass(slots=True)
+class StepPlan:
+    """A scheduled step: the scheduler's output, its shape, outputs already due (too long,
+    aborted earlier), when it started (wall and CPU clocks) and its traced requests."""
+
+    sched: SchedulerOutput
+    shape: StepShape
+    outputs: list[StepOutput]
+    started: float
+    started_cpu: float
+    traced: list[tuple[ScheduledWork, bool]]  # traced requests' work, and whether it decodes
+
+
 class StepRunner:
-    def __init__(self, engine: EngineCore, runner: ModelRunner) -> None:
+    def __init__(self, engine: EngineCore, runner: StepModel) -> None:
         self.engine = engine
         self.runner = runner
         self.num_layers = engine.model_config.num_layers
@@ -65,6 +85,19 @@ class StepRunner:
     # ---- the step -------------------------------------------------------------------------
 
     def step(self) -> list[StepOutput]:
+        plan = self.plan()
+        logits, failure = self.run_model(plan)
+        outputs = self.finish(plan, logits, failure)
+        if not outputs and not plan.sched.work and not plan.sched.no_compute:
+            # Work is queued but nothing can run (pages held by leases): don't let a step loop
+            # spin on the lock; a lease expiring or a request finishing unblocks it soon.
+            time.sleep(_BLOCKED_BACKOFF_S)
+        return outputs
+
+    # The step in three parts, so a simulated engine (pyrouter/sim) can let its step's time
+    # pass between planning and finishing while running exactly this bookkeeping.
+    def plan(self) -> StepPlan:
+        """Schedule the step (under the engine lock): what runs, and its shape."""
         engine = self.engine
         with engine._lock:
             # The step's time runs from scheduling to its outputs: what a decode token costs, and
@@ -81,14 +114,18 @@ class StepRunner:
                     request.cached_tokens = request.num_computed
             self._inflight = {w.request.request_id for w in sched.work}
             self._inflight |= {r.request_id for r in sched.no_compute}
-            shape = sched.shape()
             # Traced requests and whether this step decodes for them (before the step changes it).
             traced = [(w, w.request.is_decode) for w in sched.work if w.request.trace is not None]
+            return StepPlan(sched, sched.shape(), outputs, started, started_cpu, traced)
 
+    def run_model(self, plan: StepPlan) -> tuple[Any, Exception | None]:
+        """Report cached sends' K/V and run the forward pass (outside the lock): (logits,
+        failure)."""
+        sched = plan.sched
         for request in sched.no_compute:
             for layer in range(self.num_layers):
                 self._report(request, layer, None)
-        logits: torch.Tensor | None = None
+        logits: Any = None
         failure: Exception | None = None
         if sched.work:
             sends = [w for w in sched.work if w.request.kind == "send"]
@@ -97,20 +134,24 @@ class StepRunner:
                                          self._hook(sends) if sends else None)
             except Exception as exc:  # a failed step fails its requests, not the engine
                 failure = exc
-        run_ms = (time.perf_counter() - started) * 1e3
+        return logits, failure
 
+    def finish(self, plan: StepPlan, logits: Any, failure: Exception | None
+               ) -> list[StepOutput]:
+        """Apply the step's results (under the lock): tokens, finished requests, the latency
+        model's sample."""
+        engine = self.engine
+        sched = plan.sched
+        run_ms = (time.perf_counter() - plan.started) * 1e3
         with engine._lock:
             self._inflight = set()
-            outputs += self._after_run(sched, logits, failure, run_ms)
+            outputs = plan.outputs + self._after_run(sched, logits, failure, run_ms)
             if sched.work and failure is None:
-                engine.latency.record((time.perf_counter() - started) * 1e3, shape,
-                                      (time.process_time() - started_cpu) * 1e3)
-        if traced:
-            _record_steps(traced, shape, started, time.perf_counter(), len(sched.work))
-        if not outputs and not sched.work and not sched.no_compute:
-            # Work is queued but nothing can run (pages held by leases): don't let a step loop
-            # spin on the lock; a lease expiring or a request finishing unblocks it soon.
-            time.sleep(_BLOCKED_BACKOFF_S)
+                engine.latency.record((time.perf_counter() - plan.started) * 1e3, plan.shape,
+                                      (time.process_time() - plan.started_cpu) * 1e3)
+        if plan.traced:
+            _record_steps(plan.traced, plan.shape, plan.started, time.perf_counter(),
+                          len(sched.work))
         return outputs
 
     def _hook(self, sends: list[ScheduledWork]) -> LayerHook:
@@ -136,7 +177,7 @@ class StepRunner:
         except Exception as exc:  # the receiver side failed; end this send, keep serving
             request.error = f"on_layer failed at layer {layer}: {exc!r}"
 
-    def _after_run(self, sched: SchedulerOutput, logits: torch.Tensor | None,
+    def _after_run(self, sched: SchedulerOutput, logits: Any,
                    failure: Exception | None, step_ms: float) -> list[StepOutput]:
         outputs: list[StepOutput] = []
         to_sample: list[tuple[Request, int]] = []
@@ -167,9 +208,9 @@ class StepRunner:
             outputs += self._sample(to_sample, logits, step_ms)
         return outputs
 
-    def _sample(self, to_sample: list[tuple[Request, int]], logits: torch.Tensor,
-                step_ms: float) -> list[StepOutput]:
-        engine = self.engine
+    def _pick(self, to_sample: list[tuple[Request, int]], logits: Any
+              ) -> tuple[list[int], list[float]]:
+        """Each request's next token (and its logprob) from its logits row."""
         rows = [SampleRow(r.sampling, r.generator or torch.Generator(),
                           banned_ids(r, self.eos_token_ids),
                           None if r.sampling.greedy
@@ -178,7 +219,12 @@ class StepRunner:
         picked = [i for _, i in to_sample]
         if picked != list(range(logits.shape[0])):  # usually every row, in order: no copy
             logits = logits.index_select(0, torch.tensor(picked, dtype=torch.long))
-        tokens, logprobs = sample(logits, rows)
+        return sample(logits, rows)
+
+    def _sample(self, to_sample: list[tuple[Request, int]], logits: Any,
+                step_ms: float) -> list[StepOutput]:
+        engine = self.engine
+        tokens, logprobs = self._pick(to_sample, logits)
         now = time.monotonic()
         outputs: list[StepOutput] = []
         for n, ((request, _), token) in enumerate(zip(to_sample, tokens, strict=True)):

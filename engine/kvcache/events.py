@@ -6,6 +6,7 @@ ask for a snapshot instead, exactly as the proto's KVEvents stream describes.
 """
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from dataclasses import dataclass
 from typing import Literal
@@ -44,6 +45,6 @@ class KVEventLog:
         """Events with sequence number > seq that are still in the log, oldest first."""
         if seq >= self._last_seq:
             return []
-        first_kept = self._events[0].seq if self._events else self._last_seq + 1
-        start = max(0, seq + 1 - first_kept)
-        return list(self._events)[start:]
+        # Walk back from the newest: a poller that keeps up pays for the new events only.
+        wanted = min(self._last_seq - seq, len(self._events))
+        return list(itertools.islice(reversed(self._events), wanted))[::-1]

@@ -5,6 +5,13 @@ hash -> node is a radix tree over pages: a node's parent is the previous block's
 holds one pool reference per cached page; `match` adds one for the caller (pinning), and only
 pages whose sole owner is the cache, with no cached children, are evictable (LRU). Every store
 and evict appends a KV event so a router can mirror what this engine holds.
+
+Eviction keeps a lazy LRU heap of (last_access, hash) over the pages without cached children
+(only those are ever evictable): an access pushes a fresh entry for the leaf it reaches, an
+inner page gets one when its last child is evicted, and outdated entries are skipped when
+popped. So freeing a page costs O(log n) amortised instead of a scan of every cached page (an
+engine whose pool is full evicts on almost every allocation). The heap is rebuilt from the
+leaves when outdated entries outnumber live ones.
 """
 from __future__ import annotations
 
@@ -39,6 +46,8 @@ class RadixPrefixCache:
         self.events = KVEventLog(max_events)
         self._nodes: dict[int, _Node] = {}
         self._clock = 0  # logical time for LRU; monotonic, unlike wall clocks
+        # (last_access, block_hash) of every node's latest access, plus outdated entries.
+        self._lru: list[tuple[int, int]] = []
         # Tokens looked up by requests and reservations, and how many of them hit (metrics).
         self.queried_tokens = 0
         self.hit_tokens = 0
@@ -56,6 +65,19 @@ class RadixPrefixCache:
     def _tick(self) -> int:
         self._clock += 1
         return self._clock
+
+    def _touch_leaf(self, node: _Node) -> None:
+        """Give a page without cached children its current heap entry (only such pages are
+        ever evicted; an inner page gets one when its last child is evicted)."""
+        if not node.num_children:
+            heapq.heappush(self._lru, (node.last_access, node.block_hash))
+
+    def _compact(self) -> None:
+        """Drop outdated heap entries once they outnumber the live ones."""
+        if len(self._lru) > 2 * len(self._nodes) + 64:
+            self._lru = [(node.last_access, h) for h, node in self._nodes.items()
+                         if not node.num_children]
+            heapq.heapify(self._lru)
 
     def _lookup(self, tokens: Sequence[int]) -> list[_Node]:
         nodes: list[_Node] = []
@@ -78,6 +100,9 @@ class RadixPrefixCache:
         now = self._tick()
         for node in nodes:
             node.last_access = now
+        if nodes:
+            self._touch_leaf(nodes[-1])
+            self._compact()
         pages = [node.page for node in nodes]
         self.pool.incref(pages)
         self.queried_tokens += len(tokens)  # prefix-cache hit rate (engine metrics)
@@ -94,20 +119,25 @@ class RadixPrefixCache:
         now = self._tick()
         stored: list[int] = []
         parent: int | None = None
+        node: _Node | None = None
         for i, block_hash in enumerate(hashes):
             node = self._nodes.get(block_hash)
             block = tuple(tokens[i * self.page_size:(i + 1) * self.page_size])
             if node is not None:
                 if node.tokens != block:
+                    node = self._nodes[parent] if parent is not None else None
                     break  # hash collision: keep the existing block, cache nothing below it
                 node.last_access = now
             else:
                 self.pool.incref([pages[i]])
-                self._nodes[block_hash] = _Node(block_hash, parent, pages[i], block, now)
+                node = self._nodes[block_hash] = _Node(block_hash, parent, pages[i], block, now)
                 if parent is not None:
                     self._nodes[parent].num_children += 1
                 stored.append(block_hash)
             parent = block_hash
+        if node is not None:
+            self._touch_leaf(node)
+            self._compact()
         self.events.append("stored", stored)
         return len(stored)
 
@@ -119,20 +149,29 @@ class RadixPrefixCache:
         Returns the number of pages freed."""
         if n <= 0:
             return 0
-        heap = [(node.last_access, node.block_hash) for node in self._nodes.values()
-                if self._evictable(node)]
-        heapq.heapify(heap)
+        heap = self._lru
         evicted: list[int] = []
+        held: list[tuple[int, int]] = []  # live entries of pages in use now
         while heap and len(evicted) < n:
-            _, block_hash = heapq.heappop(heap)
-            node = self._nodes.pop(block_hash)
+            entry = heapq.heappop(heap)
+            node = self._nodes.get(entry[1])
+            if node is None or node.last_access != entry[0]:
+                continue  # outdated: the page was evicted or accessed since
+            if node.num_children:
+                continue  # re-entered when its last child goes (below)
+            if self.pool.refcount(node.page) != 1:
+                held.append(entry)
+                continue
+            del self._nodes[node.block_hash]
             self.pool.decref([node.page])
-            evicted.append(block_hash)
+            evicted.append(node.block_hash)
             if node.parent is not None:
                 parent = self._nodes[node.parent]
                 parent.num_children -= 1
-                if self._evictable(parent):  # a chain frees from its tail upwards
+                if not parent.num_children:  # a chain frees from its tail upwards
                     heapq.heappush(heap, (parent.last_access, parent.block_hash))
+        for entry in held:
+            heapq.heappush(heap, entry)
         self.events.append("evicted", evicted)
         return len(evicted)
 

@@ -1,5 +1,6 @@
-"""`switchyard bench plot`: the seeds' figures from `switchyard bench serve` summaries — mean and
-P99 TTFT / TPOT / JCT against request rate, and SLO attainment against rate, one line per policy.
+"""`switchyard bench plot`: the seeds' figures from `switchyard bench serve` (or `bench simulate`)
+summaries — mean and P99 TTFT / TPOT / JCT against request rate, and SLO attainment against rate,
+one line per policy.
 
   switchyard bench plot bench_results/serve-*/summary.json --out-dir docs/plots
 
@@ -25,8 +26,10 @@ def _load(paths: Sequence[str]) -> tuple[list[dict[str, Any]], str]:
     for path in paths:
         with open(path, encoding="utf-8") as f:
             body = json.load(f)
-        if body.get("bench") != "serve" or not isinstance(body.get("runs"), list):
-            raise ValueError(f"{path} is not a `switchyard bench serve` summary.json")
+        if body.get("bench") not in ("serve", "simulate") or not isinstance(body.get("runs"),
+                                                                          list):
+            raise ValueError(f"{path} is not a `switchyard bench serve` or `bench simulate` "
+                             "summary.json")
         runs.extend(body["runs"])
         workload = ", ".join(f"{k}={v}" for k, v in body.get("workload", {}).items())
         slo = ", ".join(f"{k}<={v:g}" for k, v in (body.get("slo") or {}).items())

@@ -104,7 +104,10 @@ class EngineHandle:
                                                  kv.dst_address, begin, end,
                                                  metadata=req.timeline.verb_metadata(timing))
         except grpc.aio.AioRpcError as exc:
-            if exc.code() in CALLER_MISTAKES:
+            # FAILED_PRECONDITION here: the receiver's reservation expired or was aborted while
+            # this send waited in the sender's queue (an overloaded prefill engine) — an outcome
+            # of load, so the policy falls back as for any failed transfer.
+            if exc.code() in CALLER_MISTAKES and exc.code() != grpc.StatusCode.FAILED_PRECONDITION:
                 raise  # the policy asked for something invalid: its bug, reported as such
             raise TransferFailed(f"{self.id} -> {kv.engine_id}: {exc.code().name}: "
                                  f"{exc.details()}") from exc

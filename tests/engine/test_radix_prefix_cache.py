@@ -90,3 +90,57 @@ def test_duplicate_block_keeps_existing_page() -> None:
     cache.release(second)
     assert cache.match_len([3] * 4) == 4 and cache.pool.num_used == 1
     assert cache.match([3] * 4)[0] == first
+
+
+def _reference_victims(cache: RadixPrefixCache, n: int) -> list[int]:
+    """What a full scan picks (the definition of LRU eviction): repeatedly the least recently
+    used (ties: lowest hash) page held only by the cache with no cached children."""
+    nodes = {h: (node.last_access, node.parent, node.num_children, cache.pool.refcount(node.page))
+             for h, node in cache._nodes.items()}
+    victims: list[int] = []
+    while len(victims) < n:
+        free = [(access, h) for h, (access, _, children, refs) in nodes.items()
+                if children == 0 and refs == 1]
+        if not free:
+            break
+        _, h = min(free)
+        _, parent, _, _ = nodes.pop(h)
+        victims.append(h)
+        if parent is not None:
+            access, grand, children, refs = nodes[parent]
+            nodes[parent] = (access, grand, children - 1, refs)
+    return victims
+
+
+def test_lazy_lru_heap_evicts_exactly_what_a_full_scan_would() -> None:
+    import random
+
+    rng = random.Random(7)
+    cache = RadixPrefixCache(PagePool(48), PS, SEED, max_events=100_000)
+    pinned: list[list[int]] = []
+    prefixes = [[rng.randrange(50) for _ in range(PS * 3)] for _ in range(4)]
+    for _ in range(600):
+        op = rng.random()
+        if op < 0.45:  # a request finished: its pages cached (shared prefixes reused)
+            tokens = rng.choice(prefixes)[:PS * rng.randrange(4)] + [
+                rng.randrange(50) for _ in range(PS * rng.randrange(1, 4))]
+            have, matched = cache.match(tokens)
+            try:
+                fresh = cache.alloc(-(-len(tokens) // PS) - len(have))
+            except Exception:  # noqa: BLE001 - pool exhausted by pins: skip this one
+                cache.release(have)
+                continue
+            cache.insert(tokens, have + fresh)
+            cache.release(have + fresh)
+        elif op < 0.65:  # a running request pins a prefix
+            pages, _ = cache.match(rng.choice(prefixes))
+            pinned.append(pages)
+        elif op < 0.8 and pinned:
+            cache.release(pinned.pop(rng.randrange(len(pinned))))
+        else:
+            n = rng.randrange(1, 6)
+            expected = _reference_victims(cache, n)
+            before = set(cache._nodes)
+            assert cache.evict(n) == len(expected)
+            assert before - set(cache._nodes) == set(expected)
+    assert len(cache._lru) <= 2 * len(cache) + 64 + 64  # outdated entries stay bounded

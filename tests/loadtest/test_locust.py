@@ -58,14 +58,15 @@ def test_locust_rows_against_mock_engines(mock_serve: str, tmp_path):
     rows = _locust(mock_serve, str(tmp_path / "mock"), 5, "--slo-ttft-ms", "0.001",
                    env={"SWITCHYARD_WORKLOAD": "mooncake", "SWITCHYARD_LENGTH_SCALE": "0.03"})
     completed = _count(rows, "completion (stream)")
-    assert completed >= 5
+    assert completed >= 3  # a loaded 2-core machine finishes fewer than an idle one
     for name in ("TTFT", "TPOT", "JCT"):
         assert _count(rows, name) >= completed - 2  # users stopped at -t may cut a few short
         assert _count(rows, name, "Failure Count") == 0
         assert rows[name]["Type"] == "LATENCY"
     assert _count(rows, "ITL") > _count(rows, "TTFT")  # one entry per gap between tokens
-    # mock engines take 2 ms per token: TPOT and ITL in milliseconds, not seconds
-    assert 1.0 < float(rows["TPOT"]["Average Response Time"]) < 200.0
+    # mock engines take 2 ms per token: in seconds TPOT would read 0.002, in milliseconds >= 2
+    # (no upper bound: how slow a loaded machine is says nothing about the unit)
+    assert float(rows["TPOT"]["Average Response Time"]) > 1.0
     assert float(rows["TTFT"]["Average Response Time"]) < float(
         rows["JCT"]["Average Response Time"])
     assert _count(rows, "SLO", "Failure Count") == _count(rows, "SLO") >= completed - 2

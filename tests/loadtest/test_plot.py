@@ -52,5 +52,5 @@ def test_bad_summary_is_a_clear_error(tmp_path, capsys):
     bad = tmp_path / "x.json"
     bad.write_text('{"runs": 3}')
     assert bench_plot(argparse.Namespace(rest=[str(bad), "--out-dir", str(tmp_path)])) == 2
-    assert "not a `switchyard bench serve` summary" in capsys.readouterr().err
+    assert "not a `switchyard bench serve` or `bench simulate` summary" in capsys.readouterr().err
     assert bench_plot(argparse.Namespace(rest=[str(tmp_path / "missing.json")])) == 2

@@ -79,6 +79,15 @@ async def test_pd_falls_back_to_local_prefill_when_the_transfer_fails() -> None:
     assert params["fallback"] == "transfer_failed" and params["decode_start"] == "0"
 
 
+async def test_pd_falls_back_when_the_reservation_expired_before_the_send() -> None:
+    # An overloaded prefill engine queues the send past the decode engine's lease.
+    expired = Fault("remote_send", code=grpc.StatusCode.FAILED_PRECONDITION)
+    cluster = FakeCluster([FakeEngine(role="prefill", faults=[expired]),
+                           FakeEngine(role="decode")])
+    _, params, _ = await _check(cluster, "pd")
+    assert params["fallback"] == "transfer_failed" and params["decode_start"] == "0"
+
+
 async def test_pd_without_a_prefill_engine_runs_colocated() -> None:
     cluster = FakeCluster([FakeEngine(role="decode"), FakeEngine(role="prefill", healthy=False)])
     _, params, _ = await _check(cluster, "pd")

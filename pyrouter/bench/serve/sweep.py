@@ -49,7 +49,7 @@ def rate_label(rate: float | None, time_scale: float) -> str:
     return "inf" if math.isinf(rate) else f"{rate:g}"
 
 
-def _write_jsonl(path: str, records: list[dict[str, Any]]) -> None:
+def write_jsonl(path: str, records: list[dict[str, Any]]) -> None:
     with open(path, "w", encoding="utf-8") as f:
         for row in records:
             f.write(json.dumps(row) + "\n")
@@ -113,7 +113,7 @@ async def _runs(cfg: SweepConfig, workload: Workload, stop: asyncio.Event, admin
             if cfg.result_dir:
                 name = label.replace("@", "_at_").replace(" ", "_")
                 summary["records_file"] = os.path.join(cfg.result_dir, f"{name}.jsonl")
-                _write_jsonl(summary["records_file"], [r.to_json() for r in run.records])
+                write_jsonl(summary["records_file"], [r.to_json() for r in run.records])
             result.runs.append(summary)
             on_run(summary)
             if run.interrupted:

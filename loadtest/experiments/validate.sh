@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Simulator validation (issue 10, item 5): two real SmolLM2 engines on this machine vs the
+# simulator with this machine's profile, same prompts (same salt), same arrivals (same seed).
+#  1. start 2 engines + router; a calibration sweep warms the engines' online step model;
+#  2. the profile: both engines' fitted models, averaged (build_local --from-engine x2), frozen
+#     BEFORE the validation sweep;
+#  3. the validation sweep on the real engines (fresh prompts), then the same in the simulator;
+#  4. the table: mean JCT and P90 TTFT per policy, real vs simulated, and the error.
+#   loadtest/experiments/validate.sh        # ~8 minutes here
+source "$(dirname "$0")/common.sh"
+POLICIES=${POLICIES:-round_robin,pd,cache_aware,tandem}
+load=(--workload sonnet --input-mean 128 --input-std 32 --output-mean 16 --output-std 4
+  --rates 0.5 --num-prompts "${NUM_PROMPTS:-20}")
+VAL="$OUT/validate"
+mkdir -p "$VAL"
+"$SY" serve --engines 2 --policy round_robin --port "$PORT" >"$VAL/serve.log" 2>&1 &
+serve_pid=$!
+trap 'kill -INT '"$serve_pid"' 2>/dev/null || true; wait '"$serve_pid"' 2>/dev/null || true' EXIT
+for _ in $(seq 600); do
+  grep -q "switchyard serving on" "$VAL/serve.log" && break
+  kill -0 "$serve_pid" 2>/dev/null || { cat "$VAL/serve.log" >&2; exit 1; }
+  sleep 1
+done
+url="http://127.0.0.1:$PORT"
+"$SY" bench serve --url "$url" --no-progress --policies "$POLICIES" --salt 0 "${load[@]}" \
+  --result-dir "$VAL/calibration" >"$VAL/calibration.log"
+mapfile -t engines < <(sed -n 's/^engine .* ready on \(.*\)$/--from-engine=\1/p' "$VAL/serve.log")
+"$ROOT/.venv/bin/python" -m pyrouter.sim.profiles.build_local "${engines[@]}" \
+  --name local-validation --out "$VAL/profile.json"
+uptime | tee "$VAL/uptime.txt"
+"$SY" bench serve --url "$url" --no-progress --policies "$POLICIES" --salt 1000 "${load[@]}" \
+  --result-dir "$VAL/real"
+uptime | tee -a "$VAL/uptime.txt"
+kill -INT "$serve_pid"
+wait "$serve_pid" || true
+trap - EXIT
+"$SY" bench simulate --profile "$VAL/profile.json" --roles any,any --no-progress \
+  --policies "$POLICIES" --salt 1000 "${load[@]}" --result-dir "$VAL/sim"
+"$ROOT/.venv/bin/python" "$ROOT/loadtest/experiments/compare.py" "$VAL/real/summary.json" \
+  "$VAL/sim/summary.json"

@@ -1,0 +1,10 @@
+"""`switchyard bench simulate`: the router's own policy code against simulated engines in
+virtual time (docs/benchmarking.md, "simulator").
+
+The policies, dispatcher, cluster view and router_core are the production ones; only the
+engines are simulated: the engine's own scheduler, KV page pool, prefix cache and reservations
+(engine/core, engine/kvcache) run with a stand-in for the model whose step takes the time a
+latency profile (pyrouter/sim/profiles/) predicts and whose tokens are a deterministic function
+of the context. Time is an asyncio event loop's virtual clock, so every timeout, sleep and
+timer in the router runs unchanged while hours of load take seconds.
+"""

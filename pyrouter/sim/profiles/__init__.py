@@ -1,0 +1,1 @@
+"""Hardware profiles for `switchyard bench simulate` (JSON) and the scripts that build them."""

@@ -1,0 +1,143 @@
+"""Build a simulator profile of THIS machine's engine: the latency model a running engine
+reports (its fitted step model at the machine's current load, as the router sees it), or the one
+an engine's start-up profile left in the latency cache.
+
+  python -m pyrouter.sim.profiles.build_local --from-engine 127.0.0.1:50051
+  python -m pyrouter.sim.profiles.build_local --from-engine A:P --from-engine B:Q  # averaged
+  python -m pyrouter.sim.profiles.build_local --from-cache            # newest cached profile
+
+From an engine, everything comes from its ModelInfo and Stats (model shape, page size, KV pages,
+prefill chunk, the coefficients, which the engine refits online from its own steps); from several
+engines of one model, the coefficients are averaged (the model is linear in them, so this is the
+average of their predictions: one profile for engines that share the machine's cores); from the cache, the coefficients are refitted from the cached
+profile rows with the engine's own LatencyModel (CPU-time fit x the profile's wall/CPU ratio)
+and the shape is the default model's (SmolLM2-135M, bf16 KV of the fast mode, 512 MiB pool).
+The link is the shm transport's measured rate (docs/benchmarks.md, "transfer"), `--link-gbps`.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import glob
+import json
+import os
+from typing import Any
+
+from pyrouter.sim.profile import PROFILE_DIR, profile_from_dict
+
+NAME = "local-smollm2-cpu"
+LINK_GBPS = 1.5  # shm, fast mode, 2048-8192 tokens: 0.8-1.8 GB/s (docs/benchmarks.md)
+RPC_MS = 0.35  # one way: a gRPC round trip to an engine on this machine is ~0.7 ms
+MAX_RUNNING = 64  # EngineConfig's default (not in Stats)
+
+
+async def _from_engines(addresses: list[str]) -> dict[str, Any]:
+    bodies = [await _from_engine(address) for address in addresses]
+    body = bodies[0]
+    terms = sorted({term for b in bodies for term in b["latency_model"]})
+    body["latency_model"] = {t: sum(b["latency_model"].get(t, 0.0) for b in bodies) / len(bodies)
+                             for t in terms}
+    if len(bodies) > 1:
+        body["measured"] = {"from": f"mean of engines {', '.join(addresses)} Stats latency "
+                                    "models", "engines": [b["measured"] for b in bodies]}
+    return body
+
+
+async def _from_engine(address: str) -> dict[str, Any]:
+    from engine.server.client import EngineClient
+
+    async with EngineClient(address, timeout_s=10.0) as client:
+        info = await client.model_info()
+        stats = await client.stats()
+    coeffs = dict(stats.latency_model.coeffs_ms)
+    if not coeffs:
+        raise SystemExit(f"engine {address} has no latency model yet")
+    kv_bytes = 2 if info.dtype in ("fast", "bfloat16", "float16") else 4
+    return {
+        "model": {"model_id": info.model_id, "num_layers": info.num_layers,
+                  "num_kv_heads": info.num_kv_heads, "head_dim": info.head_dim,
+                  "kv_dtype_bytes": kv_bytes, "max_context": info.max_context},
+        "page_size": info.page_size, "kv_pages": stats.kv_pages_total,
+        "chunk_size": stats.prefill_chunk_size or 512, "latency_model": coeffs,
+        "measured": {"from": f"engine {address} Stats + ModelInfo",
+                     "latency_model_source": stats.latency_model.source,
+                     "latency_model_samples": stats.latency_model.samples,
+                     "latency_model_fit_error": round(stats.latency_model.fit_error, 4),
+                     "loadavg": os.getloadavg()},
+    }
+
+
+def _from_cache(path: str | None, kv_bytes: int) -> dict[str, Any]:
+    from engine.config import DEFAULT_KV_MEMORY, EngineConfig
+    from engine.core.latency_cache import profile_dir
+    from engine.core.latency_model import LatencyModel
+    from engine.model.default_model import default_model_path
+    from engine.model.gguf_loader import read_gguf_config
+    from engine.model.gguf_metadata import open_gguf
+
+    if path is None:
+        found = sorted(glob.glob(os.path.join(profile_dir(), "*.json")), key=os.path.getmtime)
+        if not found:
+            raise SystemExit(f"no cached latency profile in {profile_dir()}: start an engine "
+                             "once (switchyard engine --latency-profile force)")
+        path = found[-1]
+    with open(path, encoding="utf-8") as f:
+        entry = json.load(f)
+    identity = entry["identity"]
+    model = LatencyModel(terms=entry["terms"], clock="cpu", knee=identity.get("knee"))
+    model.load_profile(entry["rows"], "cache")
+    model_path = default_model_path()
+    shape = read_gguf_config(open_gguf(model_path), model_path)
+    page_size = int(identity.get("page_size", 16))
+    per_page = 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * kv_bytes * page_size
+    config = EngineConfig()
+    return {
+        "model": {"model_id": shape.model_id, "num_layers": shape.num_layers,
+                  "num_kv_heads": shape.num_kv_heads, "head_dim": shape.head_dim,
+                  "kv_dtype_bytes": kv_bytes, "max_context": shape.max_position_embeddings},
+        "page_size": page_size, "kv_pages": DEFAULT_KV_MEMORY // per_page,
+        "chunk_size": config.chunk_size, "latency_model": model.coefficients(),
+        "measured": {"from": f"latency cache {os.path.basename(path)}",
+                     "hardware": identity.get("hardware"),
+                     "torch_threads": identity.get("torch_threads"),
+                     "profile_rows": len(entry["rows"]),
+                     "fit_error": round(model.fit_error(), 4)},
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--from-engine", metavar="HOST:PORT", action="append",
+                     help="a running engine (repeat for several: coefficients averaged)")
+    src.add_argument("--from-cache", nargs="?", const="", metavar="FILE",
+                     help="a latency cache file (default: the newest)")
+    p.add_argument("--kv-dtype-bytes", type=int, default=2,
+                   help="--from-cache: bytes per KV element (2: the fast mode's bf16)")
+    p.add_argument("--link-gbps", type=float, default=LINK_GBPS)
+    p.add_argument("--rpc-ms", type=float, default=RPC_MS)
+    p.add_argument("--name", default=NAME)
+    p.add_argument("--out", default=None, help=f"default: {PROFILE_DIR}/NAME.json")
+    a = p.parse_args()
+    body = (asyncio.run(_from_engines(a.from_engine)) if a.from_engine
+            else _from_cache(a.from_cache or None, a.kv_dtype_bytes))
+    body = {"name": a.name,
+            "description": "SmolLM2-135M on this machine's CPU engine (switchyard engine, "
+                           "fast mode): the engine's own fitted step model.",
+            **body, "max_running": MAX_RUNNING, "link_gbps": a.link_gbps,
+            "link_latency_ms": 0.0, "rpc_ms": a.rpc_ms,
+            "sources": ["the engine's latency model (engine/core/latency_model.py), "
+                        "as reported in Stats / cached at start",
+                        "link: `switchyard bench transfer` shm figures in docs/benchmarks.md"]}
+    profile_from_dict(body, a.name)
+    out = a.out or os.path.join(PROFILE_DIR, f"{a.name}.json")
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump(body, f, indent=1)
+        f.write("\n")
+    print(f"wrote {out}: {body['latency_model']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
