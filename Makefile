@@ -69,8 +69,8 @@ lint: install
 	$(VENV)/bin/mypy pyrouter engine switchyard_telemetry
 
 # Every Rust test: the default (core) build plus the feature-gated pieces (tokenisation, gRPC mock
-# engine, mock HTTP worker); only the PyO3 binding is left out (it links libpython).
-RUST_TEST_FEATURES := tokenize mock-engine mock-worker
+# engine, mock HTTP worker, the router front); only the PyO3 binding is left out (it links libpython).
+RUST_TEST_FEATURES := tokenize mock-engine mock-worker front
 
 rust-test:
 	cargo test -q --features "$(RUST_TEST_FEATURES)"

@@ -87,6 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "down")
     add_router_guard_arguments(serve)
     add_runtime_arguments(serve)  # passed to every engine
+    serve.add_argument("--front", choices=("aiohttp", "rust"), default="aiohttp",
+                       help="the router's HTTP front (rust: axum + tonic in router_core)")
     serve.add_argument("--mock-engines", action="store_true",
                        help="start mock engines (synthetic tokens, no model): router tests and "
                        "overhead benchmarks only")
@@ -109,6 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
                      "changes (a mounted ConfigMap)")
     rtr.add_argument("--policy-dir-poll-s", type=float, default=2.0,
                      help="seconds between checks of --policy-dir for changed files")
+    rtr.add_argument("--front", choices=("aiohttp", "rust"), default="aiohttp",
+                     help="the HTTP front: aiohttp (default), or rust (axum + tonic in "
+                     "router_core; Python policies run once per request and segment)")
     rtr.add_argument("--port", type=int, default=8000)
     rtr.add_argument("--host", default="127.0.0.1")
     rtr.add_argument("--model", default=None, help="model whose tokenizer the router uses")

@@ -181,7 +181,7 @@ class RequestRun:
             self._timer = asyncio.get_running_loop().call_later(
                 after, lambda: self.interrupt("control_after_s", after_s=after))
 
-    async def _after_handoff(self, segment_tokens: list[int]) -> GenerationStream | None:
+    async def after_handoff(self, segment_tokens: list[int]) -> GenerationStream | None:
         """The segment handed off: continue where the policy, or a pending migration, says."""
         stream, produced = self.stream, len(segment_tokens)
         own_limit = bool(stream.max_new_tokens_here) and produced >= stream.max_new_tokens_here
@@ -255,7 +255,7 @@ class RequestRun:
             chunk.finish_reason = ""
             if chunk.token_ids:
                 yield chunk  # the client sees these before the policy decides what is next
-            stream = await self._after_handoff(segment_tokens)
+            stream = await self.after_handoff(segment_tokens)
             if stream is None:
                 raise PolicyFailed(self.policy_name, "the policy ended after a hand-off without "
                                    "a next segment")

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from engine.server.auth import TOKEN_ENV, TOKEN_FILE_ENV
 from engine.server.launcher import EngineProcess, EngineSpec, launch, stop_engines, wait_healthy
-from pyrouter.server import initial_policy, serve_router
+from pyrouter.server import initial_policy, rust_front_refusal, serve_router
 
 log = logging.getLogger("switchyard.serve")
 _READY_TIMEOUT_S = float(os.environ.get("SWITCHYARD_ENGINE_READY_TIMEOUT_S", "900"))
@@ -124,7 +124,8 @@ def _router_args(args: argparse.Namespace, engines: list[EngineProcess],
         engine=[f"{e.address}@{e.role}" for e in engines], policy=policy,
         policy_file=None, policy_dir=getattr(args, "policy_dir", None), model=args.model,
         host=args.host, port=args.port, max_inflight=None, max_context=None, poll_s=None,
-        default_temperature=None, default_top_p=None)
+        default_temperature=None, default_top_p=None,
+        front=getattr(args, "front", "aiohttp"))
     for name in _ROUTER_GUARD_FLAGS:
         setattr(router_args, name, getattr(args, name, None))
     return router_args
@@ -178,6 +179,10 @@ async def _serve(args: argparse.Namespace, log_dir: Path) -> int:
 def run(args: argparse.Namespace) -> int:
     if args.engines < 1:
         print("--engines must be >= 1", file=sys.stderr)
+        return 2
+    refusal = rust_front_refusal(args)
+    if refusal:  # before any engine starts
+        print(f"switchyard serve: {refusal}", file=sys.stderr)
         return 2
     from pyrouter.server import setup_logging_and_loop
 

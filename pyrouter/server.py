@@ -9,9 +9,11 @@ import signal
 
 from aiohttp import web
 
+from engine.server.auth import TLS_CA_ENV
 from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.membership import EngineSet
 from pyrouter.errors import BadRequest
+from pyrouter.front_bridge import FrontBridge
 from pyrouter.http.app import make_admin_app, make_app
 from pyrouter.http.drain import drain
 from pyrouter.live_config import LiveConfig
@@ -22,7 +24,7 @@ from pyrouter.security.keys import ADMIN_KEYS_ENV, KeyRing
 from pyrouter.security.rate_limit import CallerLimiter, RateRules
 from pyrouter.state import RouterConfig, RouterState
 from pyrouter.tokenizer import load_router_tokenizer, model_display_id
-from router_core import DetokenizerVocab
+from router_core import DetokenizerVocab, RouterFront
 
 log = logging.getLogger("switchyard.router")
 DRAIN_ENV = "SWITCHYARD_DRAIN_S"  # the engines' drain variable; the router's default grace too
@@ -61,8 +63,30 @@ def _opt(args: argparse.Namespace, name: str, default: float) -> float:
     return float(default if value is None else value)
 
 
+# Hardening of the aiohttp front that --front rust does not have (docs/reliability.md).
+_RUST_FRONT_REFUSES = ("rate_limit_rps", "rate_limit_burst", "max_inflight_per_caller")
+
+
+def rust_front_refusal(args: argparse.Namespace) -> str | None:
+    """Why `--front rust` cannot serve with these flags (None: it can). Per-caller rate limits
+    live in the aiohttp front's generation handler only; the Rust front must not pretend."""
+    if getattr(args, "front", "aiohttp") != "rust":
+        return None
+    given = [f"--{n.replace('_', '-')}" for n in _RUST_FRONT_REFUSES if getattr(args, n, None)]
+    if given:
+        return (f"--front rust does not enforce per-caller rate limits ({', '.join(given)}); "
+                "use the default aiohttp front for them")
+    if os.environ.get(TLS_CA_ENV):
+        return (f"--front rust does not dial engines over TLS ({TLS_CA_ENV} is set); "
+                "use the default aiohttp front for mTLS")
+    return None
+
+
 def router_config(args: argparse.Namespace) -> RouterConfig:
     """The router's settings from its flags and environment (keys never come from flags)."""
+    refusal = rust_front_refusal(args)
+    if refusal:
+        raise BadRequest(refusal)
     admin_separate = getattr(args, "admin_port", None) is not None
     try:
         return RouterConfig(
@@ -114,6 +138,26 @@ async def _start_site(app: web.Application, host: str, port: int,
     return runner
 
 
+def start_rust_front(state: RouterState, args: argparse.Namespace, ops_port: int
+                      ) -> tuple[RouterFront, FrontBridge]:
+    """The Rust HTTP front on --host/--port; the aiohttp app answers its other routes on
+    `ops_port` (loopback)."""
+    cfg = state.config
+    # The bridge forwards the client's own Authorization header to the loopback app: its key
+    # ring decides the admin routes (no key of the router's is ever added).
+    bridge = FrontBridge(state, f"http://127.0.0.1:{ops_port}")
+    # to_state()'s keys are RouterFront's tokenizer arguments.
+    front = RouterFront(
+        bridge, args.host, args.port, **state.tokenizer.to_state(),
+        served_model=cfg.served_model, max_context=cfg.max_context,
+        max_inflight=cfg.max_inflight, api_keys=sorted(cfg.keys.api_keys),
+        default_temperature=cfg.default_temperature, default_top_p=cfg.default_top_p,
+        first_chunk_timeout_s=state.dispatcher.policy_timeout_s,
+        max_body_bytes=cfg.max_body_bytes)
+    state.engines.attach_front(front)
+    return front, bridge
+
+
 async def serve_router(args: argparse.Namespace, stop: asyncio.Event,
                        banner: str | None = None) -> None:
     live = LiveConfig.from_args(args)  # --policy-dir loads first: --policy may name its policies
@@ -121,23 +165,36 @@ async def serve_router(args: argparse.Namespace, stop: asyncio.Event,
     state.policy_dir = live.policy_dir
     await live.start(state)
     cfg = state.config
+    rust = getattr(args, "front", "aiohttp") == "rust"
     admin_port = getattr(args, "admin_port", None)
-    runners = [await _start_site(make_app(state, with_admin=admin_port is None), args.host,
-                                 args.port, cfg.idle_timeout_s)]
-    if admin_port is not None:
-        admin_host = getattr(args, "admin_host", None) or "127.0.0.1"
-        runners.append(await _start_site(make_admin_app(state), admin_host, admin_port,
-                                         cfg.idle_timeout_s))
-        log.info("admin routes on http://%s:%d only", admin_host, admin_port)
-        if cfg.keys.admin_open and admin_host not in LOOPBACK_HOSTS:
-            log.warning("admin routes on %s need no key: set %s or keep them on loopback",
-                        admin_host, ADMIN_KEYS_ENV)
-    print(banner or f"switchyard router on http://{args.host}:{args.port} "
-          f"policy={state.slot.current.name} engines={len(state.engines.engines)}", flush=True)
+    # --front rust: the aiohttp app serves only the front's non-OpenAI routes, on loopback.
+    host, port = ("127.0.0.1", 0) if rust else (args.host, args.port)
+    runners = [await _start_site(make_app(state, with_admin=admin_port is None), host, port,
+                                 cfg.idle_timeout_s)]
+    front: RouterFront | None = None
+    bridge: FrontBridge | None = None
     try:
+        if admin_port is not None:
+            admin_host = getattr(args, "admin_host", None) or "127.0.0.1"
+            runners.append(await _start_site(make_admin_app(state), admin_host, admin_port,
+                                             cfg.idle_timeout_s))
+            log.info("admin routes on http://%s:%d only", admin_host, admin_port)
+            if cfg.keys.admin_open and admin_host not in LOOPBACK_HOSTS:
+                log.warning("admin routes on %s need no key: set %s or keep them on loopback",
+                            admin_host, ADMIN_KEYS_ENV)
+        if rust:
+            front, bridge = start_rust_front(state, args, int(runners[0].addresses[0][1]))
+        print(banner or f"switchyard router on http://{args.host}:{args.port} "
+              f"policy={state.slot.current.name} engines={len(state.engines.engines)}"
+              f"{' front=rust' if rust else ''}", flush=True)
         await stop.wait()
         await drain(state, cfg.drain_s)
     finally:
+        if front is not None:
+            # On a thread: requests ending meanwhile still run their close on this loop.
+            await asyncio.to_thread(front.shutdown, 1.0)
+        if bridge is not None:
+            await bridge.aclose()
         for runner in runners:
             await runner.cleanup()
         await live.close()

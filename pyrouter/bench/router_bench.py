@@ -11,12 +11,13 @@ installs Debian's package when it can) with 16-token completions: streaming at c
 "direct-grpc" the same requests streamed from one mock engine over gRPC (a grpc.aio client).
 The anchors are installed by the set-up into their own venv (pyrouter/bench/anchors.py).
 
-Switchyard runs twice. "switchyard": its mock engines send, in each StartGenerate message, every
-token already produced (as engine/server/servicer.py does); they cost nothing, so one message
-carries all 16 tokens. "switchyard-16msg": the mock engines send one message per token
-(`--no-coalesce`). In both, the router sends one SSE event per token, as the anchors' workers
-do; the table says how many events and gRPC messages each response carried (counted, not
-assumed).
+Switchyard runs four times. "switchyard": its mock engines send, in each StartGenerate message,
+every token already produced (as engine/server/servicer.py does); they cost nothing, so one
+message carries all 16 tokens. "switchyard-16msg": the mock engines send one message per token
+(`--no-coalesce`). "switchyard-rust" and "switchyard-rust-16msg": the same two with the Rust
+HTTP front (`--front rust`; the Python policy still runs once per request). In all, the router
+sends one SSE event per token, as the anchors' workers do; the table says how many events and
+gRPC messages each response carried (counted, not assumed).
 
 --tracing measures what tracing costs the router instead (pyrouter/bench/router_bench_tracing.py);
 --repeat N measures every target N times, interleaved, and reports medians.
@@ -41,7 +42,13 @@ import requests
 from pyrouter.bench.anchors import anchor_argv, ensure_anchors
 from pyrouter.bench.grpc_direct import count_messages, measure_grpc
 from pyrouter.bench.proc_cpu import tree_cpu_s
-from pyrouter.bench.router_bench_tables import Row, issue_table, summarize
+from pyrouter.bench.router_bench_tables import (
+    FRONT_SUFFIX,
+    Row,
+    engine_twin,
+    issue_table,
+    summarize,
+)
 from pyrouter.bench.router_bench_tracing import (
     NO_TRACING,
     median_rows,
@@ -138,25 +145,30 @@ def count_sse_events(url: str, body: dict[str, object]) -> int:
                    and line.strip() != b"data: [DONE]")
 
 
-# Switchyard variants: (row suffix, extra mock-engine flags, router environment).
-_VARIANTS: tuple[tuple[str, list[str], dict[str, str]], ...] = (
-    ("", [], NO_TRACING), ("-16msg", ["--no-coalesce"], NO_TRACING))
+# Switchyard variants: (row suffix, extra mock-engine flags, router environment, HTTP front).
+_VARIANTS: tuple[tuple[str, list[str], dict[str, str], str], ...] = (
+    ("", [], NO_TRACING, "aiohttp"), ("-16msg", ["--no-coalesce"], NO_TRACING, "aiohttp"),
+    (FRONT_SUFFIX, [], NO_TRACING, "rust"),
+    (f"{FRONT_SUFFIX}-16msg", ["--no-coalesce"], NO_TRACING, "rust"))
 
 
 def _start_switchyard(started: Procs, suffix: str, flags: list[str],
-                      env: dict[str, str]) -> list[Target]:
-    """A router in front of two mock engines, and the direct-grpc row of its first engine."""
+                      env: dict[str, str], front: str = "aiohttp") -> list[Target]:
+    """A router in front of two mock engines, and the direct-grpc row of its first engine (the
+    aiohttp front's only: the Rust front's engines are the same kind)."""
     ports = [_free_port(), _free_port()]
     engines = [_spawn(started, [_PY, "-m", "engine.mock", "--port", str(p), *flags])
                for p in ports]
     router_port = _free_port()
     router = _spawn(started, [_PY, "-m", "pyrouter.cli", "router", "--port", str(router_port),
-                              "--policy", "round_robin",
+                              "--policy", "round_robin", "--front", front,
                               *[a for p in ports for a in ("--engine", f"127.0.0.1:{p}")]], env)
-    return [Target(f"switchyard{suffix}", url=f"http://127.0.0.1:{router_port}/v1/completions",
-                   router=[router], backends=engines),
-            Target(f"direct-grpc{suffix}", grpc_address=f"127.0.0.1:{ports[0]}",
-                   backends=engines[:1])]
+    routed = Target(f"switchyard{suffix}", url=f"http://127.0.0.1:{router_port}/v1/completions",
+                    router=[router], backends=engines)
+    if front != "aiohttp":
+        return [routed]
+    return [routed, Target(f"direct-grpc{suffix}", grpc_address=f"127.0.0.1:{ports[0]}",
+                           backends=engines[:1])]
 
 
 def _start_tracing_targets(started: Procs, span_dir: str) -> list[Target]:
@@ -175,8 +187,8 @@ def _start_targets(cfg: RouterBenchConfig, started: Procs) -> list[Target]:
                for p in worker_ports]
     worker_urls = [f"http://127.0.0.1:{p}" for p in worker_ports]
     targets = [Target("direct", url=f"{worker_urls[0]}/v1/completions", backends=workers[:1])]
-    for suffix, flags, env in _VARIANTS:
-        targets += _start_switchyard(started, suffix, flags, env)
+    for suffix, flags, env, front in _VARIANTS:
+        targets += _start_switchyard(started, suffix, flags, env, front)
     anchors = {} if cfg.skip_anchors else ensure_anchors(cfg.anchor_bin)
     for name, binary in anchors.items():
         port = _free_port()
@@ -230,7 +242,7 @@ def run_bench(cfg: RouterBenchConfig) -> tuple[list[Row], dict[str, str]]:
                 targets.remove(t)
         for t in targets:
             if t.name.startswith("switchyard"):
-                shape[t.name] += f" ({shape.get(_grpc_twin(t.name), '?')} from the engine)"
+                shape[t.name] += f" ({shape.get(engine_twin(t.name), '?')} from the engine)"
         print("per response: " + ", ".join(f"{k}: {v}" for k, v in shape.items()), flush=True)
         for _ in range(cfg.repeat):
             for stream in ([True, False] if cfg.non_streaming else [True]):
@@ -242,13 +254,6 @@ def run_bench(cfg: RouterBenchConfig) -> tuple[list[Row], dict[str, str]]:
                             results.append(_measure(cfg, t, stream, c))
     shutil.rmtree(span_dir, ignore_errors=True)
     return results, shape
-
-
-def _grpc_twin(name: str) -> str:
-    """The direct-grpc row of a switchyard row (traced routers' engines are alike: the
-    untraced router's stands for them)."""
-    twin = name.replace("switchyard", "direct-grpc")
-    return "direct-grpc" if "-trace" in twin else twin
 
 
 def run(args: argparse.Namespace) -> int:

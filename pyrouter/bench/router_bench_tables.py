@@ -20,6 +20,17 @@ class Row:
     backend_cpu_ms: float | None = None  # the backends behind it, per completed request
 
 
+def engine_twin(target: str) -> str:
+    """The direct-gRPC row of a Switchyard row: the one measuring the engines its router stands
+    in front of (the Rust front's and traced routers' engines are alike: the plain router's
+    row stands for them)."""
+    twin = target.replace("switchyard", "direct-grpc").replace(FRONT_SUFFIX, "")
+    return "direct-grpc" if "-trace" in twin else twin
+
+
+FRONT_SUFFIX = "-rust"  # the Switchyard row served by the Rust HTTP front
+
+
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
@@ -38,7 +49,7 @@ def summarize(results: list[Row], shape: dict[str, str]) -> str:
             m = row.measure
             is_direct = name.startswith("direct")
             added = f"{m.p50_ms - direct.measure.p50_ms:+.2f}" if direct and not is_direct else "-"
-            direct_grpc = rows.get(name.replace("switchyard", "direct-grpc"))
+            direct_grpc = rows.get(engine_twin(name))
             added_grpc = (f"{m.p50_ms - direct_grpc.measure.p50_ms:+.2f}"
                           if direct_grpc and name.startswith("switchyard") else "-")
             ratio = f"{m.rps / best_anchor:.2f}x" if best_anchor and not is_direct else "-"

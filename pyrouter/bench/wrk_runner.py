@@ -32,7 +32,8 @@ def _ms(text: str) -> float:
 
 
 def parse_wrk(output: str) -> Measure:
-    pct = dict(re.findall(r"^\s+(50|99)%\s+(\S+)$", output, flags=re.M))
+    # wrk pads latencies in seconds with a trailing space ("1.19s ").
+    pct = dict(re.findall(r"^\s+(50|99)%\s+(\S+)\s*$", output, flags=re.M))
     rps = re.search(r"^Requests/sec:\s+([\d.]+)", output, flags=re.M)
     if not rps or "50" not in pct or "99" not in pct:
         raise ValueError(f"unexpected wrk output:\n{output}")

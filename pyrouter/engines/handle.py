@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from engine.server.convert import sampling_to_proto
+from pyrouter.engines.front_call import FrontCall
 from pyrouter.errors import TransferFailed, VerbOrderError
 from pyrouter.request import RouterRequest
-from router_core import RouterCore
+from router_core import GenerateCall, RouterCore, RouterFront
 from switchyard_rpc import engine_pb2 as pb
 
 if TYPE_CHECKING:
@@ -63,6 +64,9 @@ class EngineHandle:
     model_id: str = ""
     cached_blocks: int = 0  # from the engine's last Stats
     active: set[str] = field(default_factory=set)  # engine request ids with work on this engine
+    # The Rust front, when it serves: generations stream through it (the HTTP front reads them
+    # after the policy has decided), not through `client`.
+    front: RouterFront | None = None
 
     async def prep_recv(self, req: RouterRequest, end: int | None = None) -> KvReservation:
         """Reserve KV pages here for tokens[matched:end] of the request's current tokens.
@@ -164,12 +168,21 @@ class GenerationStream:
         left = req.sampling.max_tokens - req.generated
         self._decode = min(left, max_new_tokens_here) if max_new_tokens_here else left
         hold.generations += 1
-        self._call = engine.client.start_generate_request(pb.StartGenerateRequest(
+        request = pb.StartGenerateRequest(
             request_id=req.engine_request_id, tokens=req.tokens, begin=begin,
             sampling=sampling_to_proto(req.sampling, max_tokens=left,
                                        min_tokens=max(0, req.sampling.min_tokens - req.generated)),
-            max_new_tokens_here=max_new_tokens_here, output_offset=req.generated),
-            metadata=req.timeline.verb_metadata(timing))
+            max_new_tokens_here=max_new_tokens_here, output_offset=req.generated)
+        metadata = req.timeline.verb_metadata(timing)  # opens the verb's span when traced
+        self.front_call: FrontCall | None = None
+        self._call: Any
+        if engine.front is not None:
+            # Through the Rust front the trace context does not reach the engine yet.
+            self.front_call = FrontCall(engine.front.start_generate(engine.num,
+                                                                    request.SerializeToString()))
+            self._call = self.front_call
+        else:
+            self._call = engine.client.start_generate_request(request, metadata=metadata)
         self.finished = False   # accounting released (the stream ended or was cancelled)
         self.delivered = False  # the engine sent its finish chunk: it holds nothing for us
         engine.core.table.on_dispatch(engine.num, self._prefill, self._decode)
@@ -181,10 +194,18 @@ class GenerationStream:
             self.finish()
             return None
         if chunk.finish_reason:
-            self._delivered()
+            self.mark_delivered()
         return chunk  # type: ignore[no-any-return]
 
-    def _delivered(self) -> None:
+    @property
+    def rust_call(self) -> GenerateCall:
+        """The Rust call behind this stream (the Rust front reads the rest of it)."""
+        if self.front_call is None:
+            raise RuntimeError("this stream was not started through the Rust front")
+        return self.front_call.call
+
+    def mark_delivered(self) -> None:
+        """The engine sent its finish chunk (read here, or by the Rust front)."""
         if not self.delivered:
             self.delivered = True
             # A finished generation consumed any reservation it had here and freed the rest.

@@ -10,11 +10,12 @@ import logging
 
 import grpc
 
+from engine.server.auth import engine_token
 from engine.server.client import EngineClient
 from pyrouter.core import make_router_core
 from pyrouter.engines.handle import EngineHandle
 from pyrouter.errors import BadRequest, NotFound
-from router_core import RouterCore
+from router_core import RouterCore, RouterFront
 
 log = logging.getLogger("switchyard.router")
 
@@ -40,6 +41,21 @@ class EngineSet:
         self.model_id = ""
         # Smallest context any member engine accepts (ModelInfo.max_context); 0 = unknown yet.
         self.max_context = 0
+        self.front: RouterFront | None = None  # the Rust front, when it serves (--front rust)
+
+    def attach_front(self, front: RouterFront) -> None:
+        """Generations of every engine, present and future, stream through `front`."""
+        self.front = front
+        for handle in self.engines.values():
+            self._join_front(handle)
+
+    def _join_front(self, handle: EngineHandle) -> None:
+        if self.front is not None:
+            # The front's own gRPC calls carry the deployment's engine token, as EngineClient's.
+            self.front.set_engine(handle.num, handle.address, _VERB_TIMEOUT_S,
+                                  engine_token() or "")
+            self.front.set_engine_max_context(self.max_context)
+            handle.front = self.front
 
     # ---- membership ----
     def add(self, address: str, role: str | None = None) -> EngineHandle:
@@ -57,6 +73,7 @@ class EngineSet:
         self.core.table.upsert(num, handle.role)
         self.core.table.set_health(num, False)
         self.core.index.add_engine(num)
+        self._join_front(handle)
         self._tasks[handle.id] = [asyncio.create_task(self._watch(handle, role is None)),
                                   asyncio.create_task(self._follow_kv_events(handle))]
         return handle
@@ -81,6 +98,8 @@ class EngineSet:
         self.engines.pop(engine_id, None)
         self.core.table.remove(handle.num)
         self.core.index.remove_engine(handle.num)
+        if self.front is not None:
+            self.front.remove_engine(handle.num)
         await handle.client.close()
 
     async def close(self) -> None:
@@ -164,6 +183,8 @@ class EngineSet:
                     if info.max_context > 0:
                         self.max_context = (min(self.max_context, int(info.max_context))
                                             if self.max_context else int(info.max_context))
+                        if self.front is not None:
+                            self.front.set_engine_max_context(self.max_context)
                     self.model_id = self.model_id or info.model_id
                     if learn_role and info.role in _VALID_ROLES:
                         handle.role = info.role

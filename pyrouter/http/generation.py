@@ -42,7 +42,7 @@ ERROR_COUNTED = "error_counted"
 _OFF_LOOP_BYTES = 16 << 10
 
 
-def _shutting_down() -> ShuttingDown:
+def shutting_down() -> ShuttingDown:
     return ShuttingDown("the router is shutting down; retry on another replica",
                         retry_after_s=DRAIN_RETRY_AFTER_S)
 
@@ -74,7 +74,7 @@ async def handle_generation(request: web.Request, kind: Literal["completion", "c
     timeline = RequestTimeline()  # the request's clock starts before the body is read
     try:
         if state.draining:
-            raise _shutting_down()
+            raise shutting_down()
         req = await _parse(request, state, kind)
         if state.counters.inflight >= state.config.max_inflight:
             raise Busy(f"{state.counters.inflight} requests in flight (limit "
@@ -114,7 +114,7 @@ async def handle_generation(request: web.Request, kind: Literal["completion", "c
             raise  # the client went away
         task.uncancel()  # the drain's signal, answered here: a plain 503
         status, error_type = "error", "shutting_down"
-        raise _shutting_down() from None
+        raise shutting_down() from None
     except RouterError as exc:
         status, error_type = "error", exc.code or exc.error_type
         if isinstance(exc, PolicyFailed):
@@ -245,7 +245,7 @@ async def _stream(request: web.Request, state: RouterState, req: RouterRequest,
             raise  # the client went away: nobody to write to
         task.uncancel()  # the drain's grace is over: end the stream properly
         req.completion_tokens = completion
-        return await _end_with_error(request, resp, pending, enc, _shutting_down())
+        return await _end_with_error(request, resp, pending, enc, shutting_down())
     prompt_tokens = req.prompt_len
     req.completion_tokens = completion
     if req.include_usage:

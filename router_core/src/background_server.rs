@@ -1,6 +1,8 @@
-//! A network server on its own tokio runtime thread, started and stopped from synchronous code
-//! (the Python bindings call these with the GIL released). One implementation for every server
-//! the crate runs (the mock engine, the mock OpenAI worker).
+//! A network server on its own tokio runtime thread — or as a task on a runtime that already
+//! runs (the router's HTTP front shares the runtime its engine clients use) — started and
+//! stopped from synchronous code (the Python bindings call these with the GIL released). One
+//! implementation for every server the crate runs (the router front, the mock engine, the mock
+//! OpenAI worker).
 
 use crate::error::{Result, RouterCoreError};
 use std::future::Future;
@@ -36,7 +38,13 @@ impl Shutdown {
 pub struct BackgroundServer {
     local_addr: SocketAddr,
     stop: Option<oneshot::Sender<Duration>>,
-    thread: Option<JoinHandle<Result<()>>>,
+    runner: Option<Runner>,
+}
+
+/// What runs the server: its own thread (and runtime), or a task on a shared runtime.
+enum Runner {
+    Thread(JoinHandle<Result<()>>),
+    Task(mpsc::Receiver<Result<()>>),
 }
 
 fn server_error(context: &str, err: impl std::fmt::Display) -> RouterCoreError {
@@ -89,7 +97,28 @@ impl BackgroundServer {
         Ok(BackgroundServer {
             local_addr,
             stop: Some(stop_tx),
-            thread: Some(thread),
+            runner: Some(Runner::Thread(thread)),
+        })
+    }
+
+    /// As `start`, but as a task on `runtime` (which must outlive the server).
+    pub fn start_on<F>(runtime: &tokio::runtime::Handle, addr: SocketAddr, serve: F) -> Result<Self>
+    where
+        F: FnOnce(TcpListener, Shutdown) -> ServeFuture + Send + 'static,
+    {
+        let (bound_tx, bound_rx) = mpsc::channel::<Result<SocketAddr>>();
+        let (stop_tx, stop_rx) = oneshot::channel::<Duration>();
+        let (done_tx, done_rx) = mpsc::channel::<Result<()>>();
+        runtime.spawn(async move {
+            let _ = done_tx.send(run(addr, serve, bound_tx, stop_rx).await);
+        });
+        let local_addr = bound_rx
+            .recv()
+            .map_err(|err| server_error("server task ended before binding", err))??;
+        Ok(BackgroundServer {
+            local_addr,
+            stop: Some(stop_tx),
+            runner: Some(Runner::Task(done_rx)),
         })
     }
 
@@ -99,7 +128,11 @@ impl BackgroundServer {
 
     /// Whether the server thread is still running (false once it failed or was shut down).
     pub fn is_running(&self) -> bool {
-        self.thread.as_ref().is_some_and(|t| !t.is_finished())
+        match &self.runner {
+            Some(Runner::Thread(thread)) => !thread.is_finished(),
+            Some(Runner::Task(done)) => matches!(done.try_recv(), Err(mpsc::TryRecvError::Empty)),
+            None => false,
+        }
     }
 
     /// Stops accepting, lets requests in flight finish for up to `grace`, then ends every
@@ -110,10 +143,12 @@ impl BackgroundServer {
             // Err: the server already ended on its own; joining reports why.
             let _ = stop.send(grace);
         }
-        match self.thread.take() {
-            Some(thread) => thread
+        match self.runner.take() {
+            Some(Runner::Thread(thread)) => thread
                 .join()
                 .map_err(|_| RouterCoreError::Server("server thread panicked".into()))?,
+            // Err: the task was dropped with its runtime; nothing is left running.
+            Some(Runner::Task(done)) => done.recv().unwrap_or(Ok(())),
             None => Ok(()),
         }
     }

@@ -1,15 +1,20 @@
-//! router_core: Switchyard's per-request hot path — block hashing, prefix index, engine table,
-//! scoring and detokenised streaming.
+//! router_core: Switchyard's per-request hot path — the HTTP front, tokenisation, sampling rules,
+//! block hashing, prefix index, engine table, scoring, the engines' gRPC streams and detokenised
+//! streaming.
 //!
 //! Every module here is pure Rust with no PyO3 types; the Python binding lives in `python/`
 //! behind the `python` cargo feature so `cargo test` never links libpython.
 
-#[cfg(any(feature = "mock-engine", feature = "mock-worker"))]
+#[cfg(any(feature = "mock-engine", feature = "mock-worker", feature = "front"))]
 pub mod background_server;
 pub mod detok;
+#[cfg(feature = "grpc")]
+pub mod engine_rpc;
 pub mod engine_set;
 pub mod engine_table;
 pub mod error;
+#[cfg(feature = "front")]
+pub mod front;
 pub mod hashing;
 pub mod identity_hash;
 pub mod latency_model;
@@ -22,6 +27,7 @@ pub mod prefix_index;
 pub mod router;
 #[cfg(feature = "grpc")]
 pub mod rpc;
+pub mod sampling;
 pub mod scoring;
 pub mod sse;
 #[cfg(feature = "tokenize")]

@@ -20,6 +20,8 @@ from engine.server.launcher import EngineProcess, EngineSpec, launch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SWITCHYARD = [sys.executable, "-m", "pyrouter.cli"]
+# The router's HTTP fronts: tests that take a `front` run against each (one behaviour).
+FRONTS = ("aiohttp", "rust")
 
 
 def free_port() -> int:
@@ -65,8 +67,8 @@ def start_mock(port: int, *extra: str, env: dict[str, str] | None = None) -> Eng
 
 
 def start_router(port: int, engines: Sequence[int], *extra: str,
-                 env: dict[str, str] | None = None) -> Proc:
-    argv = [*SWITCHYARD, "router", "--port", str(port), "--poll-s", "0.1"]
+                 env: dict[str, str] | None = None, front: str = "aiohttp") -> Proc:
+    argv = [*SWITCHYARD, "router", "--port", str(port), "--poll-s", "0.1", "--front", front]
     for p in engines:
         argv += ["--engine", f"127.0.0.1:{p}"]
     return Proc(argv + list(extra), env=env, log_name=f"router{port}")

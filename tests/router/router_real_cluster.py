@@ -26,9 +26,9 @@ def real_engines(roles: Sequence[str], mode: str = "exact") -> Iterator[list[int
 
 
 @contextmanager
-def router_over(ports: Sequence[int], *extra: str) -> Iterator[str]:
+def router_over(ports: Sequence[int], *extra: str, front: str = "aiohttp") -> Iterator[str]:
     port = free_port()
-    proc = start_router(port, ports, *extra)
+    proc = start_router(port, ports, *extra, front=front)
     base = f"http://127.0.0.1:{port}"
     try:
         wait_ready(base, proc, want_engines=len(ports))

@@ -29,13 +29,13 @@ INF_KEY, ADMIN_KEY = "sk-inference-5b1e9f", "sk-admin-c07d42"
 
 @contextmanager
 def cluster(n: int = 1, mock_args: tuple[str, ...] = (), router_args: tuple[str, ...] = (),
-            env: dict[str, str] | None = None, roles: tuple[str, ...] = ()
-            ) -> Iterator[tuple[str, Proc, list]]:
+            env: dict[str, str] | None = None, roles: tuple[str, ...] = (),
+            front: str = "aiohttp") -> Iterator[tuple[str, Proc, list]]:
     ports = [free_port() for _ in range(n)]
     engines = [start_mock(p, *mock_args, *(("--role", roles[i]) if roles else ()), env=env)
                for i, p in enumerate(ports)]
     rp = free_port()
-    router = start_router(rp, ports, *router_args, env=env)
+    router = start_router(rp, ports, *router_args, env=env, front=front)
     base = f"http://127.0.0.1:{rp}"
     try:
         wait_ready(base, router, want_engines=n)
@@ -69,10 +69,11 @@ def _port(base: str) -> int:
 
 # ---- finding 2: the admin plane ----
 
-def test_admin_plane_needs_an_admin_key_and_can_live_apart():
+def test_admin_plane_needs_an_admin_key_and_can_live_apart(front: str):
     admin_port = free_port()
     env = {"SWITCHYARD_API_KEYS": INF_KEY, "SWITCHYARD_ADMIN_KEYS": ADMIN_KEY}
-    with cluster(1, router_args=("--admin-port", str(admin_port)), env=env) as (base, router, _):
+    with cluster(1, router_args=("--admin-port", str(admin_port)), env=env,
+                 front=front) as (base, router, _):
         admin = f"http://127.0.0.1:{admin_port}"
         inf = {"Authorization": f"Bearer {INF_KEY}"}
         adm = {"Authorization": f"Bearer {ADMIN_KEY}"}
@@ -105,10 +106,12 @@ def test_admin_plane_needs_an_admin_key_and_can_live_apart():
         assert INF_KEY not in log and ADMIN_KEY not in log
 
 
-def test_inference_key_alone_never_opens_admin():
-    with cluster(1, env={"SWITCHYARD_API_KEYS": INF_KEY}) as (base, _, _engines):
+def test_inference_key_alone_never_opens_admin(front: str):
+    with cluster(1, env={"SWITCHYARD_API_KEYS": INF_KEY}, front=front) as (base, _, _engines):
         r = requests.put(f"{base}/admin/policy", headers={"Authorization": f"Bearer {INF_KEY}"},
                          json={"policy": "round_robin"})
+        assert r.status_code == 403 and r.json()["error"]["code"] == "admin_disabled"
+        r = requests.get(f"{base}/admin/engines")
         assert r.status_code == 403 and r.json()["error"]["code"] == "admin_disabled"
 
 
@@ -130,9 +133,10 @@ async def _engine_checks(address: str, request_id: str) -> None:
         assert (await insider.stats()).running_requests == 1
 
 
-def test_engines_need_the_token_and_client_ids_reach_no_engine():
+def test_engines_need_the_token_and_client_ids_reach_no_engine(front: str):
     env = {"SWITCHYARD_ENGINE_TOKEN": "deployment-token"}
-    with cluster(1, mock_args=("--chunk-delay-ms", "100"), env=env) as (base, _, engines):
+    with cluster(1, mock_args=("--chunk-delay-ms", "100"), env=env,
+                 front=front) as (base, _, engines):
         with requests.post(f"{base}/v1/completions", stream=True,
                            json={"prompt": "x", "max_tokens": 30, "stream": True}) as r:
             assert r.status_code == 200
@@ -150,6 +154,7 @@ def test_engines_need_the_token_and_client_ids_reach_no_engine():
 
 # ---- finding 4: bounded work ----
 
+# aiohttp front only: its 413 code and off-loop tokenising are what this measures.
 def test_huge_and_long_prompts_are_refused_cheaply():
     with cluster(1, router_args=("--max-context", "2048")) as (base, router, _):
         proc = psutil.Process(router.popen.pid)
@@ -181,6 +186,7 @@ def test_huge_and_long_prompts_are_refused_cheaply():
         assert proc.memory_info().rss - rss_before < 300 << 20
 
 
+# aiohttp front only: the Rust front has no per-caller limits and refuses them (test below).
 def test_per_caller_rate_limit_answers_429_with_retry_after():
     with cluster(1, router_args=("--rate-limit-rps", "0.5", "--rate-limit-burst", "2")) as (
             base, _, _engines):
@@ -191,8 +197,20 @@ def test_per_caller_rate_limit_answers_429_with_retry_after():
         assert int(codes[2].headers["Retry-After"]) >= 1
 
 
+def test_rust_front_refuses_what_it_cannot_enforce():
+    for flags, env, word in ((("--rate-limit-rps", "5"), None, "rate limits"),
+                             ((), {"SWITCHYARD_ENGINE_TLS_CA": "/nonexistent/ca.pem"}, "TLS")):
+        router = start_router(free_port(), [free_port()], *flags, env=env, front="rust")
+        try:
+            assert router.popen.wait(timeout=60) == 2
+            assert "--front rust" in router.output() and word in router.output()
+        finally:
+            router.stop()
+
+
 # ---- finding 5: connection timeouts ----
 
+# aiohttp front only: the Rust front does not enforce body/idle timeouts (docs/reliability.md).
 def test_slow_headers_and_short_bodies_do_not_hold_connections():
     with cluster(1, router_args=("--idle-timeout-s", "1", "--body-timeout-s", "1")) as (
             base, _, _engines):
@@ -309,6 +327,7 @@ def test_pd_degrades_when_its_decode_engine_dies():
 
 # ---- finding 8: graceful drain ----
 
+# aiohttp front only: the Rust front cuts streams left at the grace's end (docs/reliability.md).
 def test_sigterm_drains_then_ends_open_streams_cleanly():
     with cluster(1, mock_args=("--chunk-delay-ms", "100"), router_args=("--drain-s", "2")) as (
             base, router, _engines):

@@ -25,12 +25,12 @@ def _routes(base: str, n: int) -> set[str]:
     return out
 
 
-def test_membership_health_and_drain(tmp_path):
+def test_membership_health_and_drain(tmp_path, front: str):
     flag = str(tmp_path / "unhealthy")
     p0, p1, rp = free_port(), free_port(), free_port()
     e0 = start_mock(p0, "--unhealthy-file", flag)
     e1 = start_mock(p1, "--chunk-delay-ms", "50", "--role", "decode")
-    router = start_router(rp, [p0])
+    router = start_router(rp, [p0], front=front)
     base = f"http://127.0.0.1:{rp}"
     try:
         wait_ready(base, router)
@@ -88,10 +88,10 @@ def _wait(cond, timeout_s: float = 10) -> None:
         time.sleep(0.05)
 
 
-def test_api_keys_and_busy():
+def test_api_keys_and_busy(front: str):
     p0, rp = free_port(), free_port()
     engine = start_mock(p0, "--chunk-delay-ms", "100")
-    router = start_router(rp, [p0], "--max-inflight", "1",
+    router = start_router(rp, [p0], "--max-inflight", "1", front=front,
                           env={"SWITCHYARD_API_KEYS": "k1,k2", "SWITCHYARD_ADMIN_KEYS": "adm"})
     base = f"http://127.0.0.1:{rp}"
     try:

@@ -36,6 +36,9 @@ Transfer/sec:    128.00KB
 def test_parse_wrk_reads_requests_and_errors() -> None:
     m = parse_wrk(WRK_OUTPUT)
     assert (m.rps, m.p50_ms, m.p99_ms, m.errors, m.requests) == (3125.0, 9.5, 20.1, 3, 25000)
+    # Latencies in seconds come with a trailing space.
+    slow = parse_wrk(WRK_OUTPUT.replace("     99%   20.10ms", "     99%    1.19s "))
+    assert slow.p99_ms == 1190.0
 
 
 def test_tree_cpu_counts_live_descendants() -> None:

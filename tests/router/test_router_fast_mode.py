@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
+from router_procs import FRONTS
 from router_real_cluster import real_engines, router_over
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
@@ -29,10 +30,19 @@ TEXTS = [
 
 
 @pytest.fixture(scope="module")
-def routers() -> Iterator[tuple[str, str]]:
-    with real_engines(["any", "any", "any"], mode="fast") as ports:
-        with router_over(ports[:2]) as under_test, router_over(ports[2:]) as reference:
-            yield under_test, reference
+def cluster() -> Iterator[tuple[dict[str, str], str]]:
+    with real_engines(["any", "any", "any"], mode="fast") as ports, \
+            router_over(ports[2:]) as reference:
+        with router_over(ports[:2], front=FRONTS[0]) as first, \
+                router_over(ports[:2], front=FRONTS[1]) as second:
+            yield {FRONTS[0]: first, FRONTS[1]: second}, reference
+
+
+@pytest.fixture
+def routers(cluster: tuple[dict[str, str], str], front: str) -> tuple[str, str]:
+    """(the router under test with `front`, the single-engine reference)."""
+    under_test, reference = cluster
+    return under_test[front], reference
 
 
 def _token_ids(base: str, prompt: str) -> tuple[list[int], str]:
@@ -44,11 +54,11 @@ def _token_ids(base: str, prompt: str) -> tuple[list[int], str]:
 
 
 @pytest.mark.parametrize("policy", PATTERNS)
-def test_pattern_matches_single_engine_in_fast_mode(routers, policy):
+def test_pattern_matches_single_engine_in_fast_mode(routers, front, policy):
     under_test, reference = routers
     r = requests.put(f"{under_test}/admin/policy", json={"policy": policy, "params": PARAMS.get(policy, {})})
     assert r.status_code == 200, r.text
-    prompts = [f"[fast {policy} {i}] {text}" for i, text in enumerate(TEXTS)]
+    prompts = [f"[fast {front} {policy} {i}] {text}" for i, text in enumerate(TEXTS)]
     with ThreadPoolExecutor(len(prompts)) as pool:
         results = list(pool.map(lambda p: _token_ids(under_test, p), prompts))
     for prompt, (ids, route) in zip(prompts, results, strict=True):

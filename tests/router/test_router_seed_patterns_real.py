@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import requests
-from router_procs import SWITCHYARD, Proc, free_port, wait_ready
+from router_procs import FRONTS, SWITCHYARD, Proc, free_port, wait_ready
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 STORY = ("In the harbour town the fishermen rose before dawn, mended their nets by lantern "
@@ -23,11 +23,12 @@ STORY = ("In the harbour town the fishermen rose before dawn, mended their nets 
          "and said that a storm was coming, and the young ones laughed, because")
 
 
-@pytest.fixture(scope="module")
-def serve() -> Iterator[str]:
+@pytest.fixture(scope="module", params=FRONTS)
+def serve(request: pytest.FixtureRequest) -> Iterator[str]:
     port = free_port()
     # Real latency profiles (cached after the first run on a machine): the policies predict.
-    proc = Proc([*SWITCHYARD, "serve", "--port", str(port), "--engines", "3"],
+    proc = Proc([*SWITCHYARD, "serve", "--port", str(port), "--engines", "3",
+                 "--front", str(request.param)],
                 env={"SWITCHYARD_TORCH_THREADS": "1", "SWITCHYARD_LATENCY_PROFILE": "auto"},
                 log_name=f"serve{port}")
     base = f"http://127.0.0.1:{port}"

@@ -1,6 +1,7 @@
 """`switchyard serve` as a new user runs it: one command, a working endpoint, clean Ctrl-C."""
 from __future__ import annotations
 
+import re
 import shutil
 import signal
 import subprocess
@@ -27,8 +28,9 @@ def _stop_and_check_no_orphans(proc: Proc, sig: signal.Signals) -> None:
 # of France" is a near tie for SmolLM2-135M — float32 ranks "The" 25.33 over "L" 25.24 — and
 # the fast mode's int8 activations, like llama.cpp on the same file, start "L'Étoile, ...".)
 @pytest.mark.parametrize("mode", ["default", "exact"])
-def test_serve_pd_real_model_answers_and_stops_cleanly(mode: str) -> None:
-    proc, base = start_serve("--policy", "pd", *(["--mode", mode] if mode != "default" else []))
+def test_serve_pd_real_model_answers_and_stops_cleanly(mode: str, front: str) -> None:
+    proc, base = start_serve("--policy", "pd", "--front", front,
+                             *(["--mode", mode] if mode != "default" else []))
     try:
         wait_ready(base, proc, want_engines=2, timeout_s=300)
         body = ('{"model":"default","messages":[{"role":"user","content":'
@@ -43,8 +45,9 @@ def test_serve_pd_real_model_answers_and_stops_cleanly(mode: str) -> None:
                               headers={"content-type": "application/json"}, timeout=120)
             out = "".join(f"{k}: {v}\n" for k, v in r.headers.items()) + r.text
         assert "Tokyo" in out, out
-        assert '"content": "' in out and '"content": ""' not in out, out
-        assert "X-Switchyard-Route: pd " in out, out
+        # Header names are case-insensitive and JSON may be compact (the Rust front's are).
+        assert re.search(r'"content": ?"[^"]', out), out
+        assert re.search(r"(?im)^x-switchyard-route: pd ", out), out
         roles = {e["role"] for e in requests.get(f"{base}/admin/engines").json()["engines"]}
         assert roles == {"prefill", "decode"}
         assert "switchyard serving on" in proc.output()
@@ -54,8 +57,8 @@ def test_serve_pd_real_model_answers_and_stops_cleanly(mode: str) -> None:
     _stop_and_check_no_orphans(proc, signal.SIGINT)
 
 
-def test_serve_mock_engines_sigterm_no_orphans():
-    proc, base = start_serve("--mock-engines", "--engines", "3")
+def test_serve_mock_engines_sigterm_no_orphans(front: str):
+    proc, base = start_serve("--mock-engines", "--engines", "3", "--front", front)
     try:
         wait_ready(base, proc, want_engines=3, timeout_s=60)
         r = requests.post(f"{base}/v1/completions", json={"prompt": "hi", "max_tokens": 2})

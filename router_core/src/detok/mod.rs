@@ -2,7 +2,7 @@
 
 mod byte_level;
 mod incremental;
-mod vocab;
+pub(crate) mod vocab;
 
 pub use incremental::IncrementalDetokenizer;
 pub use vocab::DetokenizerVocab;

@@ -3,6 +3,7 @@
 
 mod convert;
 mod detok;
+mod front;
 mod hashing;
 mod index;
 mod ints;
@@ -32,5 +33,11 @@ fn _router_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<tokenize::PyRouterTokenizer>()?;
     m.add_class::<servers::PyMockEngineServer>()?;
     m.add_class::<servers::PyMockOpenAIWorker>()?;
+    m.add_class::<front::PyRouterFront>()?;
+    m.add_class::<front::PyGenerateCall>()?;
+    m.add(
+        "EngineCallError",
+        m.py().get_type::<front::EngineCallError>(),
+    )?;
     Ok(())
 }

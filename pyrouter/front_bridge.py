@@ -1,0 +1,194 @@
+"""The deciding side of the Rust HTTP front (router_core.RouterFront, `--front rust`).
+
+The front parses, tokenises, streams tokens and writes SSE/JSON in Rust; it calls this bridge on
+the router's asyncio loop once per request (`admit`: run the policy to the first chunk of its
+first segment), once per segment boundary (`next_segment`) and once at the end (`close`) —
+never per token. The policy session, the dispatcher's retries and error mapping, the request
+scope, metrics, traces and outcomes are the Python ones the aiohttp front uses. Routes the front
+does not serve itself (/ready, /metrics, /admin/...) go to the aiohttp app (pyrouter/http/app.py)
+on a loopback port, so they are the same handlers behind the same key ring: the forwarded
+request carries the client's own Authorization header and nothing else, so an admin route takes
+an admin key exactly as on the aiohttp front (pyrouter/security/keys.py). While the router
+drains, `admit` answers 503 `shutting_down` as the aiohttp front does.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from engine.core.errors import InvalidRequest
+from engine.core.sampling_params import SamplingParams
+from pyrouter.dispatch import RequestRun
+from pyrouter.errors import BadRequest, PolicyFailed, RouterError
+from pyrouter.http.generation import shutting_down
+from pyrouter.request import RouterRequest, SloSpec
+from pyrouter.request_end import record_request_end
+from pyrouter.request_trace import start_request_trace
+from pyrouter.state import RouterState
+from pyrouter.timeline import RequestTimeline
+
+log = logging.getLogger("switchyard.router")
+_OPS_TIMEOUT = aiohttp.ClientTimeout(total=900)  # a drain may wait for long requests
+
+# (status, body) of a failure, as the client gets it.
+Failure = tuple[bool, tuple[int, bytes]]
+
+
+@dataclass(slots=True, eq=False)
+class FrontRequest:
+    """One request the front handed over: what `close` needs, whatever happened."""
+
+    req: RouterRequest
+    policy: str
+    run: RequestRun | None = None
+    error_type: str = ""  # why admission failed (the error metric's label)
+
+
+def _failure(exc: RouterError, handle: FrontRequest | None = None) -> Failure:
+    if handle is not None:
+        handle.error_type = exc.code or exc.error_type
+    return False, (exc.status, json.dumps(exc.body()).encode())
+
+
+def _request(spec: dict[str, Any], served_model: str) -> RouterRequest:
+    try:
+        sampling = SamplingParams(
+            max_tokens=spec["max_tokens"], temperature=spec["temperature"],
+            top_p=spec["top_p"], top_k=spec["top_k"], min_tokens=spec["min_tokens"],
+            seed=spec["seed"], stop=list(spec["stop"]), ignore_eos=spec["ignore_eos"])
+    except InvalidRequest as exc:
+        raise BadRequest(str(exc), param=exc.param) from exc
+    req = RouterRequest(
+        request_id=spec["request_id"], tokens=list(spec["tokens"]), sampling=sampling,
+        kind=spec["kind"], model=served_model, stream=spec["stream"],
+        include_usage=spec["include_usage"], return_token_ids=spec["return_token_ids"],
+        slo=SloSpec(spec["slo_ttft_ms"], spec["slo_tpot_ms"]))
+    req.engine_request_id = spec["engine_request_id"]
+    return req
+
+
+class FrontBridge:
+    def __init__(self, state: RouterState, ops_base: str) -> None:
+        self.state = state
+        self._ops_base = ops_base
+        self._ops: aiohttp.ClientSession | None = None
+        self._admitting: dict[str, asyncio.Task[Any]] = {}
+
+    async def aclose(self) -> None:
+        if self._ops is not None:
+            await self._ops.close()
+
+    # ---- once per request ----
+    async def admit(self, spec: dict[str, Any]) -> tuple[FrontRequest | None, str, bool, Any]:
+        state = self.state
+        policy = state.slot.current.name
+        try:
+            if state.draining:
+                raise shutting_down()
+            req = _request(spec, state.config.served_model)
+        except RouterError as exc:
+            state.metrics.count_error(exc.code or exc.error_type)
+            return None, policy, *_failure(exc)
+        req.timeline = RequestTimeline()
+        req.timeline.trace = start_request_trace(state.tracer, req, dict(spec["trace_headers"]))
+        handle = FrontRequest(req, policy)
+        req.scope.open(state.counters)
+        task = asyncio.current_task()
+        if task is not None:
+            self._admitting[req.request_id] = task
+        try:
+            run = await state.dispatcher.admit(req)
+        except RouterError as exc:
+            if isinstance(exc, PolicyFailed):
+                state.metrics.child(state.metrics.policy_errors, policy).inc()
+            return handle, policy, *_failure(exc, handle)
+        except asyncio.CancelledError:  # the client went away: close() still cleans up
+            return handle, policy, *_failure(RouterError("client closed the request"), handle)
+        except Exception as exc:  # never a broken response: the client gets a 500
+            log.exception("request %s: admission failed", req.request_id)
+            return handle, policy, *_failure(PolicyFailed(policy, f"{type(exc).__name__}: {exc}"),
+                                             handle)
+        finally:
+            self._admitting.pop(req.request_id, None)
+        handle.run, handle.policy = run, run.policy_name
+        state.runs[req.request_id] = run
+        state.metrics.count_selection(run.policy_name, req.route.label())
+        req.timeline.arrived(len(run.first.token_ids), req.timeline.first_token)
+        return handle, run.policy_name, True, (
+            run.stream.rust_call, run.first.SerializeToString(), run.stream.engine.id,
+            req.route.header(), req.route.pattern or "unknown")
+
+    def cancel_admission(self, request_id: str) -> None:
+        task = self._admitting.get(request_id)
+        if task is not None:
+            task.cancel()
+
+    # ---- once per segment boundary ----
+    async def next_segment(self, handle: FrontRequest, segment_tokens: list[int]
+                           ) -> tuple[bool, Any]:
+        run = handle.run
+        if run is None:
+            return _failure(RouterError("no policy session for a hand-off"))
+        run.stream.mark_delivered()  # the hand-off chunk ended the segment on its engine
+        # The front reads the chunks: the segment's one arrival time is its end.
+        handle.req.timeline.arrived(len(segment_tokens))
+        handle.req.timeline.end_segment(len(segment_tokens), "handoff")
+        try:
+            stream = await run.after_handoff(segment_tokens)
+        except RouterError as exc:
+            return _failure(exc)
+        except Exception as exc:
+            log.exception("request %s: the next segment failed", handle.req.request_id)
+            return _failure(PolicyFailed(run.policy_name, f"{type(exc).__name__}: {exc}"))
+        if stream is None:
+            return _failure(PolicyFailed(run.policy_name, "the policy ended after a hand-off "
+                                         "without a next segment"))
+        return True, (stream.rust_call, stream.engine.id)
+
+    # ---- once at the end ----
+    async def close(self, handle: FrontRequest | None, status: str, completion_tokens: int,
+                    delivered: bool, since_start_s: float, since_first_token_s: float | None
+                    ) -> None:
+        if handle is None:
+            return
+        state, req, run = self.state, handle.req, handle.run
+        req.completion_tokens = completion_tokens
+        if run is not None:
+            # The front read the rest: the request's last arrival is its end (the timeline's
+            # inter-token figures are per segment, not per chunk, on this front).
+            req.timeline.arrived(max(0, completion_tokens - len(run.first.token_ids)))
+            req.timeline.end_segment(completion_tokens, "finished" if delivered else status)
+            if delivered:
+                run.stream.mark_delivered()
+            if state.runs.get(req.request_id) is run:
+                del state.runs[req.request_id]
+            await run.close()
+        req.scope.close()
+        error_type = handle.error_type or ("" if status == "ok" else "client_or_engine")
+        record_request_end(state, req, handle.policy, status, error_type)
+
+    # ---- the routes the front does not serve ----
+    async def ops(self, method: str, path: str, query: str, body: bytes, authorization: str
+                  ) -> tuple[int, str, bytes]:
+        if self._ops is None:
+            self._ops = aiohttp.ClientSession(timeout=_OPS_TIMEOUT)
+        url = f"{self._ops_base}{path}" + (f"?{query}" if query else "")
+        headers = {"Content-Type": "application/json"}
+        if authorization:  # the client's own: the app's key ring decides (never a key of ours)
+            headers["Authorization"] = authorization
+        async with self._ops.request(method, url, data=body, headers=headers) as resp:
+            return resp.status, resp.content_type, await resp.read()
+
+    def engine_unavailable(self, num: int, message: str) -> None:
+        for engine in self.state.engines.engines.values():
+            if engine.num == num:
+                self.state.engines.mark_unhealthy(engine.id)
+        log.warning("%s", message)
+
+    def warn(self, message: str) -> None:
+        log.warning("%s", message)

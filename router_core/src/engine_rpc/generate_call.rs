@@ -1,0 +1,136 @@
+//! `GenerateCall`: one StartGenerate stream, shared by whoever reads it — Python (the policy's
+//! admission reads the first chunk) and then the HTTP front, which reads the rest — and
+//! cancellable from either side. Cancelling drops the stream, which resets the HTTP/2 stream:
+//! the engine aborts the generation.
+
+use crate::rpc::pb;
+use std::sync::{Mutex, PoisonError};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tonic::codec::Streaming;
+use tonic::Status;
+
+/// Why a read returned no chunk.
+#[derive(Debug, Clone)]
+pub enum CallError {
+    /// The engine (or the transport) failed the call.
+    Rpc(Status),
+    /// Somebody cancelled the call.
+    Cancelled,
+    /// Two readers at once: a bug in the caller.
+    Busy,
+}
+
+type Started = std::result::Result<Streaming<pb::GenerateChunk>, Status>;
+
+enum CallState {
+    /// The call was sent; the engine has not answered with its headers yet.
+    Starting(JoinHandle<Started>),
+    Open(Box<Streaming<pb::GenerateChunk>>),
+    /// A reader holds the stream right now.
+    Reading,
+    /// The stream ended (finished, failed or cancelled).
+    Ended,
+}
+
+pub struct GenerateCall {
+    state: Mutex<CallState>,
+    cancelled: watch::Sender<bool>,
+}
+
+impl GenerateCall {
+    pub(super) fn new(started: JoinHandle<Started>) -> Self {
+        GenerateCall {
+            state: Mutex::new(CallState::Starting(started)),
+            cancelled: watch::Sender::new(false),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, CallState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The next chunk; `Ok(None)` once the engine closed the stream.
+    pub async fn next(&self) -> std::result::Result<Option<pb::GenerateChunk>, CallError> {
+        let taken = std::mem::replace(&mut *self.lock(), CallState::Reading);
+        let mut cancelled = self.cancelled.subscribe();
+        if *cancelled.borrow() {
+            *self.lock() = CallState::Ended;
+            return Err(CallError::Cancelled);
+        }
+        let mut stream = match taken {
+            CallState::Open(stream) => stream,
+            CallState::Starting(started) => {
+                let opened = tokio::select! {
+                    joined = started => joined,
+                    _ = cancelled.wait_for(|c| *c) => {
+                        *self.lock() = CallState::Ended;
+                        return Err(CallError::Cancelled);
+                    }
+                };
+                match opened {
+                    Ok(Ok(stream)) => Box::new(stream),
+                    Ok(Err(status)) => {
+                        *self.lock() = CallState::Ended;
+                        return Err(CallError::Rpc(status));
+                    }
+                    Err(join) => {
+                        *self.lock() = CallState::Ended;
+                        return Err(CallError::Rpc(Status::cancelled(format!(
+                            "the call's task ended: {join}"
+                        ))));
+                    }
+                }
+            }
+            CallState::Reading => return Err(CallError::Busy),
+            CallState::Ended => {
+                *self.lock() = CallState::Ended;
+                return Ok(None);
+            }
+        };
+        let read = tokio::select! {
+            read = stream.message() => read,
+            _ = cancelled.wait_for(|c| *c) => {
+                *self.lock() = CallState::Ended;
+                return Err(CallError::Cancelled);
+            }
+        };
+        match read {
+            Ok(Some(chunk)) => {
+                let mut state = self.lock();
+                // A cancel that raced the read already ended the call: keep it ended.
+                if matches!(*state, CallState::Reading) {
+                    *state = CallState::Open(stream);
+                }
+                Ok(Some(chunk))
+            }
+            Ok(None) => {
+                *self.lock() = CallState::Ended;
+                Ok(None)
+            }
+            Err(status) => {
+                *self.lock() = CallState::Ended;
+                Err(CallError::Rpc(status))
+            }
+        }
+    }
+
+    /// Ends the call (the engine aborts an unfinished generation). Returns whether it was
+    /// still running.
+    pub fn cancel(&self) -> bool {
+        let previous = std::mem::replace(&mut *self.lock(), CallState::Ended);
+        let was_cancelled = self.cancelled.send_replace(true);
+        match previous {
+            CallState::Starting(started) => {
+                started.abort();
+                !was_cancelled
+            }
+            CallState::Open(_) | CallState::Reading => !was_cancelled,
+            CallState::Ended => false,
+        }
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        *self.cancelled.borrow()
+    }
+}

@@ -1,0 +1,168 @@
+//! Engine failures as the client sees them, with the texts pyrouter/dispatch.py gives the same
+//! failures on the Python side: a segment's first chunk (admission, or after a hand-off) and
+//! the chunks after it.
+
+use super::api_error::ApiError;
+use crate::engine_rpc::{code_name, is_caller_mistake, CallError};
+use crate::rpc::pb;
+use std::time::Duration;
+
+/// A first chunk that did not come: the error, and whether it is worth one retry elsewhere (the
+/// engine was unreachable before any output).
+#[derive(Debug)]
+pub struct FirstChunkFailure {
+    pub error: ApiError,
+    pub retryable: bool,
+}
+
+fn seconds(d: Duration) -> String {
+    // Python's `{:g}`: no trailing zeros.
+    let s = format!("{:.6}", d.as_secs_f64());
+    s.trim_end_matches('0').trim_end_matches('.').to_owned()
+}
+
+/// No chunk within the first-chunk deadline.
+pub fn first_chunk_timeout(engine: &str, deadline: Duration) -> ApiError {
+    ApiError::engine_failed(format!(
+        "engine {engine} produced no output within {} s",
+        seconds(deadline)
+    ))
+    .with_code("engine_timeout")
+}
+
+/// The first chunk of a fast-path request (one plain StartGenerate: an engine refusing it is
+/// the client's bad input).
+pub fn first_chunk(
+    read: Result<Option<pb::GenerateChunk>, CallError>,
+) -> Result<pb::GenerateChunk, FirstChunkFailure> {
+    let fail = |error: ApiError| FirstChunkFailure {
+        error,
+        retryable: false,
+    };
+    match read {
+        Ok(Some(chunk)) if chunk.finish_reason == "error" => {
+            let detail = if chunk.error.is_empty() {
+                "unknown"
+            } else {
+                chunk.error.as_str()
+            };
+            Err(fail(ApiError::engine_failed(format!(
+                "engine error: {detail}"
+            ))))
+        }
+        Ok(Some(chunk)) => Ok(chunk),
+        Ok(None) => Err(fail(ApiError::engine_failed(
+            "engine closed the stream without output",
+        ))),
+        Err(CallError::Rpc(status)) => {
+            let detail = format!("{}: {}", code_name(status.code()), status.message());
+            if is_caller_mistake(status.code()) {
+                Err(fail(ApiError::bad_request(format!(
+                    "engine rejected the request: {}",
+                    status.message()
+                ))))
+            } else if status.code() == tonic::Code::Unavailable {
+                Err(FirstChunkFailure {
+                    error: ApiError::engine_unavailable(format!(
+                        "engine unavailable during generate: {detail}"
+                    )),
+                    retryable: true,
+                })
+            } else {
+                Err(fail(
+                    ApiError::engine_failed(format!("engine error during generate: {detail}"))
+                        .with_code("engine_error"),
+                ))
+            }
+        }
+        Err(err) => Err(fail(call_error(err))),
+    }
+}
+
+/// A chunk after the first of a segment (RequestRun.read).
+pub fn next_chunk(
+    read: Result<Option<pb::GenerateChunk>, CallError>,
+) -> Result<pb::GenerateChunk, ApiError> {
+    match read {
+        Ok(Some(chunk)) if chunk.finish_reason == "error" => {
+            let detail = if chunk.error.is_empty() {
+                "unknown"
+            } else {
+                chunk.error.as_str()
+            };
+            Err(ApiError::engine_failed(format!("engine error: {detail}"))
+                .with_code("engine_error"))
+        }
+        Ok(Some(chunk)) => Ok(chunk),
+        Ok(None) => Err(
+            ApiError::engine_failed("engine closed the stream without finishing")
+                .with_code("engine_error"),
+        ),
+        Err(err) => Err(call_error(err)),
+    }
+}
+
+fn call_error(err: CallError) -> ApiError {
+    let message = match err {
+        CallError::Rpc(status) => format!(
+            "engine failed mid-stream: {}: {}",
+            code_name(status.code()),
+            status.message()
+        ),
+        CallError::Cancelled => "the generation was cancelled".to_owned(),
+        CallError::Busy => "the generation's stream was read twice at once".to_owned(),
+    };
+    ApiError::engine_failed(message).with_code("engine_error")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tonic::Status;
+
+    fn chunk(finish: &str, error: &str) -> pb::GenerateChunk {
+        pb::GenerateChunk {
+            finish_reason: finish.into(),
+            error: error.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn first_chunk_texts() {
+        let unavailable =
+            first_chunk(Err(CallError::Rpc(Status::unavailable("down")))).unwrap_err();
+        assert!(unavailable.retryable);
+        assert_eq!(unavailable.error.status, 503);
+        assert_eq!(
+            unavailable.error.message,
+            "engine unavailable during generate: UNAVAILABLE: down"
+        );
+        let refused =
+            first_chunk(Err(CallError::Rpc(Status::invalid_argument("bad ids")))).unwrap_err();
+        assert_eq!(
+            (refused.error.status, refused.error.message.as_str()),
+            (400, "engine rejected the request: bad ids")
+        );
+        let failed = first_chunk(Ok(Some(chunk("error", "")))).unwrap_err();
+        assert_eq!(failed.error.message, "engine error: unknown");
+        assert!(first_chunk(Ok(None)).is_err());
+        assert_eq!(
+            first_chunk_timeout("e1", Duration::from_secs(300)).message,
+            "engine e1 produced no output within 300 s"
+        );
+        assert_eq!(seconds(Duration::from_millis(1500)), "1.5");
+    }
+
+    #[test]
+    fn mid_stream_texts() {
+        let err = next_chunk(Err(CallError::Rpc(Status::internal("boom")))).unwrap_err();
+        assert_eq!(err.message, "engine failed mid-stream: INTERNAL: boom");
+        assert_eq!(err.code.as_deref(), Some("engine_error"));
+        assert_eq!(
+            next_chunk(Ok(None)).unwrap_err().message,
+            "engine closed the stream without finishing"
+        );
+        assert!(next_chunk(Ok(Some(chunk("length", "")))).is_ok());
+    }
+}

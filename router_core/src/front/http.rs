@@ -1,0 +1,249 @@
+//! The HTTP surface: one axum handler that gives every response its envelope (X-Request-Id,
+//! X-Switchyard-Route, OpenAI error bodies), checks API keys on the OpenAI routes it serves
+//! itself (/v1/completions, /v1/chat/completions, /v1/models; /health is open), and hands every
+//! other route (/ready, /metrics, /admin/..., unknown paths) to the deciding side with the
+//! client's own Authorization header: that side's key ring decides (admin keys are separate and
+//! an inference key never opens an admin route).
+
+use super::api_error::{ApiError, ShapedError};
+use super::bridge::{OpsRequest, PolicyBridge};
+use super::front_state::Front;
+use super::generation::{envelope, error_response, json_response, respond, Prepared};
+use super::openai_request::{parse_generation, RequestKind};
+use super::request_ids::{client_request_id, new_request_id};
+use crate::background_server::{BackgroundServer, ServeFuture, Shutdown};
+use crate::error::{Result, RouterCoreError};
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::response::Response;
+use axum::serve::ListenerExt;
+use axum::Router;
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::net::TcpListener;
+
+/// Served here and needing an API key when keys are configured.
+const KEYED_PATHS: [&str; 3] = ["/v1/completions", "/v1/chat/completions", "/v1/models"];
+/// Routes served here (others go to the deciding side).
+const OWN_PATHS: [&str; 4] = [
+    "/v1/completions",
+    "/v1/chat/completions",
+    "/v1/models",
+    "/health",
+];
+
+/// Serves `front` on `addr` as a task on `runtime`.
+pub fn start_front<B: PolicyBridge>(
+    front: Arc<Front<B>>,
+    addr: SocketAddr,
+    runtime: &tokio::runtime::Handle,
+) -> Result<BackgroundServer> {
+    BackgroundServer::start_on(runtime, addr, move |listener, shutdown| {
+        serve(listener, front, shutdown)
+    })
+}
+
+fn serve<B: PolicyBridge>(
+    listener: TcpListener,
+    front: Arc<Front<B>>,
+    mut shutdown: Shutdown,
+) -> ServeFuture {
+    Box::pin(async move {
+        let listener = listener.tap_io(|socket| {
+            // Small SSE writes must not wait for Nagle; failure only costs latency.
+            let _ = socket.set_nodelay(true);
+        });
+        let app = Router::new().fallback(handle::<B>).with_state(front);
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move { shutdown.begun().await })
+            .await
+            .map_err(|err| RouterCoreError::Server(format!("router front: {err}")))
+    })
+}
+
+/// Constant-time comparison (a key check must not leak how much of a key matched).
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn authorized(headers: &HeaderMap, keys: &[String]) -> bool {
+    let auth = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let token = match auth.get(..7) {
+        Some(scheme) if scheme.eq_ignore_ascii_case("bearer ") => auth[7..].trim(),
+        _ => "",
+    };
+    !token.is_empty()
+        && keys
+            .iter()
+            .any(|k| same_secret(token.as_bytes(), k.as_bytes()))
+}
+
+fn trace_headers(headers: &HeaderMap) -> Vec<(String, String)> {
+    ["traceparent", "tracestate"]
+        .iter()
+        .filter_map(|name| {
+            let value = headers.get(*name)?.to_str().ok()?;
+            Some(((*name).to_owned(), value.to_owned()))
+        })
+        .collect()
+}
+
+fn api_error(err: &ApiError, request_id: &str) -> Response {
+    error_response(&ShapedError::from(err), "none", request_id)
+}
+
+async fn handle<B: PolicyBridge>(State(front): State<Arc<Front<B>>>, request: Request) -> Response {
+    let started = Instant::now();
+    let (parts, body) = request.into_parts();
+    let path = parts.uri.path();
+    let kind = match path {
+        "/v1/completions" => Some(RequestKind::Completion),
+        "/v1/chat/completions" => Some(RequestKind::Chat),
+        _ => None,
+    };
+    let id_prefix = kind.map_or("req-", RequestKind::id_prefix);
+    // Two independent random ids: the one the client sees never names the request on an engine
+    // (so a seen or guessed id aborts nothing).
+    let engine_request_id = new_request_id(id_prefix);
+    let client_id = parts
+        .headers
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok());
+    let request_id =
+        client_request_id(client_id).map_or_else(|| new_request_id(id_prefix), str::to_owned);
+    let keys = &front.config.api_keys;
+    if !keys.is_empty() && KEYED_PATHS.contains(&path) && !authorized(&parts.headers, keys) {
+        let err = ApiError::unauthorized("missing or invalid API key").with_code("invalid_api_key");
+        return api_error(&err, &request_id);
+    }
+    let own = OWN_PATHS.contains(&path);
+    match (&parts.method, kind) {
+        (&Method::POST, Some(kind)) => {
+            let body = match axum::body::to_bytes(body, front.config.max_body_bytes).await {
+                Ok(body) => body,
+                Err(_) => {
+                    let err = ApiError::http(413, "request body too large");
+                    return api_error(&err, &request_id);
+                }
+            };
+            let prepared = prepare(
+                &front,
+                kind,
+                &body,
+                &parts.headers,
+                request_id.clone(),
+                engine_request_id,
+                started,
+            );
+            match prepared {
+                Ok(prepared) => respond(front, prepared).await,
+                Err(err) => api_error(&err, &request_id),
+            }
+        }
+        (&Method::GET, None) if path == "/health" => {
+            json_response(200, br#"{"status":"ok"}"#.to_vec(), "none", &request_id)
+        }
+        (&Method::GET, None) if path == "/v1/models" => {
+            let body = json!({"object": "list", "data": [{
+                "id": front.config.served_model, "object": "model",
+                "created": front.started_unix, "owned_by": "switchyard"}]});
+            json_response(200, body.to_string().into_bytes(), "none", &request_id)
+        }
+        _ if own => {
+            let mut resp = api_error(&ApiError::http(405, "Method Not Allowed"), &request_id);
+            let allow = if kind.is_some() { "POST" } else { "GET" };
+            resp.headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static(allow));
+            resp
+        }
+        _ => {
+            let body = match axum::body::to_bytes(body, front.config.max_body_bytes).await {
+                Ok(body) => body.to_vec(),
+                Err(_) => {
+                    return api_error(&ApiError::http(413, "request body too large"), &request_id)
+                }
+            };
+            let ops = OpsRequest {
+                method: parts.method.to_string(),
+                path: path.to_owned(),
+                query: parts.uri.query().unwrap_or("").to_owned(),
+                body,
+                authorization: parts
+                    .headers
+                    .get(header::AUTHORIZATION)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_owned(),
+            };
+            let answer = front.bridge.ops(ops).await;
+            let mut resp = Response::new(Body::from(answer.body));
+            *resp.status_mut() =
+                StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let content_type = HeaderValue::from_str(&answer.content_type)
+                .unwrap_or(HeaderValue::from_static("application/json"));
+            resp.headers_mut()
+                .insert(header::CONTENT_TYPE, content_type);
+            envelope(resp.headers_mut(), "none", &request_id);
+            resp
+        }
+    }
+}
+
+/// Parse, tokenise and count the request in flight (429 at the limit).
+fn prepare<B: PolicyBridge>(
+    front: &Front<B>,
+    kind: RequestKind,
+    body: &[u8],
+    headers: &HeaderMap,
+    request_id: String,
+    engine_request_id: String,
+    started: Instant,
+) -> std::result::Result<Prepared, ApiError> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|err| ApiError::bad_request(format!("request body is not valid JSON: {err}")))?;
+    let request = parse_generation(&value, kind, front.tokenizer.as_ref(), &front.limits())?;
+    let inflight = front.enter().map_err(|n| {
+        ApiError::busy(format!(
+            "{n} requests in flight (limit {})",
+            front.config.max_inflight
+        ))
+        .with_code("too_many_requests")
+    })?;
+    Ok(Prepared {
+        request_id,
+        engine_request_id,
+        request,
+        trace_headers: trace_headers(headers),
+        started,
+        inflight,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_keys() {
+        let keys = vec!["k1".to_string(), "k2".to_string()];
+        let mut headers = HeaderMap::new();
+        assert!(!authorized(&headers, &keys));
+        headers.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer k2"));
+        assert!(authorized(&headers, &keys));
+        headers.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("bearer  k1 "),
+        );
+        assert!(authorized(&headers, &keys));
+        headers.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer k"));
+        assert!(!authorized(&headers, &keys));
+        headers.insert(header::AUTHORIZATION, HeaderValue::from_static("Basic k1"));
+        assert!(!authorized(&headers, &keys));
+    }
+}

@@ -1,0 +1,21 @@
+//! The router's HTTP front: the OpenAI routes served by axum on the tokio runtime (all cores),
+//! tokenisation, admission, the per-token loop (detokenise, stop strings, SSE or JSON, usage)
+//! over the engines' gRPC streams, and the pure-selection policies' fast path. Everything that
+//! decides — the Python policies, the admin logic, health checking — sits behind
+//! [`bridge::PolicyBridge`], called once per request and once per segment boundary.
+
+pub mod api_error;
+pub mod bridge;
+mod engine_errors;
+pub mod fast_path;
+mod front_state;
+mod generation;
+mod http;
+pub mod openai_request;
+mod request_ids;
+pub mod request_metrics;
+pub mod response_body;
+
+pub use front_state::{FastOutcome, Front, FrontConfig, FrontEngine, InflightGuard};
+pub use http::start_front;
+pub use request_ids::{client_request_id, new_request_id};

@@ -1,0 +1,398 @@
+//! OpenAI request bodies -> `GenerationRequest`, every field checked (bad input -> a 400 naming
+//! the field). This checks the body's shape; the sampling rules themselves are crate::sampling,
+//! the one set router and engine apply. Texts and the order of the checks are those the Python
+//! front had, so clients see the same 400s.
+
+use super::api_error::ApiError;
+use crate::sampling::{check_sampling, py_float, SamplingFields};
+use crate::tokenize::{parse_chat_messages, ChatMessage, RouterTokenizer};
+use serde_json::{Map, Value};
+
+/// Which endpoint: `/v1/completions` or `/v1/chat/completions`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestKind {
+    Completion,
+    Chat,
+}
+
+impl RequestKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            RequestKind::Completion => "completion",
+            RequestKind::Chat => "chat",
+        }
+    }
+
+    /// The request id prefix, as OpenAI's bodies have it.
+    pub fn id_prefix(self) -> &'static str {
+        match self {
+            RequestKind::Completion => "cmpl-",
+            RequestKind::Chat => "chatcmpl-",
+        }
+    }
+
+    fn default_max_tokens(self) -> i64 {
+        match self {
+            RequestKind::Completion => 16,
+            RequestKind::Chat => 256,
+        }
+    }
+}
+
+/// What the prompt becomes ids with (the router's RouterTokenizer; a fake in tests).
+pub trait PromptTokenizer {
+    fn encode_prompt(&self, text: &str) -> crate::Result<Vec<u32>>;
+    fn encode_chat(&self, messages: &[ChatMessage]) -> crate::Result<Vec<u32>>;
+    fn vocab_size(&self) -> usize;
+}
+
+impl PromptTokenizer for RouterTokenizer {
+    fn encode_prompt(&self, text: &str) -> crate::Result<Vec<u32>> {
+        self.encode(text, true)
+    }
+
+    fn encode_chat(&self, messages: &[ChatMessage]) -> crate::Result<Vec<u32>> {
+        RouterTokenizer::encode_chat(self, messages, true)
+    }
+
+    fn vocab_size(&self) -> usize {
+        RouterTokenizer::vocab_size(self)
+    }
+}
+
+/// The sampling a request asked for, checked and normalised.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sampling {
+    pub temperature: f64,
+    pub top_p: f64,
+    pub top_k: i64,
+    pub max_tokens: i64,
+    pub min_tokens: i64,
+    pub seed: Option<i64>,
+    pub stop: Vec<String>,
+    pub ignore_eos: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenerationRequest {
+    pub kind: RequestKind,
+    pub tokens: Vec<u32>,
+    pub sampling: Sampling,
+    pub stream: bool,
+    pub include_usage: bool,
+    pub return_token_ids: bool,
+    pub slo_ttft_ms: Option<f64>,
+    pub slo_tpot_ms: Option<f64>,
+}
+
+/// What the router serves and its defaults.
+#[derive(Debug, Clone)]
+pub struct RequestLimits {
+    pub served_model: String,
+    pub max_context: i64,
+    pub default_temperature: f64,
+    pub default_top_p: f64,
+}
+
+type Fields = Map<String, Value>;
+
+fn bad(message: String, param: &str) -> ApiError {
+    ApiError::bad_request(message).with_param(param)
+}
+
+fn is_int(value: &Value) -> bool {
+    value.is_i64() || value.is_u64()
+}
+
+/// Python's `value in (None, 0, 0.0)` (False == 0 in Python).
+fn is_zero_or_null(value: &Value, also: f64) -> bool {
+    match value {
+        Value::Null => true,
+        Value::Bool(b) => f64::from(u8::from(*b)) == 0.0 || f64::from(u8::from(*b)) == also,
+        Value::Number(n) => n.as_f64().is_some_and(|v| v == 0.0 || v == also),
+        _ => false,
+    }
+}
+
+/// Python truthiness of a JSON value.
+fn truthy(value: &Value) -> bool {
+    match value {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64().is_some_and(|v| v != 0.0),
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+    }
+}
+
+fn number(body: &Fields, key: &str, default: f64, lo: f64, hi: f64) -> Result<f64, ApiError> {
+    let value = match body.get(key) {
+        None | Some(Value::Null) => return Ok(default),
+        Some(v) => v,
+    };
+    let Some(n) = value.as_number().and_then(|n| n.as_f64()) else {
+        return Err(bad(format!("'{key}' must be a number"), key));
+    };
+    if !(lo..=hi).contains(&n) {
+        return Err(bad(
+            format!(
+                "'{key}' must be in [{}, {}], got {value}",
+                py_float(lo),
+                py_float(hi)
+            ),
+            key,
+        ));
+    }
+    Ok(n)
+}
+
+fn integer(body: &Fields, key: &str, lo: i128, hi: i128) -> Result<Option<i128>, ApiError> {
+    let value = match body.get(key) {
+        None | Some(Value::Null) => return Ok(None),
+        Some(v) => v,
+    };
+    let parsed = if is_int(value) {
+        value
+            .as_i64()
+            .map(i128::from)
+            .or_else(|| value.as_u64().map(i128::from))
+    } else {
+        None
+    };
+    let Some(n) = parsed else {
+        return Err(bad(format!("'{key}' must be an integer"), key));
+    };
+    if !(lo..=hi).contains(&n) {
+        return Err(bad(
+            format!("'{key}' must be in [{lo}, {hi}], got {n}"),
+            key,
+        ));
+    }
+    Ok(Some(n))
+}
+
+const I64_LO: i128 = i64::MIN as i128;
+const I64_HI: i128 = i64::MAX as i128;
+
+fn flag(body: &Fields, key: &str) -> Result<bool, ApiError> {
+    match body.get(key) {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(_) => Err(bad(format!("'{key}' must be a boolean"), key)),
+    }
+}
+
+fn stop_strings(body: &Fields) -> Result<Vec<String>, ApiError> {
+    let error = || {
+        bad(
+            "'stop' must be a non-empty string or a list of up to 4 of them".into(),
+            "stop",
+        )
+    };
+    match body.get("stop") {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::String(s)) if !s.is_empty() => Ok(vec![s.clone()]),
+        Some(Value::Array(items)) if items.len() <= 4 => items
+            .iter()
+            .map(|s| match s {
+                Value::String(s) if !s.is_empty() => Ok(s.clone()),
+                _ => Err(error()),
+            })
+            .collect(),
+        Some(_) => Err(error()),
+    }
+}
+
+fn prompt_tokens(body: &Fields, tok: &dyn PromptTokenizer) -> Result<Vec<u32>, ApiError> {
+    let mut prompt = body.get("prompt");
+    if let Some(Value::Array(batch)) = prompt {
+        if batch.len() == 1 && (batch[0].is_string() || batch[0].is_array()) {
+            prompt = Some(&batch[0]); // a batch of one
+        }
+    }
+    match prompt {
+        Some(Value::String(text)) => Ok(tok.encode_prompt(text)?),
+        Some(Value::Array(ids)) if !ids.is_empty() && ids.iter().all(is_int) => {
+            let vocab = tok.vocab_size() as u64;
+            ids.iter()
+                .map(|id| match id.as_u64() {
+                    Some(id) if id < vocab => Ok(id as u32),
+                    _ => Err(bad(
+                        format!("prompt token ids must be in [0, {vocab})"),
+                        "prompt",
+                    )),
+                })
+                .collect()
+        }
+        _ => Err(bad(
+            "'prompt' must be a string or a list of token ids (batches of more than one prompt \
+             are not supported)"
+                .into(),
+            "prompt",
+        )),
+    }
+}
+
+fn chat_tokens(body: &Fields, tok: &dyn PromptTokenizer) -> Result<Vec<u32>, ApiError> {
+    let messages = parse_chat_messages(body.get("messages").unwrap_or(&Value::Null))?;
+    Ok(tok.encode_chat(&messages)?)
+}
+
+fn check_unsupported(body: &Fields) -> Result<(), ApiError> {
+    if integer(body, "n", 1, 1)?.unwrap_or(1) != 1 || flag(body, "echo")? {
+        return Err(bad("'n' > 1 and 'echo' are not supported".into(), "n"));
+    }
+    for key in [
+        "presence_penalty",
+        "frequency_penalty",
+        "repetition_penalty",
+    ] {
+        let value = body.get(key).unwrap_or(&Value::Null);
+        let neutral = if key == "repetition_penalty" {
+            1.0
+        } else {
+            0.0
+        };
+        if !is_zero_or_null(value, neutral) {
+            return Err(bad(format!("'{key}' is not supported yet"), key));
+        }
+    }
+    let logprobs = body.get("logprobs").unwrap_or(&Value::Null);
+    let logprobs_off =
+        matches!(logprobs, Value::Null | Value::Bool(false)) || logprobs.as_f64() == Some(0.0);
+    if !logprobs_off || body.get("top_logprobs").is_some_and(truthy) {
+        return Err(bad("'logprobs' are not supported yet".into(), "logprobs"));
+    }
+    Ok(())
+}
+
+/// Parses and checks one request body (already JSON-decoded).
+pub fn parse_generation(
+    body: &Value,
+    kind: RequestKind,
+    tok: &dyn PromptTokenizer,
+    limits: &RequestLimits,
+) -> Result<GenerationRequest, ApiError> {
+    let Value::Object(body) = body else {
+        return Err(ApiError::bad_request("request body must be a JSON object"));
+    };
+    match body.get("model") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(m)) if m == "default" || *m == limits.served_model => {}
+        Some(other) => {
+            let shown = match other {
+                Value::String(s) => format!("'{s}'"),
+                v => v.to_string(),
+            };
+            return Err(ApiError::not_found(format!(
+                "model {shown} is not served here; use '{}' or 'default'",
+                limits.served_model
+            ))
+            .with_param("model")
+            .with_code("model_not_found"));
+        }
+    }
+    check_unsupported(body)?;
+    let tokens = match kind {
+        RequestKind::Chat => chat_tokens(body, tok)?,
+        RequestKind::Completion => prompt_tokens(body, tok)?,
+    };
+    if tokens.is_empty() {
+        return Err(bad("the prompt is empty".into(), "prompt"));
+    }
+    let max_context = i128::from(limits.max_context);
+    let max_completion_tokens = integer(body, "max_completion_tokens", 1, max_context)?;
+    let max_tokens = integer(body, "max_tokens", 1, max_context)?.or(max_completion_tokens);
+    let max_tokens = max_tokens.unwrap_or(i128::from(kind.default_max_tokens()));
+    if tokens.len() as i128 + max_tokens > max_context {
+        return Err(bad(
+            format!(
+                "prompt ({} tokens) + max_tokens ({max_tokens}) exceeds the context length \
+                 {max_context}",
+                tokens.len()
+            ),
+            "max_tokens",
+        )
+        .with_code("context_length_exceeded"));
+    }
+    let stream = flag(body, "stream")?;
+    let include_usage = match body.get("stream_options") {
+        None | Some(Value::Null) => false,
+        Some(Value::Object(options)) if stream => {
+            !options.is_empty() && flag(options, "include_usage")?
+        }
+        Some(_) => {
+            return Err(bad(
+                "'stream_options' needs stream=true and must be an object".into(),
+                "stream_options",
+            ))
+        }
+    };
+    let empty = Map::new();
+    let slo = match body.get("slo") {
+        Some(Value::Object(slo)) => slo,
+        Some(v) if truthy(v) => {
+            return Err(bad(
+                "'slo' must be an object with ttft_ms / tpot_ms".into(),
+                "slo",
+            ))
+        }
+        _ => &empty,
+    };
+    let sampling = sampling(body, max_tokens, limits)?;
+    let return_token_ids = flag(body, "return_token_ids")?;
+    let slo_ms = |key| -> Result<Option<f64>, ApiError> {
+        let ms = number(slo, key, 0.0, 0.0, 1e9)?;
+        Ok((ms != 0.0).then_some(ms))
+    };
+    Ok(GenerationRequest {
+        kind,
+        tokens,
+        sampling,
+        stream,
+        include_usage,
+        return_token_ids,
+        slo_ttft_ms: slo_ms("ttft_ms")?,
+        slo_tpot_ms: slo_ms("tpot_ms")?,
+    })
+}
+
+fn sampling(body: &Fields, max_tokens: i128, limits: &RequestLimits) -> Result<Sampling, ApiError> {
+    let inf = f64::INFINITY;
+    let temperature = number(body, "temperature", limits.default_temperature, -inf, inf)?;
+    let top_p = number(body, "top_p", limits.default_top_p, -inf, inf)?;
+    // The engine's top_k is an int32 (as pyrouter/http/parse.py bounds it).
+    let top_k = integer(body, "top_k", -1, i128::from(i32::MAX))?.unwrap_or(0);
+    let min_tokens = integer(body, "min_tokens", I64_LO, I64_HI)?.unwrap_or(0);
+    let seed = integer(body, "seed", I64_LO, I64_HI)?;
+    let stop = stop_strings(body)?;
+    let ignore_eos = flag(body, "ignore_eos")?;
+    let stop_refs: Vec<Option<&str>> = stop.iter().map(|s| Some(s.as_str())).collect();
+    let normalised = check_sampling(&SamplingFields {
+        temperature,
+        top_p,
+        top_k,
+        max_tokens,
+        min_tokens,
+        seed,
+        stop_token_ids: &[],
+        stop: &stop_refs,
+    })?;
+    // Every integer here was bounded to i64 above (max_tokens to the context length).
+    let narrow = |v: i128| i64::try_from(v).unwrap_or(i64::MAX);
+    Ok(Sampling {
+        temperature,
+        top_p: normalised.top_p,
+        top_k: narrow(normalised.top_k),
+        max_tokens: narrow(max_tokens),
+        min_tokens: narrow(min_tokens),
+        seed: seed.map(narrow),
+        stop,
+        ignore_eos,
+    })
+}
+
+#[cfg(test)]
+#[path = "openai_request_tests.rs"]
+mod tests;

@@ -1,0 +1,161 @@
+use super::*;
+use serde_json::json;
+
+/// One id per byte of the text; chat = "role:content|" per message.
+struct ByteTokenizer;
+
+impl PromptTokenizer for ByteTokenizer {
+    fn encode_prompt(&self, text: &str) -> crate::Result<Vec<u32>> {
+        Ok(text.bytes().map(u32::from).collect())
+    }
+
+    fn encode_chat(&self, messages: &[ChatMessage]) -> crate::Result<Vec<u32>> {
+        let text: String = messages
+            .iter()
+            .map(|m| format!("{}:{}|", m.role, m.content))
+            .collect();
+        self.encode_prompt(&text)
+    }
+
+    fn vocab_size(&self) -> usize {
+        256
+    }
+}
+
+fn limits() -> RequestLimits {
+    RequestLimits {
+        served_model: "m".into(),
+        max_context: 64,
+        default_temperature: 1.0,
+        default_top_p: 1.0,
+    }
+}
+
+fn parse(body: Value) -> Result<GenerationRequest, ApiError> {
+    parse_generation(&body, RequestKind::Completion, &ByteTokenizer, &limits())
+}
+
+fn param(body: Value) -> String {
+    match parse(body) {
+        Err(err) => {
+            assert_eq!(err.status, 400);
+            err.param.unwrap_or_default()
+        }
+        Ok(req) => panic!("expected a 400, got {req:?}"),
+    }
+}
+
+#[test]
+fn a_plain_completion() {
+    let req = parse(
+        json!({"prompt": "hi", "max_tokens": 3, "stop": "x", "seed": 7,
+                           "top_k": -1, "top_p": 0, "stream": true,
+                           "stream_options": {"include_usage": true},
+                           "slo": {"ttft_ms": 100}, "ignore_eos": true}),
+    )
+    .unwrap();
+    assert_eq!(req.tokens, vec![104, 105]);
+    assert_eq!(req.sampling.max_tokens, 3);
+    assert_eq!(req.sampling.stop, vec!["x".to_string()]);
+    assert_eq!((req.sampling.top_p, req.sampling.top_k), (1.0, 0));
+    assert_eq!(req.sampling.seed, Some(7));
+    assert!(req.stream && req.include_usage && req.sampling.ignore_eos);
+    assert_eq!((req.slo_ttft_ms, req.slo_tpot_ms), (Some(100.0), None));
+}
+
+#[test]
+fn defaults_and_batches_of_one() {
+    let req = parse(json!({"prompt": [[1, 2, 3]]})).unwrap();
+    assert_eq!(req.tokens, vec![1, 2, 3]);
+    assert_eq!(req.sampling.max_tokens, 16);
+    assert_eq!(req.sampling.temperature, 1.0);
+    let chat = parse_generation(
+        &json!({"messages": [{"role": "developer", "content": "a"}]}),
+        RequestKind::Chat,
+        &ByteTokenizer,
+        &limits(),
+    );
+    assert_eq!(chat.unwrap_err().param.as_deref(), Some("max_tokens")); // 256 > 64
+    let chat = parse_generation(
+        &json!({"messages": [{"role": "developer", "content": "a"}], "max_tokens": 4}),
+        RequestKind::Chat,
+        &ByteTokenizer,
+        &limits(),
+    )
+    .unwrap();
+    assert_eq!(
+        chat.tokens,
+        "system:a|".bytes().map(u32::from).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn the_python_fronts_400s() {
+    let cases = [
+        (json!({"prompt": "x", "max_tokens": 0}), "max_tokens"),
+        (json!({"prompt": "x", "max_tokens": "ten"}), "max_tokens"),
+        (json!({"prompt": "x", "max_tokens": 1.0}), "max_tokens"),
+        (json!({"prompt": "x", "temperature": -1}), "temperature"),
+        (json!({"prompt": "x", "top_p": 2}), "top_p"),
+        (json!({"prompt": 17}), "prompt"),
+        (json!({"prompt": [1, 2, -5]}), "prompt"),
+        (json!({"prompt": [1, 300]}), "prompt"),
+        (json!({"prompt": ""}), "prompt"),
+        (
+            json!({"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}),
+            "stop",
+        ),
+        (json!({"prompt": "x", "stop": [""]}), "stop"),
+        (
+            json!({"prompt": "x", "stream_options": {"include_usage": true}}),
+            "stream_options",
+        ),
+        (
+            json!({"prompt": "x", "max_tokens": 1_000_000_000}),
+            "max_tokens",
+        ),
+        (
+            json!({"prompt": "x", "presence_penalty": 0.5}),
+            "presence_penalty",
+        ),
+        (
+            json!({"prompt": "x", "repetition_penalty": 1.2}),
+            "repetition_penalty",
+        ),
+        (json!({"prompt": "x", "logprobs": 2}), "logprobs"),
+        (json!({"prompt": "x", "top_logprobs": 2}), "logprobs"),
+        (json!({"prompt": "x", "n": 2}), "n"),
+        (json!({"prompt": "x", "echo": true}), "n"),
+        (json!({"prompt": "x", "stream": "yes"}), "stream"),
+        (json!({"prompt": "x", "slo": 5}), "slo"),
+        (json!({"prompt": "x", "slo": {"ttft_ms": -1}}), "ttft_ms"),
+        (json!({"prompt": "x", "min_tokens": 20}), "min_tokens"),
+        (json!({"prompt": "x", "max_tokens": 70}), "max_tokens"),
+        (
+            json!({"prompt": "x", "max_completion_tokens": 0, "max_tokens": 2}),
+            "max_completion_tokens",
+        ),
+    ];
+    for (body, expect) in cases {
+        assert_eq!(param(body.clone()), expect, "{body}");
+    }
+    let model = parse(json!({"prompt": "x", "model": "gpt-9"})).unwrap_err();
+    assert_eq!(model.code.as_deref(), Some("model_not_found"));
+    assert_eq!((model.status, model.error_type), (404, "not_found_error"));
+    assert!(model.message.contains("'gpt-9'"), "{}", model.message);
+    let ctx = parse(json!({"prompt": "xxxx", "max_tokens": 61})).unwrap_err();
+    assert_eq!(ctx.code.as_deref(), Some("context_length_exceeded"));
+    let not_object = parse(json!([1])).unwrap_err();
+    assert_eq!(not_object.message, "request body must be a JSON object");
+}
+
+#[test]
+fn neutral_values_are_accepted() {
+    parse(
+        json!({"prompt": "x", "presence_penalty": 0, "frequency_penalty": false,
+                 "repetition_penalty": 1, "logprobs": false, "top_logprobs": 0, "n": 1,
+                 "echo": false, "slo": null, "stream_options": null, "model": "default"}),
+    )
+    .unwrap();
+    parse(json!({"prompt": "x", "model": "m", "slo": {}, "max_completion_tokens": 5})).unwrap();
+}

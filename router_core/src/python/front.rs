@@ -1,0 +1,477 @@
+//! `RouterFront` and `GenerateCall` for Python: the Rust HTTP front (crate::front) serving on the
+//! pyo3-async-runtimes tokio runtime, with the Python side (pyrouter/front_bridge.py) as its
+//! `PolicyBridge`. The front calls the bridge's coroutines on the router's asyncio loop once per
+//! request, once per segment boundary and once at the end; tokens never reach Python, except a
+//! segment's first chunk while the policy admits it (the policy reads it through `GenerateCall`).
+
+use crate::background_server::BackgroundServer;
+use crate::detok::DetokenizerVocab;
+use crate::engine_rpc::{code_name, CallError, EngineRpc, GenerateCall};
+use crate::front::api_error::{ApiError, ShapedError};
+use crate::front::bridge::{
+    AdmitOutcome, AdmitSpec, Admitted, BoxFuture, OpsRequest, OpsResponse, PolicyBridge,
+    RequestEnd, Segment,
+};
+use crate::front::{start_front, Front, FrontConfig};
+use crate::rpc::pb;
+use crate::tokenize::RouterTokenizer;
+use prost::Message;
+use pyo3::exceptions::{PyException, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyTuple};
+use pyo3_async_runtimes::TaskLocals;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+pyo3::create_exception!(
+    _router_core,
+    EngineCallError,
+    PyException,
+    "A GenerateCall failed: args are (grpc status code name, details)."
+);
+
+/// One StartGenerate stream the router started in Rust; Python reads chunks from it (as
+/// serialized `GenerateChunk` bytes) until it hands the call to the front.
+#[pyclass(name = "GenerateCall", module = "router_core._router_core", frozen)]
+pub struct PyGenerateCall {
+    call: Arc<GenerateCall>,
+}
+
+#[pymethods]
+impl PyGenerateCall {
+    /// Awaitable: the next chunk's bytes, or None once the engine closed the stream; raises
+    /// EngineCallError(code, details) when the call failed or was cancelled.
+    fn next_chunk<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let call = self.call.clone();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let read = call.next().await;
+            Python::with_gil(|py| -> PyResult<PyObject> {
+                match read {
+                    Ok(Some(chunk)) => {
+                        Ok(PyBytes::new(py, &chunk.encode_to_vec()).into_any().unbind())
+                    }
+                    Ok(None) => Ok(py.None()),
+                    Err(CallError::Rpc(status)) => Err(EngineCallError::new_err((
+                        code_name(status.code()),
+                        status.message().to_owned(),
+                    ))),
+                    Err(CallError::Cancelled) => Err(EngineCallError::new_err((
+                        "CANCELLED",
+                        "the call was cancelled",
+                    ))),
+                    Err(CallError::Busy) => Err(PyRuntimeError::new_err(
+                        "two readers of one GenerateCall at once",
+                    )),
+                }
+            })
+        })
+    }
+
+    /// Ends the call (the engine aborts an unfinished generation); True if it was running.
+    fn cancel(&self) -> bool {
+        self.call.cancel()
+    }
+}
+
+/// The Python object behind the front (pyrouter.front_bridge.FrontBridge) and its loop.
+struct PyBridge {
+    handler: PyObject,
+    locals: TaskLocals,
+}
+
+fn shaped(status: u16, body: Vec<u8>) -> ShapedError {
+    ShapedError { status, body }
+}
+
+fn internal(context: &str, err: impl std::fmt::Display) -> ShapedError {
+    ShapedError::from(&ApiError::internal(format!("{context}: {err}")))
+}
+
+/// A bridge answer: `(True, payload)` or `(False, (status, body))`.
+fn split_answer<'py>(
+    answer: &Bound<'py, PyAny>,
+) -> PyResult<Result<Bound<'py, PyAny>, ShapedError>> {
+    let (ok, payload): (bool, Bound<'py, PyAny>) = answer.extract()?;
+    if ok {
+        return Ok(Ok(payload));
+    }
+    let (status, body): (u16, Vec<u8>) = payload.extract()?;
+    Ok(Err(shaped(status, body)))
+}
+
+fn call_of(obj: &Bound<'_, PyAny>) -> PyResult<Arc<GenerateCall>> {
+    Ok(obj.downcast::<PyGenerateCall>()?.get().call.clone())
+}
+
+impl PyBridge {
+    /// Calls `handler.<method>(*args)` (a coroutine function) on the loop; resolves to its result.
+    fn call(
+        &self,
+        method: &'static str,
+        args: impl FnOnce(Python<'_>) -> PyResult<Bound<'_, PyTuple>>,
+    ) -> BoxFuture<PyResult<PyObject>> {
+        let started = Python::with_gil(|py| {
+            let coroutine = self.handler.bind(py).call_method1(method, args(py)?)?;
+            pyo3_async_runtimes::into_future_with_locals(&self.locals, coroutine)
+        });
+        Box::pin(async move { started?.await })
+    }
+
+    /// Calls a plain `handler.<method>(*args)` on the loop, later; nothing comes back.
+    fn schedule(
+        &self,
+        method: &'static str,
+        args: impl FnOnce(Python<'_>) -> PyResult<Bound<'_, PyTuple>>,
+    ) {
+        Python::with_gil(|py| {
+            let scheduled = (|| -> PyResult<()> {
+                let function = self.handler.bind(py).getattr(method)?;
+                let mut call_args = vec![function];
+                call_args.extend(args(py)?.iter());
+                self.locals
+                    .event_loop(py)
+                    .call_method1("call_soon_threadsafe", PyTuple::new(py, call_args)?)?;
+                Ok(())
+            })();
+            if let Err(err) = scheduled {
+                err.print(py);
+            }
+        });
+    }
+}
+
+fn spec_dict<'py>(py: Python<'py>, spec: &AdmitSpec) -> PyResult<Bound<'py, PyDict>> {
+    let r = &spec.request;
+    let s = &r.sampling;
+    let d = PyDict::new(py);
+    d.set_item("request_id", &spec.request_id)?;
+    d.set_item("engine_request_id", &spec.engine_request_id)?;
+    d.set_item("kind", r.kind.name())?;
+    d.set_item("tokens", &r.tokens)?;
+    d.set_item("stream", r.stream)?;
+    d.set_item("include_usage", r.include_usage)?;
+    d.set_item("return_token_ids", r.return_token_ids)?;
+    d.set_item("slo_ttft_ms", r.slo_ttft_ms)?;
+    d.set_item("slo_tpot_ms", r.slo_tpot_ms)?;
+    d.set_item("max_tokens", s.max_tokens)?;
+    d.set_item("temperature", s.temperature)?;
+    d.set_item("top_p", s.top_p)?;
+    d.set_item("top_k", s.top_k)?;
+    d.set_item("min_tokens", s.min_tokens)?;
+    d.set_item("seed", s.seed)?;
+    d.set_item("stop", &s.stop)?;
+    d.set_item("ignore_eos", s.ignore_eos)?;
+    d.set_item("trace_headers", spec.trace_headers.clone())?;
+    Ok(d)
+}
+
+/// The bridge's admit answer: `(run, policy, ok, payload)`; payload
+/// `(call, first_chunk_bytes, engine, route, pattern)` or `(status, body)`.
+fn admitted(answer: &Bound<'_, PyAny>) -> PyResult<AdmitOutcome<PyObject>> {
+    let (run, policy, ok, payload): (PyObject, String, bool, Bound<'_, PyAny>) =
+        answer.extract()?;
+    let result = if ok {
+        type Payload<'py> = (Bound<'py, PyAny>, Vec<u8>, String, String, String);
+        let (call, first, engine, route, pattern): Payload<'_> = payload.extract()?;
+        let first = pb::GenerateChunk::decode(first.as_slice())
+            .map_err(|err| PyValueError::new_err(format!("bad first chunk: {err}")))?;
+        Ok(Admitted {
+            segment: Segment {
+                call: call_of(&call)?,
+                engine,
+            },
+            first,
+            route,
+            pattern,
+        })
+    } else {
+        let (status, body): (u16, Vec<u8>) = payload.extract()?;
+        Err(shaped(status, body))
+    };
+    Ok(AdmitOutcome {
+        run,
+        policy,
+        result,
+    })
+}
+
+impl PolicyBridge for PyBridge {
+    type Run = PyObject;
+
+    fn admit(&self, spec: AdmitSpec) -> BoxFuture<AdmitOutcome<PyObject>> {
+        let answer = self.call("admit", move |py| PyTuple::new(py, [spec_dict(py, &spec)?]));
+        Box::pin(async move {
+            let outcome = match answer.await {
+                Ok(answer) => Python::with_gil(|py| admitted(answer.bind(py))),
+                Err(err) => Err(err),
+            };
+            outcome.unwrap_or_else(|err| AdmitOutcome {
+                run: Python::with_gil(|py| py.None()),
+                policy: String::new(),
+                result: Err(internal("the policy bridge failed", err)),
+            })
+        })
+    }
+
+    fn cancel_admission(&self, request_id: &str) {
+        let id = request_id.to_owned();
+        self.schedule("cancel_admission", move |py| PyTuple::new(py, [id]));
+    }
+
+    fn next_segment(
+        &self,
+        run: &PyObject,
+        segment_tokens: Vec<u32>,
+    ) -> BoxFuture<Result<Segment, ShapedError>> {
+        let run = Python::with_gil(|py| run.clone_ref(py));
+        let answer = self.call("next_segment", move |py| {
+            PyTuple::new(
+                py,
+                [
+                    run.into_bound(py),
+                    segment_tokens.into_pyobject(py)?.into_any(),
+                ],
+            )
+        });
+        Box::pin(async move {
+            let answer = answer
+                .await
+                .map_err(|err| internal("the policy bridge failed", err))?;
+            Python::with_gil(|py| -> PyResult<Result<Segment, ShapedError>> {
+                Ok(match split_answer(answer.bind(py))? {
+                    Ok(payload) => {
+                        let (call, engine): (Bound<'_, PyAny>, String) = payload.extract()?;
+                        Ok(Segment {
+                            call: call_of(&call)?,
+                            engine,
+                        })
+                    }
+                    Err(err) => Err(err),
+                })
+            })
+            .unwrap_or_else(|err| Err(internal("the policy bridge answered badly", err)))
+        })
+    }
+
+    fn close(&self, run: PyObject, end: RequestEnd) -> BoxFuture<()> {
+        let done = self.call("close", move |py| {
+            (
+                run,
+                end.status,
+                end.completion_tokens,
+                end.delivered,
+                end.since_start.as_secs_f64(),
+                end.since_first_token.map(|d| d.as_secs_f64()),
+            )
+                .into_pyobject(py)
+        });
+        Box::pin(async move {
+            if let Err(err) = done.await {
+                Python::with_gil(|py| err.print(py));
+            }
+        })
+    }
+
+    fn ops(&self, request: OpsRequest) -> BoxFuture<OpsResponse> {
+        let answer = self.call("ops", move |py| {
+            (
+                request.method,
+                request.path,
+                request.query,
+                PyBytes::new(py, &request.body),
+                request.authorization,
+            )
+                .into_pyobject(py)
+        });
+        Box::pin(async move {
+            let answer = answer.await.and_then(|answer| {
+                Python::with_gil(|py| answer.bind(py).extract::<(u16, String, Vec<u8>)>())
+            });
+            match answer {
+                Ok((status, content_type, body)) => OpsResponse {
+                    status,
+                    content_type,
+                    body,
+                },
+                Err(err) => {
+                    let err = ApiError::internal(format!("the router's admin side failed: {err}"));
+                    OpsResponse {
+                        status: err.status,
+                        content_type: "application/json".into(),
+                        body: err.body_bytes(),
+                    }
+                }
+            }
+        })
+    }
+
+    fn engine_unavailable(&self, engine: u32, message: String) {
+        self.schedule("engine_unavailable", move |py| {
+            (engine, message).into_pyobject(py)
+        });
+    }
+
+    fn warn(&self, message: String) {
+        self.schedule("warn", move |py| PyTuple::new(py, [message]));
+    }
+}
+
+fn socket_addr(host: &str, port: u16) -> PyResult<SocketAddr> {
+    (host, port)
+        .to_socket_addrs()
+        .map_err(|err| PyValueError::new_err(format!("cannot resolve {host}:{port}: {err}")))?
+        .next()
+        .ok_or_else(|| PyValueError::new_err(format!("{host} resolves to no address")))
+}
+
+fn duration(name: &str, seconds: f64) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(seconds)
+        .map_err(|_| PyValueError::new_err(format!("{name} must be >= 0, got {seconds}")))
+}
+
+/// The router's HTTP front, serving from construction until `shutdown`.
+#[pyclass(name = "RouterFront", module = "router_core._router_core", frozen)]
+pub struct PyRouterFront {
+    front: Arc<Front<PyBridge>>,
+    server: Mutex<Option<BackgroundServer>>,
+    port: u16,
+}
+
+#[pymethods]
+impl PyRouterFront {
+    /// Call from a coroutine on the router's asyncio loop: `bridge`'s coroutines run there.
+    #[new]
+    #[pyo3(signature = (bridge, host, port, *, tokenizer_json, chat_template = None,
+                        bos_token_id = None, eos_token_ids = Vec::new(), served_model,
+                        max_context, max_inflight, api_keys = Vec::new(),
+                        default_temperature = 1.0, default_top_p = 1.0,
+                        first_chunk_timeout_s = 300.0, max_body_bytes = 64 << 20))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        bridge: PyObject,
+        host: &str,
+        port: u16,
+        tokenizer_json: &str,
+        chat_template: Option<&str>,
+        bos_token_id: Option<u32>,
+        eos_token_ids: Vec<u32>,
+        served_model: String,
+        max_context: u64,
+        max_inflight: u64,
+        api_keys: Vec<String>,
+        default_temperature: f64,
+        default_top_p: f64,
+        first_chunk_timeout_s: f64,
+        max_body_bytes: usize,
+    ) -> PyResult<Self> {
+        let locals = TaskLocals::with_running_loop(py)?.copy_context(py)?;
+        let addr = socket_addr(host, port)?;
+        let first_chunk_timeout = duration("first_chunk_timeout_s", first_chunk_timeout_s)?;
+        let (tokenizer, vocab) = py.allow_threads(|| -> crate::Result<_> {
+            let tokenizer =
+                RouterTokenizer::new(tokenizer_json, chat_template, bos_token_id, eos_token_ids)?;
+            Ok((
+                tokenizer,
+                DetokenizerVocab::from_tokenizer_json(tokenizer_json)?,
+            ))
+        })?;
+        let config = FrontConfig {
+            served_model,
+            max_context,
+            max_inflight,
+            api_keys,
+            default_temperature,
+            default_top_p,
+            first_chunk_timeout,
+            max_body_bytes,
+        };
+        let runtime = pyo3_async_runtimes::tokio::get_runtime().handle().clone();
+        let started_unix = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let front = Arc::new(Front::new(
+            config,
+            Arc::new(tokenizer),
+            Arc::new(vocab),
+            PyBridge {
+                handler: bridge,
+                locals,
+            },
+            runtime.clone(),
+            started_unix,
+        ));
+        let serving = front.clone();
+        let server = py.allow_threads(move || start_front(serving, addr, &runtime))?;
+        Ok(PyRouterFront {
+            front,
+            port: server.local_addr().port(),
+            server: Mutex::new(Some(server)),
+        })
+    }
+
+    #[getter]
+    fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Requests in flight right now.
+    #[getter]
+    fn inflight(&self) -> u64 {
+        self.front.inflight()
+    }
+
+    /// An engine the front may stream from (`num`: the router_core engine id); its calls carry
+    /// `engine_token` ("" = none).
+    #[pyo3(signature = (num, address, timeout_s, engine_token = ""))]
+    fn set_engine(
+        &self,
+        num: u32,
+        address: &str,
+        timeout_s: f64,
+        engine_token: &str,
+    ) -> PyResult<()> {
+        let timeout = duration("timeout_s", timeout_s)?;
+        let _runtime = self.front.runtime.enter();
+        self.front.set_engine(
+            num,
+            EngineRpc::connect_lazy(address, timeout, engine_token)?,
+        );
+        Ok(())
+    }
+
+    fn remove_engine(&self, num: u32) {
+        self.front.remove_engine(num);
+    }
+
+    /// The smallest context any engine accepts (0: not known yet).
+    fn set_engine_max_context(&self, tokens: u64) {
+        self.front.set_engine_max_context(tokens);
+    }
+
+    /// Starts a StartGenerate call (a serialized `StartGenerateRequest`) on engine `num`.
+    fn start_generate(&self, num: u32, request: &[u8]) -> PyResult<PyGenerateCall> {
+        let engine = self
+            .front
+            .engine(num)
+            .ok_or_else(|| PyValueError::new_err(format!("no engine {num} in the front")))?;
+        let message = pb::StartGenerateRequest::decode(request)
+            .map_err(|err| PyValueError::new_err(format!("bad StartGenerateRequest: {err}")))?;
+        let call = engine
+            .rpc
+            .start_generate(message, None, &self.front.runtime);
+        Ok(PyGenerateCall { call })
+    }
+
+    /// Stops accepting, lets requests in flight finish for up to `grace_s`, then ends them.
+    #[pyo3(signature = (grace_s = 1.0))]
+    fn shutdown(&self, py: Python<'_>, grace_s: f64) -> PyResult<()> {
+        let grace = duration("grace_s", grace_s)?;
+        let server = self.server.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match server {
+            Some(mut server) => Ok(py.allow_threads(move || server.shutdown(grace))?),
+            None => Ok(()),
+        }
+    }
+}
