@@ -6,10 +6,18 @@ work ends (never per token or per step).
 """
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -106,5 +114,27 @@ class EngineMetrics:
         self.errors.labels(*self.labels, verb, code).inc()
 
     def serve(self, host: str, port: int) -> None:
-        """GET http://host:port/metrics from a daemon thread."""
-        start_http_server(port, addr=host, registry=self.registry)
+        """GET http://host:port/metrics from a daemon thread, always in the Prometheus text
+        format, as the router's /metrics: prometheus_client's own server answers a Prometheus
+        that asks for OpenMetrics with `switchyard:` names escaped to `switchyard_`, so the
+        engines' series would not be found under the names the router and dashboards use."""
+        registry = self.registry
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+                if self.path.split("?")[0] not in ("/", "/metrics"):
+                    self.send_error(404)
+                    return
+                body = generate_latest(registry)
+                self.send_response(200)
+                self.send_header("Content-Type", CONTENT_TYPE_LATEST)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                pass  # scrapes every few seconds would flood the engine's log
+
+        server = ThreadingHTTPServer((host, port), Handler)
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()

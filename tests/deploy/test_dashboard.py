@@ -78,3 +78,22 @@ def test_issue_names_are_exported_and_documented():
         doc = f.read()
     undocumented = sorted(f for f in set(names.values()) if f"`{f}" not in doc)
     assert not undocumented, f"docs/observability.md does not list {undocumented}"
+
+
+def test_engine_metrics_port_keeps_the_names_when_prometheus_asks_for_openmetrics():
+    # Prometheus sends an OpenMetrics Accept header; the series must still be `switchyard:...`,
+    # the names the dashboard and docs use (prometheus_client's own server escapes them).
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    EngineMetrics(_engine_core(), "engine-0", "prefill").serve("127.0.0.1", port)
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers={
+        "Accept": "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        text = resp.read().decode()
+        assert resp.headers["Content-Type"].startswith("text/plain")
+    assert "switchyard:num_requests_running{" in text
+    assert "switchyard_num_requests_running" not in text
