@@ -366,8 +366,8 @@ class RouterFront:
     front was constructed on — once per request and per segment, never per token."""
     def __new__(cls, bridge: Any, host: str, port: int, *, tokenizer_json: str,
                 chat_template: str | None = None, bos_token_id: int | None = None,
-                eos_token_ids: Sequence[int] = (), served_model: str, max_context: int,
-                max_inflight: int, api_keys: Sequence[str] = (),
+                eos_token_ids: Sequence[int] = ..., served_model: str, max_context: int,
+                max_inflight: int, api_keys: Sequence[str] = ...,
                 default_temperature: float = 1.0, default_top_p: float = 1.0,
                 first_chunk_timeout_s: float = 300.0,
                 max_body_bytes: int = 64 << 20) -> RouterFront: ...

@@ -60,7 +60,8 @@ def test_locust_rows_against_mock_engines(mock_serve: str, tmp_path):
     completed = _count(rows, "completion (stream)")
     assert completed >= 3  # a loaded 2-core machine finishes fewer than an idle one
     for name in ("TTFT", "TPOT", "JCT"):
-        assert _count(rows, name) >= completed - 2  # users stopped at -t may cut a few short
+        # users stopped at -t cut requests short, more of them on a loaded machine
+        assert _count(rows, name) >= completed // 2
         assert _count(rows, name, "Failure Count") == 0
         assert rows[name]["Type"] == "LATENCY"
     assert _count(rows, "ITL") > _count(rows, "TTFT")  # one entry per gap between tokens

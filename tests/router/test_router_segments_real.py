@@ -26,10 +26,13 @@ STORY = ("The old lighthouse stood at the end of the pier, and every night its k
 @pytest.fixture(scope="module", params=FRONTS)
 def serve(request: pytest.FixtureRequest,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    proc, base = start_serve("--engines", "2", "--front", str(request.param))
+    # Policy files load only from --policy-dir (docs/reliability.md): the example is written there.
+    policy_dir = str(tmp_path_factory.mktemp("policies"))
+    proc, base = start_serve("--engines", "2", "--front", str(request.param),
+                             "--policy-dir", policy_dir)
     try:
         wait_ready(base, proc, want_engines=2, timeout_s=300)
-        path = write_docs_example(str(tmp_path_factory.mktemp("policies")))
+        path = write_docs_example(policy_dir)
         r = requests.put(f"{base}/admin/policy", json={"policy": "lead_follow", "file": path})
         assert r.status_code == 200, r.text
         yield base
