@@ -16,12 +16,26 @@ from pyrouter.core import make_router_core
 from pyrouter.engines.handle import EngineHandle
 from pyrouter.errors import BadRequest, NotFound
 from router_core import RouterCore, RouterFront
+from switchyard_rpc import engine_pb2 as pb
 
 log = logging.getLogger("switchyard.router")
 
 _VALID_ROLES = ("any", "prefill", "decode")
 
 _VERB_TIMEOUT_S = 600.0
+
+
+def apply_stats(core: RouterCore, handle: EngineHandle, s: pb.StatsResponse) -> None:
+    """An engine's Stats answer into router_core's table (and the handle's cached blocks): the
+    one mapping, for real engines' polls and the simulator's."""
+    handle.cached_blocks = int(s.cached_blocks)
+    core.table.update_stats(
+        handle.num, int(s.queued_prefill_tokens), int(s.decode_requests),
+        int(s.unfinished_tokens), int(s.kv_pages_used), int(s.kv_pages_total),
+        float(s.decode_step_ms), latency_model=dict(s.latency_model.coeffs_ms),
+        prefill_chunk_size=int(s.prefill_chunk_size),
+        decode_context_tokens=int(s.decode_context_tokens),
+        kv_pages_evictable=int(s.kv_pages_evictable))
 
 
 def _check_address(address: str) -> None:
@@ -194,14 +208,7 @@ class EngineSet:
                 if serving:
                     self.core.table.stats_requested(handle.num)
                     s = await handle.client.stats(timeout_s=2.0)
-                    handle.cached_blocks = int(s.cached_blocks)
-                    self.core.table.update_stats(
-                        handle.num, int(s.queued_prefill_tokens), int(s.decode_requests),
-                        int(s.unfinished_tokens), int(s.kv_pages_used), int(s.kv_pages_total),
-                        float(s.decode_step_ms), latency_model=dict(s.latency_model.coeffs_ms),
-                        prefill_chunk_size=int(s.prefill_chunk_size),
-                        decode_context_tokens=int(s.decode_context_tokens),
-                        kv_pages_evictable=int(s.kv_pages_evictable))
+                    apply_stats(self.core, handle, s)
             except grpc.aio.AioRpcError as exc:
                 serving = False
                 log.debug("engine %s (%s) unreachable: %s", handle.id, handle.address,

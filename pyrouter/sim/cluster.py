@@ -14,9 +14,10 @@ from collections.abc import Callable, Sequence
 
 import router_core
 from engine.core.outputs import StepOutput
-from engine.server.convert import event_batches
+from engine.server.convert import event_batches, stats_to_proto
 from pyrouter.core import make_router_core
 from pyrouter.engines.handle import EngineHandle
+from pyrouter.engines.membership import apply_stats
 from pyrouter.sim.client import SimEngineClient, TokenLog
 from pyrouter.sim.engine import SimEngine
 from pyrouter.sim.profile import HardwareProfile
@@ -108,14 +109,8 @@ class SimCluster:
         handle = self.engines[engine_id]
         table = self.core.table
         table.stats_requested(handle.num)
-        s = self._sims[engine_id].core.stats()
-        handle.cached_blocks = s.cached_blocks
-        table.update_stats(handle.num, s.queued_prefill_tokens, s.decode_requests,
-                           s.unfinished_tokens, s.kv_pages_used, s.kv_pages_total,
-                           s.decode_step_ms, latency_model=s.latency_model,
-                           prefill_chunk_size=s.prefill_chunk_size,
-                           decode_context_tokens=s.decode_context_tokens,
-                           kv_pages_evictable=s.kv_pages_evictable)
+        # Through the Stats message, as a real engine answers: one mapping into the table.
+        apply_stats(self.core, handle, stats_to_proto(self._sims[engine_id].core.stats(), 0, 0))
         table.set_health(handle.num, handle.healthy and not handle.draining)
 
     def poll_kv_events(self, engine_id: str) -> None:
