@@ -251,16 +251,29 @@ def check_prometheus(stack: Stack) -> None:
 
 
 def check_decode_failure(stack: Stack) -> None:
+    """The decode engine dies: pd runs degraded on the prefill engine (docs/reliability.md) and
+    /ready?strict=1 says the decode role is missing; with the prefill engine dead too, requests
+    get an OpenAI error body; both come back and pd serves again."""
+    engines = stack.engines()
+    ids = {e["role"]: i for i, e in engines.items()}
     run("docker", "kill", "switchyard-engine-decode")
-    decode_ids = [i for i, e in stack.engines().items() if e["role"] == "decode"]
     wait_for("the router to see the decode engine down",
-             lambda: not any(stack.engines()[i]["healthy"] for i in decode_ids), timeout_s=60)
+             lambda: not stack.engines()[ids["decode"]]["healthy"], timeout_s=60)
+    status, headers, body = chat(stack.base, "Are you there?")
+    route = headers.get("X-Switchyard-Route", "")
+    assert status == 200 and f"degraded=decode->{ids['prefill']}" in route, (status, route, body)
+    status, _, ready = http("GET", f"{stack.base}/ready?strict=1", timeout_s=5)
+    assert status == 503 and "decode" in json.dumps(ready), (status, ready)
+    step(f"decode down ok: served degraded ('{route}'), /ready?strict=1 503 {json.dumps(ready)}")
+    run("docker", "kill", "switchyard-engine-prefill")
+    wait_for("the router to see the prefill engine down",
+             lambda: not stack.engines()[ids["prefill"]]["healthy"], timeout_s=60)
     status, _, body = chat(stack.base, "Are you there?")
     error = body.get("error") if isinstance(body, dict) else None
     assert status >= 500 and error and set(error) == {"message", "type", "param", "code"}, body
-    step(f"decode down ok: HTTP {status} {json.dumps(body)}")
-    run("docker", "start", "switchyard-engine-decode")
-    wait_for("the decode engine to come back", stack.ready, timeout_s=600, every_s=2)
+    step(f"both engines down ok: HTTP {status} {json.dumps(body)}")
+    run("docker", "start", "switchyard-engine-prefill", "switchyard-engine-decode")
+    wait_for("both engines to come back", stack.ready, timeout_s=600, every_s=2)
     status, headers, _ = chat(stack.base, "Welcome back.")
     assert status == 200 and headers["X-Switchyard-Route"].startswith("pd "), headers
     step(f"recovered ok: '{headers['X-Switchyard-Route']}'")
