@@ -24,7 +24,7 @@ def engine_twin(target: str) -> str:
     """The direct-gRPC row of a Switchyard row: the one measuring the engines its router stands
     in front of (the Rust front's and traced routers' engines are alike: the plain router's
     row stands for them)."""
-    twin = target.replace("switchyard", "direct-grpc").replace(FRONT_SUFFIX, "")
+    twin = target.replace("switchyard", "direct-grpc").replace(FRONT_SUFFIX, "").removesuffix("-py")
     return "direct-grpc" if "-trace" in twin else twin
 
 
