@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import grpc
 
@@ -37,10 +37,25 @@ log = logging.getLogger("switchyard.router")
 
 
 class PolicySlot:
-    """The policy new requests get; replaced atomically by PUT /admin/policy."""
+    """The policy new requests get; replaced atomically by PUT /admin/policy. Listeners hear of
+    every replacement (the Rust front's fast path follows the active policy)."""
 
     def __init__(self, active: ActivePolicy) -> None:
-        self.current = active
+        self._current = active
+        self._listeners: list[Callable[[ActivePolicy], None]] = []
+
+    @property
+    def current(self) -> ActivePolicy:
+        return self._current
+
+    @current.setter
+    def current(self, active: ActivePolicy) -> None:
+        self._current = active
+        for listener in self._listeners:
+            listener(active)
+
+    def on_change(self, listener: Callable[[ActivePolicy], None]) -> None:
+        self._listeners.append(listener)
 
 
 def _engine_error(req: RouterRequest, policy_name: str, exc: grpc.aio.AioRpcError,

@@ -4,7 +4,8 @@ The front parses, tokenises, streams tokens and writes SSE/JSON in Rust; it call
 the router's asyncio loop once per request (`admit`: run the policy to the first chunk of its
 first segment), once per segment boundary (`next_segment`) and once at the end (`close`) —
 never per token. The policy session, the dispatcher's retries and error mapping, the request
-scope, metrics, traces and outcomes are the Python ones the aiohttp front uses. Routes the front
+scope, metrics, traces, outcomes and per-caller limits are the Python ones the aiohttp front
+uses. Routes the front
 does not serve itself (/ready, /metrics, /admin/...) go to the aiohttp app (pyrouter/http/app.py)
 on a loopback port, so they are the same handlers behind the same key ring: the forwarded
 request carries the client's own Authorization header and nothing else, so an admin route takes
@@ -45,6 +46,7 @@ class FrontRequest:
 
     req: RouterRequest
     policy: str
+    caller: str | None = None  # counted in by the per-caller limits (released at close)
     run: RequestRun | None = None
     error_type: str = ""  # why admission failed (the error metric's label)
 
@@ -91,12 +93,16 @@ class FrontBridge:
             if state.draining:
                 raise shutting_down()
             req = _request(spec, state.config.served_model)
+            caller = None
+            if state.limiter.rules.active:
+                caller = state.config.keys.caller_id(spec["authorization"], spec["client_host"])
+                state.limiter.acquire(caller)
         except RouterError as exc:
             state.metrics.count_error(exc.code or exc.error_type)
             return None, policy, *_failure(exc)
         req.timeline = RequestTimeline()
         req.timeline.trace = start_request_trace(state.tracer, req, dict(spec["trace_headers"]))
-        handle = FrontRequest(req, policy)
+        handle = FrontRequest(req, policy, caller)
         req.scope.open(state.counters)
         task = asyncio.current_task()
         if task is not None:
@@ -169,6 +175,8 @@ class FrontBridge:
                 del state.runs[req.request_id]
             await run.close()
         req.scope.close()
+        if handle.caller is not None:
+            state.limiter.release(handle.caller)
         error_type = handle.error_type or ("" if status == "ok" else "client_or_engine")
         record_request_end(state, req, handle.policy, status, error_type)
 

@@ -13,6 +13,7 @@ from engine.server.auth import TLS_CA_ENV
 from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.membership import EngineSet
 from pyrouter.errors import BadRequest
+from pyrouter.fast_path import FastRequestRecorder, sync_fast_policy
 from pyrouter.front_bridge import FrontBridge
 from pyrouter.http.app import make_admin_app, make_app
 from pyrouter.http.drain import drain
@@ -63,19 +64,11 @@ def _opt(args: argparse.Namespace, name: str, default: float) -> float:
     return float(default if value is None else value)
 
 
-# Hardening of the aiohttp front that --front rust does not have (docs/reliability.md).
-_RUST_FRONT_REFUSES = ("rate_limit_rps", "rate_limit_burst", "max_inflight_per_caller")
-
-
 def rust_front_refusal(args: argparse.Namespace) -> str | None:
-    """Why `--front rust` cannot serve with these flags (None: it can). Per-caller rate limits
-    live in the aiohttp front's generation handler only; the Rust front must not pretend."""
+    """Why `--front rust` cannot serve with these settings (None: it can): hardening of the
+    aiohttp front it does not have must not be silently missing (docs/reliability.md)."""
     if getattr(args, "front", "aiohttp") != "rust":
         return None
-    given = [f"--{n.replace('_', '-')}" for n in _RUST_FRONT_REFUSES if getattr(args, n, None)]
-    if given:
-        return (f"--front rust does not enforce per-caller rate limits ({', '.join(given)}); "
-                "use the default aiohttp front for them")
     if os.environ.get(TLS_CA_ENV):
         return (f"--front rust does not dial engines over TLS ({TLS_CA_ENV} is set); "
                 "use the default aiohttp front for mTLS")
@@ -153,8 +146,13 @@ def start_rust_front(state: RouterState, args: argparse.Namespace, ops_port: int
         max_inflight=cfg.max_inflight, api_keys=sorted(cfg.keys.api_keys),
         default_temperature=cfg.default_temperature, default_top_p=cfg.default_top_p,
         first_chunk_timeout_s=state.dispatcher.policy_timeout_s,
-        max_body_bytes=cfg.max_body_bytes)
+        max_body_bytes=cfg.max_body_bytes, body_timeout_s=cfg.body_timeout_s,
+        idle_timeout_s=cfg.idle_timeout_s)
     state.engines.attach_front(front)
+    # Under a pure-selection built-in the front picks engines itself (pyrouter/fast_path.py).
+    sync_fast_policy(state, front)
+    state.slot.on_change(lambda _active: sync_fast_policy(state, front))
+    state.fast_recorder = FastRequestRecorder(state, front)
     return front, bridge
 
 
@@ -173,6 +171,7 @@ async def serve_router(args: argparse.Namespace, stop: asyncio.Event,
                                  cfg.idle_timeout_s)]
     front: RouterFront | None = None
     bridge: FrontBridge | None = None
+    recording: asyncio.Task[None] | None = None
     try:
         if admin_port is not None:
             admin_host = getattr(args, "admin_host", None) or "127.0.0.1"
@@ -184,6 +183,8 @@ async def serve_router(args: argparse.Namespace, stop: asyncio.Event,
                             admin_host, ADMIN_KEYS_ENV)
         if rust:
             front, bridge = start_rust_front(state, args, int(runners[0].addresses[0][1]))
+            assert state.fast_recorder is not None
+            recording = asyncio.create_task(state.fast_recorder.run())
         print(banner or f"switchyard router on http://{args.host}:{args.port} "
               f"policy={state.slot.current.name} engines={len(state.engines.engines)}"
               f"{' front=rust' if rust else ''}", flush=True)
@@ -193,6 +194,8 @@ async def serve_router(args: argparse.Namespace, stop: asyncio.Event,
         if front is not None:
             # On a thread: requests ending meanwhile still run their close on this loop.
             await asyncio.to_thread(front.shutdown, 1.0)
+        if recording is not None:
+            recording.cancel()  # records the last fast-path requests as it ends
         if bridge is not None:
             await bridge.aclose()
         for runner in runners:

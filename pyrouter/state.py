@@ -22,6 +22,8 @@ from switchyard_telemetry.provider import tracer_from_env
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
 
+    from pyrouter.fast_path import FastRequestRecorder
+
 
 @dataclass(slots=True)
 class RouterConfig:
@@ -76,6 +78,8 @@ class RouterState:
     handlers: dict[asyncio.Task[Any], web.Request] = field(default_factory=dict)
     # The OpenTelemetry tracer when tracing is configured (switchyard_telemetry/provider.py).
     tracer: Tracer | None = field(default_factory=lambda: router_tracer())
+    # The Rust front's fast-path requests, recorded into the metrics and outcomes (--front rust).
+    fast_recorder: FastRequestRecorder | None = None
 
 
 def router_tracer() -> Tracer | None:

@@ -60,8 +60,13 @@ class EngineSet:
     def attach_front(self, front: RouterFront) -> None:
         """Generations of every engine, present and future, stream through `front`."""
         self.front = front
+        front.set_core(self.core)
         for handle in self.engines.values():
             self._join_front(handle)
+
+    def fast_active(self, handle: EngineHandle) -> int:
+        """Requests the Rust front's fast path runs on `handle` (no Python holds them)."""
+        return self.front.fast_active(handle.num) if self.front is not None else 0
 
     def _join_front(self, handle: EngineHandle) -> None:
         if self.front is not None:
@@ -105,7 +110,7 @@ class EngineSet:
         self.core.table.set_health(handle.num, False)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        while handle.active and loop.time() < deadline:
+        while (handle.active or self.fast_active(handle)) and loop.time() < deadline:
             await asyncio.sleep(0.05)
         for task in self._tasks.pop(engine_id, []):
             task.cancel()
@@ -174,6 +179,8 @@ class EngineSet:
             return
         self._core_key = key
         old, self.core = self.core, make_router_core(block_size, seed)
+        if self.front is not None:
+            self.front.set_core(self.core)
         for handle in self.engines.values():
             handle.core = self.core
             self.core.table.upsert(handle.num, handle.role)

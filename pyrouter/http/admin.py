@@ -71,7 +71,7 @@ def _engine_view(state: RouterState) -> list[dict[str, Any]]:
                     "kv_pages_evictable": int(load.kv_pages_evictable),
                     "kv_pages_total": int(load.kv_pages_total),
                     "cached_blocks": e.cached_blocks,
-                    "active_requests": len(e.active)})
+                    "active_requests": len(e.active) + state.engines.fast_active(e)})
     return out
 
 

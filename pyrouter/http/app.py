@@ -110,7 +110,10 @@ async def models(request: web.Request) -> web.Response:
 
 async def metrics(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    state.metrics.in_flight.set(state.counters.inflight)
+    if state.fast_recorder is not None:
+        state.fast_recorder.record()
+    front = state.engines.front
+    state.metrics.in_flight.set(front.inflight if front is not None else state.counters.inflight)
     for e in state.engines.engines.values():
         state.metrics.engine_healthy.labels(e.id, e.role, e.address).set(
             1 if e.healthy and not e.draining else 0)

@@ -47,12 +47,6 @@ def shutting_down() -> ShuttingDown:
                         retry_after_s=DRAIN_RETRY_AFTER_S)
 
 
-def _caller(request: web.Request, state: RouterState) -> str:
-    """Whose limits apply: the API key when keys are configured, else the client's address."""
-    key = state.config.keys.caller(request.headers.get("Authorization", ""))
-    return f"key:{key}" if key is not None else f"addr:{request.remote or '?'}"
-
-
 async def _parse(request: web.Request, state: RouterState,
                  kind: Literal["completion", "chat"]) -> RouterRequest:
     raw = await read_body(request)
@@ -80,7 +74,8 @@ async def handle_generation(request: web.Request, kind: Literal["completion", "c
             raise Busy(f"{state.counters.inflight} requests in flight (limit "
                        f"{state.config.max_inflight})", code="too_many_requests",
                        retry_after_s=1.0)
-        caller = _caller(request, state)
+        caller = state.config.keys.caller_id(request.headers.get("Authorization", ""),
+                                             request.remote)
         state.limiter.acquire(caller)
     except RouterError as exc:
         state.metrics.count_error(exc.code or exc.error_type)

@@ -90,3 +90,9 @@ class KeyRing:
         """The API key a request authenticated with (its rate-limit identity), if any."""
         token = bearer_token(authorization)
         return token if token and _matches(token, self.api_keys) else None
+
+    def caller_id(self, authorization: str, remote: str | None) -> str:
+        """Whose per-caller limits apply: the API key when keys are configured, else the
+        client's address."""
+        key = self.caller(authorization)
+        return f"key:{key}" if key is not None else f"addr:{remote or '?'}"

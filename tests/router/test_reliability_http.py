@@ -186,10 +186,9 @@ def test_huge_and_long_prompts_are_refused_cheaply():
         assert proc.memory_info().rss - rss_before < 300 << 20
 
 
-# aiohttp front only: the Rust front has no per-caller limits and refuses them (test below).
-def test_per_caller_rate_limit_answers_429_with_retry_after():
-    with cluster(1, router_args=("--rate-limit-rps", "0.5", "--rate-limit-burst", "2")) as (
-            base, _, _engines):
+def test_per_caller_rate_limit_answers_429_with_retry_after(front: str):
+    with cluster(1, router_args=("--rate-limit-rps", "0.5", "--rate-limit-burst", "2"),
+                 front=front) as (base, _, _engines):
         codes = [requests.post(f"{base}/v1/completions",
                                json={"prompt": "x", "max_tokens": 1}) for _ in range(3)]
         assert [r.status_code for r in codes] == [200, 200, 429]
@@ -198,8 +197,7 @@ def test_per_caller_rate_limit_answers_429_with_retry_after():
 
 
 def test_rust_front_refuses_what_it_cannot_enforce():
-    for flags, env, word in ((("--rate-limit-rps", "5"), None, "rate limits"),
-                             ((), {"SWITCHYARD_ENGINE_TLS_CA": "/nonexistent/ca.pem"}, "TLS")):
+    for flags, env, word in (((), {"SWITCHYARD_ENGINE_TLS_CA": "/nonexistent/ca.pem"}, "TLS"),):
         router = start_router(free_port(), [free_port()], *flags, env=env, front="rust")
         try:
             assert router.popen.wait(timeout=60) == 2
@@ -210,10 +208,9 @@ def test_rust_front_refuses_what_it_cannot_enforce():
 
 # ---- finding 5: connection timeouts ----
 
-# aiohttp front only: the Rust front does not enforce body/idle timeouts (docs/reliability.md).
-def test_slow_headers_and_short_bodies_do_not_hold_connections():
-    with cluster(1, router_args=("--idle-timeout-s", "1", "--body-timeout-s", "1")) as (
-            base, _, _engines):
+def test_slow_headers_and_short_bodies_do_not_hold_connections(front: str):
+    with cluster(1, router_args=("--idle-timeout-s", "1", "--body-timeout-s", "1"),
+                 front=front) as (base, _, _engines):
         port = _port(base)
         # Slowloris: 30 connections trickling header bytes forever are all closed.
         socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(30)]
@@ -244,6 +241,16 @@ def test_slow_headers_and_short_bodies_do_not_hold_connections():
         head, _, body = reply.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 408"), reply[:200]
         assert b"request_timeout" in body
+        # A keep-alive connection left idle after its answer is closed too.
+        with socket.create_connection(("127.0.0.1", port)) as idle:
+            idle.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            idle.settimeout(10)
+            answer = idle.recv(4096)
+            assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+            started = time.monotonic()
+            while idle.recv(4096):  # b"" once the router closes it
+                pass
+            assert time.monotonic() - started < 8
         # The router still serves.
         assert requests.post(f"{base}/v1/completions",
                              json={"prompt": "x", "max_tokens": 1}).status_code == 200
@@ -327,10 +334,9 @@ def test_pd_degrades_when_its_decode_engine_dies():
 
 # ---- finding 8: graceful drain ----
 
-# aiohttp front only: the Rust front cuts streams left at the grace's end (docs/reliability.md).
-def test_sigterm_drains_then_ends_open_streams_cleanly():
-    with cluster(1, mock_args=("--chunk-delay-ms", "100"), router_args=("--drain-s", "2")) as (
-            base, router, _engines):
+def test_sigterm_drains_then_ends_open_streams_cleanly(front: str):
+    with cluster(1, mock_args=("--chunk-delay-ms", "100"), router_args=("--drain-s", "2"),
+                 front=front) as (base, router, _engines):
         short: list[requests.Response] = []
         with requests.post(f"{base}/v1/completions", stream=True,
                            json={"prompt": "x", "max_tokens": 200, "stream": True}) as long:

@@ -63,6 +63,11 @@ impl ApiError {
         Self::new(status, "invalid_request_error", reason).with_code(code)
     }
 
+    /// 408: the client did not send its whole body in time.
+    pub fn request_timeout(message: impl Into<String>) -> Self {
+        Self::new(408, "invalid_request_error", message).with_code("request_timeout")
+    }
+
     /// 429: too many requests in flight.
     pub fn busy(message: impl Into<String>) -> Self {
         Self::new(429, "rate_limit_error", message)
@@ -71,6 +76,12 @@ impl ApiError {
     /// 503: no healthy engine can serve the request.
     pub fn no_capacity(message: impl Into<String>) -> Self {
         Self::new(503, "service_unavailable", message).with_code("no_capacity")
+    }
+
+    /// 503: the router drains and this request outlived the grace period.
+    pub fn shutting_down() -> Self {
+        Self::no_capacity("the router is shutting down; retry on another replica")
+            .with_code("shutting_down")
     }
 
     /// 502: an engine failed the request.

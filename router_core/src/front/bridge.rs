@@ -26,6 +26,17 @@ pub struct AdmitSpec {
     pub request: GenerationRequest,
     /// W3C trace context headers the client sent (traceparent, tracestate), for the trace.
     pub trace_headers: Vec<(String, String)>,
+    pub caller: Caller,
+}
+
+/// Who sent a request, as per-caller limits see it: the deciding side names the caller by its
+/// API key when keys are configured, else by its address.
+#[derive(Debug, Clone, Default)]
+pub struct Caller {
+    /// The client's Authorization header ("" when absent).
+    pub authorization: String,
+    /// The client's IP address.
+    pub host: String,
 }
 
 /// A segment's stream the front now reads, and the engine running it (for messages).

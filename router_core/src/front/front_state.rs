@@ -1,19 +1,19 @@
 //! `Front`: what the HTTP front holds while it serves — configuration, the tokenizer and
 //! detokenizer vocabulary, the engines it can stream from, the router core it scores with, the
-//! active fast-path policy (None: every request goes to the deciding side), the in-flight
-//! count, per-request metrics and the fast path's finished-request outcomes. The deciding side
-//! keeps these mirrors current (engines added/removed, the core rebuilt, a policy switch).
+//! active fast-path policy (None: every request goes to the deciding side), the in-flight count
+//! and the fast path's finished-request records (the deciding side turns them into its metrics
+//! and outcome window). The deciding side keeps these mirrors current (engines added/removed,
+//! the core rebuilt, a policy switch).
 
 use super::bridge::PolicyBridge;
 use super::fast_path::FastPolicy;
 use super::openai_request::RequestLimits;
-use super::request_metrics::RequestMetrics;
 use crate::detok::DetokenizerVocab;
 use crate::engine_rpc::EngineRpc;
 use crate::router::{lock, RouterCore};
 use crate::tokenize::RouterTokenizer;
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
@@ -31,6 +31,11 @@ pub struct FrontConfig {
     pub first_chunk_timeout: Duration,
     /// Largest request body accepted.
     pub max_body_bytes: usize,
+    /// The whole body must arrive within this (else 408 and the connection closes).
+    pub body_timeout: Duration,
+    /// A connection must send a complete request head within this — the first one after it
+    /// opens, and each next one after a response (idle keep-alive).
+    pub idle_timeout: Duration,
 }
 
 /// An engine the front can stream from.
@@ -40,21 +45,33 @@ pub struct FrontEngine {
     pub fast_active: AtomicU64,
 }
 
-/// A fast-path request that ended, for the adaptive policies' feedback (pyrouter/outcomes.py
-/// drains these when it is read).
+/// A fast-path request that ended: what the deciding side records for it — its metrics and
+/// the outcome window the adaptive policies read (pyrouter/fast_path.py drains these; requests
+/// the Python policies ran are recorded there directly).
 #[derive(Debug, Clone, PartialEq)]
-pub struct FastOutcome {
+pub struct FastRecord {
     pub ended: Instant,
-    pub pattern: String,
+    pub policy: String,
+    /// The route's pattern ("dp", "cache_aware"); None when no engine took the request.
+    pub pattern: Option<&'static str>,
+    /// The engine that served it (router_core id); None as for `pattern`.
+    pub engine: Option<u32>,
     pub ok: bool,
+    /// Why it failed (the OpenAI error code, or "client_or_engine"); "" when ok.
+    pub error_type: String,
     pub ttft_s: Option<f64>,
+    /// Mean time per output token after the first (None below two tokens).
     pub tpot_s: Option<f64>,
+    pub e2e_s: f64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
     pub slo_ttft_ms: Option<f64>,
     pub slo_tpot_ms: Option<f64>,
 }
 
-/// As many as pyrouter's RecentOutcomes keeps.
-const MAX_OUTCOMES: usize = 512;
+/// Records kept between two drains (the deciding side drains several times a second; past
+/// this the oldest go, counted in `records_dropped`).
+const MAX_RECORDS: usize = 65_536;
 
 pub struct Front<B: PolicyBridge> {
     pub config: FrontConfig,
@@ -62,7 +79,6 @@ pub struct Front<B: PolicyBridge> {
     pub vocab: Arc<DetokenizerVocab>,
     pub bridge: B,
     pub runtime: tokio::runtime::Handle,
-    pub metrics: RequestMetrics,
     /// Unix seconds at start (/v1/models' `created`).
     pub started_unix: u64,
     inflight: Arc<AtomicU64>,
@@ -71,7 +87,12 @@ pub struct Front<B: PolicyBridge> {
     engines: RwLock<HashMap<u32, Arc<FrontEngine>>>,
     core: RwLock<Option<Arc<RouterCore>>>,
     fast: RwLock<Option<Arc<FastPolicy>>>,
-    outcomes: Mutex<VecDeque<FastOutcome>>,
+    records: Mutex<VecDeque<FastRecord>>,
+    records_dropped: AtomicU64,
+    /// The router drains: new requests go to the deciding side, which refuses them.
+    draining: AtomicBool,
+    /// The drain's grace is over: requests still running end with an error now.
+    ending: tokio::sync::watch::Sender<bool>,
 }
 
 fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
@@ -106,14 +127,16 @@ impl<B: PolicyBridge> Front<B> {
             vocab,
             bridge,
             runtime,
-            metrics: RequestMetrics::default(),
             started_unix,
             inflight: Arc::new(AtomicU64::new(0)),
             engine_max_context: AtomicU64::new(0),
             engines: RwLock::new(HashMap::new()),
             core: RwLock::new(None),
             fast: RwLock::new(None),
-            outcomes: Mutex::new(VecDeque::new()),
+            records: Mutex::new(VecDeque::new()),
+            records_dropped: AtomicU64::new(0),
+            draining: AtomicBool::new(false),
+            ending: tokio::sync::watch::channel(false).0,
         }
     }
 
@@ -185,20 +208,47 @@ impl<B: PolicyBridge> Front<B> {
         *write(&self.fast) = policy.map(Arc::new);
     }
 
+    /// The fast-path policy for a new request: none while the router drains (the deciding
+    /// side answers those with its 503 `shutting_down`).
     pub fn fast_policy(&self) -> Option<Arc<FastPolicy>> {
+        if self.draining.load(Ordering::Acquire) {
+            return None;
+        }
         read(&self.fast).clone()
     }
 
-    pub fn push_outcome(&self, outcome: FastOutcome) {
-        let mut outcomes = lock(&self.outcomes);
-        if outcomes.len() == MAX_OUTCOMES {
-            outcomes.pop_front();
-        }
-        outcomes.push_back(outcome);
+    pub fn set_draining(&self, draining: bool) {
+        self.draining.store(draining, Ordering::Release);
     }
 
-    /// The fast path's outcomes since the last drain, oldest first.
-    pub fn drain_outcomes(&self) -> Vec<FastOutcome> {
-        lock(&self.outcomes).drain(..).collect()
+    /// Ends every request still running: a stream with an error event and `[DONE]`, a request
+    /// without output yet with a 503 (the drain's grace is over).
+    pub fn end_requests(&self) {
+        self.ending.send_replace(true);
+    }
+
+    /// Resolves once `end_requests` was called.
+    pub async fn ending(&self) {
+        let mut ending = self.ending.subscribe();
+        // An error means the sender is gone with the front: nothing ends this way then.
+        if ending.wait_for(|ended| *ended).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    pub fn push_record(&self, record: FastRecord) {
+        let mut records = lock(&self.records);
+        if records.len() == MAX_RECORDS {
+            records.pop_front();
+            self.records_dropped.fetch_add(1, Ordering::Relaxed);
+        }
+        records.push_back(record);
+    }
+
+    /// The fast path's finished requests since the last drain, oldest first, and how many were
+    /// dropped unread (ever).
+    pub fn drain_records(&self) -> (Vec<FastRecord>, u64) {
+        let records = lock(&self.records).drain(..).collect();
+        (records, self.records_dropped.load(Ordering::Relaxed))
     }
 }

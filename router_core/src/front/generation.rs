@@ -5,12 +5,11 @@
 //! metrics and outcomes recorded, the in-flight count released.
 
 use super::api_error::{ApiError, ShapedError};
-use super::bridge::{AdmitSpec, PolicyBridge, RequestEnd, Segment};
+use super::bridge::{AdmitSpec, Caller, PolicyBridge, RequestEnd, Segment};
 use super::engine_errors::{first_chunk, first_chunk_timeout, next_chunk};
 use super::fast_path::{engine_name, FastPolicy};
-use super::front_state::{FastOutcome, Front, FrontEngine, InflightGuard};
+use super::front_state::{FastRecord, Front, FrontEngine, InflightGuard};
 use super::openai_request::GenerationRequest;
-use super::request_metrics::RequestRecord;
 use super::response_body::ResponseBody;
 use crate::engine_rpc::GenerateCall;
 use crate::router::lock;
@@ -31,6 +30,7 @@ pub const REQUEST_ID_HEADER: &str = "x-request-id";
 pub struct Prepared {
     pub request_id: String,
     pub engine_request_id: String,
+    pub caller: Caller,
     pub request: GenerationRequest,
     pub trace_headers: Vec<(String, String)>,
     pub started: Instant,
@@ -210,6 +210,7 @@ struct RequestTask<B: PolicyBridge> {
     front: Arc<Front<B>>,
     request_id: String,
     engine_request_id: String,
+    caller: Caller,
     request: GenerationRequest,
     trace_headers: Vec<(String, String)>,
     started: Instant,
@@ -219,6 +220,10 @@ struct RequestTask<B: PolicyBridge> {
     policy: String,
     route: String,
     pattern: Option<String>,
+    /// Fast-path requests: the engine that took it and the route's pattern, and why it failed
+    /// ("" when it did not).
+    fast_engine: Option<(u32, &'static str)>,
+    fast_error: String,
     /// The deciding side's handle (Python-path requests).
     run: Option<B::Run>,
     /// Fast-path requests: the running generation's accounting.
@@ -242,6 +247,7 @@ impl<B: PolicyBridge> RequestTask<B> {
             front,
             request_id: p.request_id,
             engine_request_id: p.engine_request_id,
+            caller: p.caller,
             request: p.request,
             trace_headers: p.trace_headers,
             started: p.started,
@@ -251,6 +257,8 @@ impl<B: PolicyBridge> RequestTask<B> {
             policy: String::new(),
             route: "none".into(),
             pattern: None,
+            fast_engine: None,
+            fast_error: String::new(),
             run: None,
             hold: None,
             fast: false,
@@ -348,7 +356,9 @@ impl<B: PolicyBridge> RequestTask<B> {
                 prefill,
                 decode,
             ));
+            let front = self.front.clone();
             let read = tokio::select! {
+                _ = front.ending() => return Err(ApiError::shutting_down().into()),
                 read = tokio::time::timeout(deadline, call.next()) => read,
                 _ = self.client.gone() => {
                     self.client_gone = true;
@@ -361,6 +371,7 @@ impl<B: PolicyBridge> RequestTask<B> {
                     Ok(chunk) => {
                         self.route = choice.route;
                         self.pattern = Some(choice.pattern.to_owned());
+                        self.fast_engine = Some((choice.engine, choice.pattern));
                         return Ok((Segment { call, engine: name }, chunk));
                     }
                     Err(failure) => failure,
@@ -391,6 +402,7 @@ impl<B: PolicyBridge> RequestTask<B> {
             model: self.front.config.served_model.clone(),
             request: self.request.clone(),
             trace_headers: std::mem::take(&mut self.trace_headers),
+            caller: std::mem::take(&mut self.caller),
         };
         let admitting = self.front.bridge.admit(spec);
         tokio::pin!(admitting);
@@ -441,7 +453,9 @@ impl<B: PolicyBridge> RequestTask<B> {
         first_of: Option<&str>,
     ) -> Result<pb::GenerateChunk, Stop> {
         let deadline = self.front.config.first_chunk_timeout;
+        let front = self.front.clone();
         let read = tokio::select! {
+            _ = front.ending() => return Err(ApiError::shutting_down().into()),
             read = tokio::time::timeout(deadline, call.next()), if first_of.is_some() => match read {
                 Ok(read) => read,
                 Err(_) => return Err(first_chunk_timeout(first_of.unwrap_or(""), deadline).into()),
@@ -551,6 +565,9 @@ impl<B: PolicyBridge> RequestTask<B> {
             self.client_gone = true;
             return;
         };
+        if self.fast {
+            self.fast_error = error_code(&err.body);
+        }
         if err.status >= 500 {
             let body = String::from_utf8_lossy(&err.body);
             self.front.bridge.warn(format!(
@@ -591,36 +608,52 @@ impl<B: PolicyBridge> RequestTask<B> {
             };
             self.front.bridge.close(run, end).await;
         }
+        if self.fast {
+            self.push_fast_record(ended, ok);
+        }
+    }
+
+    fn push_fast_record(&mut self, ended: Instant, ok: bool) {
+        let n = self.completion_tokens;
         let ttft_s = self
             .first_token
             .map(|t| t.duration_since(self.started).as_secs_f64());
-        self.front.metrics.record(&RequestRecord {
-            policy: &self.policy,
-            status,
-            pattern: self.pattern.as_deref(),
+        let tpot_s = match self.first_token {
+            Some(first) if n > 1 => {
+                Some(ended.duration_since(first).as_secs_f64() / (n - 1) as f64)
+            }
+            _ => None,
+        };
+        let error_type = match (ok, self.fast_error.is_empty()) {
+            (true, _) => String::new(),
+            (false, true) => "client_or_engine".to_owned(),
+            (false, false) => std::mem::take(&mut self.fast_error),
+        };
+        self.front.push_record(FastRecord {
+            ended,
+            policy: std::mem::take(&mut self.policy),
+            pattern: self.fast_engine.map(|(_, pattern)| pattern),
+            engine: self.fast_engine.map(|(engine, _)| engine),
+            ok,
+            error_type,
             ttft_s,
-            latency_s: ended.duration_since(self.started).as_secs_f64(),
-            tokens: self
-                .finished
-                .then_some((self.request.tokens.len() as u64, self.completion_tokens)),
+            tpot_s,
+            e2e_s: ended.duration_since(self.started).as_secs_f64(),
+            prompt_tokens: self.request.tokens.len() as u64,
+            completion_tokens: n,
+            slo_ttft_ms: self.request.slo_ttft_ms,
+            slo_tpot_ms: self.request.slo_tpot_ms,
         });
-        if self.fast {
-            let n = self.completion_tokens;
-            let tpot_s = match self.first_token {
-                Some(first) if n > 1 => {
-                    Some(ended.duration_since(first).as_secs_f64() / (n - 1) as f64)
-                }
-                _ => None,
-            };
-            self.front.push_outcome(FastOutcome {
-                ended,
-                pattern: self.pattern.clone().unwrap_or_else(|| "none".into()),
-                ok,
-                ttft_s,
-                tpot_s,
-                slo_ttft_ms: self.request.slo_ttft_ms,
-                slo_tpot_ms: self.request.slo_tpot_ms,
-            });
-        }
     }
+}
+
+/// The OpenAI error body's code (else its type), for the error metric's label.
+fn error_code(body: &[u8]) -> String {
+    let value: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+    let error = &value["error"];
+    error["code"]
+        .as_str()
+        .or_else(|| error["type"].as_str())
+        .unwrap_or("internal_error")
+        .to_owned()
 }

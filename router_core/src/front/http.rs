@@ -6,24 +6,28 @@
 //! an inference key never opens an admin route).
 
 use super::api_error::{ApiError, ShapedError};
-use super::bridge::{OpsRequest, PolicyBridge};
+use super::bridge::{Caller, OpsRequest, PolicyBridge};
 use super::front_state::Front;
 use super::generation::{envelope, error_response, json_response, respond, Prepared};
 use super::openai_request::{parse_generation, RequestKind};
 use super::request_ids::{client_request_id, new_request_id};
 use crate::background_server::{BackgroundServer, ServeFuture, Shutdown};
-use crate::error::{Result, RouterCoreError};
-use axum::body::Body;
+use crate::error::Result;
+use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::Response;
-use axum::serve::ListenerExt;
 use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
+
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
 /// Served here and needing an API key when keys are configured.
 const KEYED_PATHS: [&str; 3] = ["/v1/completions", "/v1/chat/completions", "/v1/models"];
@@ -46,21 +50,48 @@ pub fn start_front<B: PolicyBridge>(
     })
 }
 
+/// Accepts connections until shutdown, then lets open ones finish (the server's grace bounds
+/// that). Each connection is hyper's HTTP/1 with a timer: its request heads must arrive within
+/// `idle_timeout` (slowloris; an idle keep-alive connection closes after it too).
 fn serve<B: PolicyBridge>(
     listener: TcpListener,
     front: Arc<Front<B>>,
     mut shutdown: Shutdown,
 ) -> ServeFuture {
     Box::pin(async move {
-        let listener = listener.tap_io(|socket| {
+        let mut http = hyper::server::conn::http1::Builder::new();
+        http.timer(TokioTimer::new())
+            .header_read_timeout(front.config.idle_timeout);
+        let connections = GracefulShutdown::new();
+        loop {
+            let (socket, peer) = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok(accepted) => accepted,
+                    Err(_) => {
+                        // Out of file descriptors and the like: pause rather than spin.
+                        tokio::time::sleep(ACCEPT_BACKOFF).await;
+                        continue;
+                    }
+                },
+                _ = shutdown.begun() => break,
+            };
             // Small SSE writes must not wait for Nagle; failure only costs latency.
             let _ = socket.set_nodelay(true);
-        });
-        let app = Router::new().fallback(handle::<B>).with_state(front);
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move { shutdown.begun().await })
-            .await
-            .map_err(|err| RouterCoreError::Server(format!("router front: {err}")))
+            // Per connection: its handlers know the client's address (per-caller limits).
+            let app = Router::new().fallback(handle::<B>).with_state(Connection {
+                front: front.clone(),
+                client_host: peer.ip().to_string(),
+            });
+            let service = TowerToHyperService::new(app);
+            let connection =
+                connections.watch(http.serve_connection(TokioIo::new(socket), service));
+            tokio::spawn(async move {
+                // A client that goes away or times out ends its connection; nothing to report.
+                let _ = connection.await;
+            });
+        }
+        connections.shutdown().await;
+        Ok(())
     })
 }
 
@@ -98,7 +129,50 @@ fn api_error(err: &ApiError, request_id: &str) -> Response {
     error_response(&ShapedError::from(err), "none", request_id)
 }
 
-async fn handle<B: PolicyBridge>(State(front): State<Arc<Front<B>>>, request: Request) -> Response {
+/// The whole body, within the size limit and the body timeout; else the error response (a body
+/// that came too slowly leaves the connection unusable: it closes).
+async fn read_body<B: PolicyBridge>(
+    front: &Front<B>,
+    body: Body,
+    request_id: &str,
+) -> std::result::Result<Bytes, Response> {
+    let limit = front.config.max_body_bytes;
+    match tokio::time::timeout(front.config.body_timeout, axum::body::to_bytes(body, limit)).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(_)) => Err(api_error(
+            &ApiError::http(413, "request body too large"),
+            request_id,
+        )),
+        Err(_) => {
+            let message = format!(
+                "request body not received within {} s",
+                front.config.body_timeout.as_secs_f64()
+            );
+            let mut resp = api_error(&ApiError::request_timeout(message), request_id);
+            resp.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            Err(resp)
+        }
+    }
+}
+
+/// What a connection's handlers share: the front and the client's address.
+struct Connection<B: PolicyBridge> {
+    front: Arc<Front<B>>,
+    client_host: String,
+}
+
+impl<B: PolicyBridge> Clone for Connection<B> {
+    fn clone(&self) -> Self {
+        Connection {
+            front: self.front.clone(),
+            client_host: self.client_host.clone(),
+        }
+    }
+}
+
+async fn handle<B: PolicyBridge>(State(conn): State<Connection<B>>, request: Request) -> Response {
+    let Connection { front, client_host } = conn;
     let started = Instant::now();
     let (parts, body) = request.into_parts();
     let path = parts.uri.path();
@@ -125,20 +199,20 @@ async fn handle<B: PolicyBridge>(State(front): State<Arc<Front<B>>>, request: Re
     let own = OWN_PATHS.contains(&path);
     match (&parts.method, kind) {
         (&Method::POST, Some(kind)) => {
-            let body = match axum::body::to_bytes(body, front.config.max_body_bytes).await {
+            let body = match read_body(&front, body, &request_id).await {
                 Ok(body) => body,
-                Err(_) => {
-                    let err = ApiError::http(413, "request body too large");
-                    return api_error(&err, &request_id);
-                }
+                Err(resp) => return resp,
             };
             let prepared = prepare(
                 &front,
                 kind,
                 &body,
                 &parts.headers,
-                request_id.clone(),
-                engine_request_id,
+                Identity {
+                    request_id: request_id.clone(),
+                    engine_request_id,
+                    client_host,
+                },
                 started,
             );
             match prepared {
@@ -163,11 +237,9 @@ async fn handle<B: PolicyBridge>(State(front): State<Arc<Front<B>>>, request: Re
             resp
         }
         _ => {
-            let body = match axum::body::to_bytes(body, front.config.max_body_bytes).await {
+            let body = match read_body(&front, body, &request_id).await {
                 Ok(body) => body.to_vec(),
-                Err(_) => {
-                    return api_error(&ApiError::http(413, "request body too large"), &request_id)
-                }
+                Err(resp) => return resp,
             };
             let ops = OpsRequest {
                 method: parts.method.to_string(),
@@ -195,14 +267,20 @@ async fn handle<B: PolicyBridge>(State(front): State<Arc<Front<B>>>, request: Re
     }
 }
 
+/// Who sent a request and the ids it gets.
+struct Identity {
+    request_id: String,
+    engine_request_id: String,
+    client_host: String,
+}
+
 /// Parse, tokenise and count the request in flight (429 at the limit).
 fn prepare<B: PolicyBridge>(
     front: &Front<B>,
     kind: RequestKind,
     body: &[u8],
     headers: &HeaderMap,
-    request_id: String,
-    engine_request_id: String,
+    identity: Identity,
     started: Instant,
 ) -> std::result::Result<Prepared, ApiError> {
     let value: Value = serde_json::from_slice(body)
@@ -215,9 +293,17 @@ fn prepare<B: PolicyBridge>(
         ))
         .with_code("too_many_requests")
     })?;
+    let authorization = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
     Ok(Prepared {
-        request_id,
-        engine_request_id,
+        request_id: identity.request_id,
+        engine_request_id: identity.engine_request_id,
+        caller: Caller {
+            authorization: authorization.to_owned(),
+            host: identity.client_host,
+        },
         request,
         trace_headers: trace_headers(headers),
         started,

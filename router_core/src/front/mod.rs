@@ -13,9 +13,8 @@ mod generation;
 mod http;
 pub mod openai_request;
 mod request_ids;
-pub mod request_metrics;
 pub mod response_body;
 
-pub use front_state::{FastOutcome, Front, FrontConfig, FrontEngine, InflightGuard};
+pub use front_state::{FastRecord, Front, FrontConfig, FrontEngine, InflightGuard};
 pub use http::start_front;
 pub use request_ids::{client_request_id, new_request_id};

@@ -4,6 +4,7 @@
 //! request, once per segment boundary and once at the end; tokens never reach Python, except a
 //! segment's first chunk while the policy admits it (the policy reads it through `GenerateCall`).
 
+use super::router::PyRouterCore;
 use crate::background_server::BackgroundServer;
 use crate::detok::DetokenizerVocab;
 use crate::engine_rpc::{code_name, CallError, EngineRpc, GenerateCall};
@@ -12,8 +13,10 @@ use crate::front::bridge::{
     AdmitOutcome, AdmitSpec, Admitted, BoxFuture, OpsRequest, OpsResponse, PolicyBridge,
     RequestEnd, Segment,
 };
-use crate::front::{start_front, Front, FrontConfig};
+use crate::front::fast_path::{FastPolicy, FastPolicyKind};
+use crate::front::{start_front, FastRecord, Front, FrontConfig};
 use crate::rpc::pb;
+use crate::scoring::ScoreWeights;
 use crate::tokenize::RouterTokenizer;
 use prost::Message;
 use pyo3::exceptions::{PyException, PyRuntimeError, PyValueError};
@@ -163,6 +166,8 @@ fn spec_dict<'py>(py: Python<'py>, spec: &AdmitSpec) -> PyResult<Bound<'py, PyDi
     d.set_item("stop", &s.stop)?;
     d.set_item("ignore_eos", s.ignore_eos)?;
     d.set_item("trace_headers", spec.trace_headers.clone())?;
+    d.set_item("authorization", &spec.caller.authorization)?;
+    d.set_item("client_host", &spec.caller.host)?;
     Ok(d)
 }
 
@@ -330,6 +335,58 @@ fn duration(name: &str, seconds: f64) -> PyResult<Duration> {
         .map_err(|_| PyValueError::new_err(format!("{name} must be >= 0, got {seconds}")))
 }
 
+fn positive(name: &str, seconds: f64) -> PyResult<Duration> {
+    match duration(name, seconds)? {
+        d if d.is_zero() => Err(PyValueError::new_err(format!("{name} must be > 0"))),
+        d => Ok(d),
+    }
+}
+
+/// A fast-path request that ended (crate::front::FastRecord, with its age instead of an
+/// Instant).
+#[pyclass(
+    name = "FastRequestRecord",
+    module = "router_core._router_core",
+    frozen,
+    get_all
+)]
+pub struct PyFastRecord {
+    /// Seconds since it ended, when drained.
+    age_s: f64,
+    policy: String,
+    pattern: Option<&'static str>,
+    engine: Option<u32>,
+    ok: bool,
+    error_type: String,
+    ttft_s: Option<f64>,
+    tpot_s: Option<f64>,
+    e2e_s: f64,
+    prompt_tokens: u64,
+    completion_tokens: u64,
+    slo_ttft_ms: Option<f64>,
+    slo_tpot_ms: Option<f64>,
+}
+
+impl From<FastRecord> for PyFastRecord {
+    fn from(r: FastRecord) -> Self {
+        PyFastRecord {
+            age_s: r.ended.elapsed().as_secs_f64(),
+            policy: r.policy,
+            pattern: r.pattern,
+            engine: r.engine,
+            ok: r.ok,
+            error_type: r.error_type,
+            ttft_s: r.ttft_s,
+            tpot_s: r.tpot_s,
+            e2e_s: r.e2e_s,
+            prompt_tokens: r.prompt_tokens,
+            completion_tokens: r.completion_tokens,
+            slo_ttft_ms: r.slo_ttft_ms,
+            slo_tpot_ms: r.slo_tpot_ms,
+        }
+    }
+}
+
 /// The router's HTTP front, serving from construction until `shutdown`.
 #[pyclass(name = "RouterFront", module = "router_core._router_core", frozen)]
 pub struct PyRouterFront {
@@ -346,7 +403,8 @@ impl PyRouterFront {
                         bos_token_id = None, eos_token_ids = Vec::new(), served_model,
                         max_context, max_inflight, api_keys = Vec::new(),
                         default_temperature = 1.0, default_top_p = 1.0,
-                        first_chunk_timeout_s = 300.0, max_body_bytes = 64 << 20))]
+                        first_chunk_timeout_s = 300.0, max_body_bytes = 64 << 20,
+                        body_timeout_s = 30.0, idle_timeout_s = 30.0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -365,6 +423,8 @@ impl PyRouterFront {
         default_top_p: f64,
         first_chunk_timeout_s: f64,
         max_body_bytes: usize,
+        body_timeout_s: f64,
+        idle_timeout_s: f64,
     ) -> PyResult<Self> {
         let locals = TaskLocals::with_running_loop(py)?.copy_context(py)?;
         let addr = socket_addr(host, port)?;
@@ -386,6 +446,8 @@ impl PyRouterFront {
             default_top_p,
             first_chunk_timeout,
             max_body_bytes,
+            body_timeout: positive("body_timeout_s", body_timeout_s)?,
+            idle_timeout: positive("idle_timeout_s", idle_timeout_s)?,
         };
         let runtime = pyo3_async_runtimes::tokio::get_runtime().handle().clone();
         let started_unix = SystemTime::now()
@@ -448,6 +510,86 @@ impl PyRouterFront {
     /// The smallest context any engine accepts (0: not known yet).
     fn set_engine_max_context(&self, tokens: u64) {
         self.front.set_engine_max_context(tokens);
+    }
+
+    /// The router core the fast path scores with (the membership's; again when it is rebuilt).
+    fn set_core(&self, core: PyRef<'_, PyRouterCore>) {
+        self.front.set_core(core.core.clone());
+    }
+
+    /// Runs new requests under a pure-selection built-in in Rust, with no Python call
+    /// ("round_robin", "least_load", or "cache_aware" with its four weights); None: every
+    /// request goes to the bridge's policy. A new value starts a fresh policy (turn 0).
+    #[pyo3(signature = (name, weights = None))]
+    fn set_fast_policy(
+        &self,
+        name: Option<&str>,
+        weights: Option<(f64, f64, f64, f64)>,
+    ) -> PyResult<()> {
+        let policy = match name {
+            None => None,
+            Some(name) => {
+                let weights = weights
+                    .map(|(p, q, d, k)| ScoreWeights::new(p, q, d, k))
+                    .transpose()?;
+                let kind = FastPolicyKind::parse(name, weights).ok_or_else(|| {
+                    PyValueError::new_err(format!("no fast path for policy {name:?}"))
+                })?;
+                Some(FastPolicy::new(kind, name))
+            }
+        };
+        self.front.set_fast_policy(policy);
+        Ok(())
+    }
+
+    /// What the fast path picks for `tokens` now: (engine, X-Switchyard-Route); a round_robin
+    /// pick takes its turn. Raises when it would answer an error (no healthy engine) or when
+    /// there is no fast path. For tests comparing it with the Python policies.
+    fn choose_fast(&self, tokens: Vec<u32>) -> PyResult<(u32, String)> {
+        let policy = self
+            .front
+            .fast_policy()
+            .ok_or_else(|| PyValueError::new_err("no fast-path policy is set"))?;
+        let core = self
+            .front
+            .core()
+            .ok_or_else(|| PyValueError::new_err("no router core is set"))?;
+        let choice = policy
+            .choose(&core, &tokens)
+            .map_err(|err| PyRuntimeError::new_err(err.message))?;
+        Ok((choice.engine, choice.route))
+    }
+
+    /// The policy the fast path runs now (None: the bridge decides every request).
+    #[getter]
+    fn fast_policy(&self) -> Option<String> {
+        self.front.fast_policy().map(|p| p.name.clone())
+    }
+
+    /// The router drains: no fast path for new requests (the bridge refuses them).
+    fn set_draining(&self, draining: bool) {
+        self.front.set_draining(draining);
+    }
+
+    /// The drain's grace is over: requests still running end now with a 503 `shutting_down`
+    /// (an error event and `[DONE]` once a stream has begun).
+    fn end_requests(&self) {
+        self.front.end_requests();
+    }
+
+    /// Fast-path requests still holding work on engine `num` (a drain waits for them).
+    fn fast_active(&self, num: u32) -> u64 {
+        self.front.fast_active(num)
+    }
+
+    /// The fast path's finished requests since the last call, oldest first, and how many were
+    /// dropped unread since start.
+    fn drain_fast_records(&self) -> (Vec<PyFastRecord>, u64) {
+        let (records, dropped) = self.front.drain_records();
+        (
+            records.into_iter().map(PyFastRecord::from).collect(),
+            dropped,
+        )
     }
 
     /// Starts a StartGenerate call (a serialized `StartGenerateRequest`) on engine `num`.

@@ -35,6 +35,7 @@ fn _router_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<servers::PyMockOpenAIWorker>()?;
     m.add_class::<front::PyRouterFront>()?;
     m.add_class::<front::PyGenerateCall>()?;
+    m.add_class::<front::PyFastRecord>()?;
     m.add(
         "EngineCallError",
         m.py().get_type::<front::EngineCallError>(),

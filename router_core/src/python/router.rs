@@ -11,6 +11,7 @@ use crate::router::{lock, monotonic_s, RouterCore, ScoreResult};
 use crate::scoring::{Candidate, ScoreWeights};
 use pyo3::prelude::*;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 #[pyclass(
     name = "Candidate",
@@ -166,7 +167,8 @@ impl PyScoreResult {
 
 #[pyclass(name = "RouterCore", module = "router_core._router_core", frozen)]
 pub struct PyRouterCore {
-    core: RouterCore,
+    /// Shared with the HTTP front's fast path (python/front.rs `set_core`).
+    pub(crate) core: Arc<RouterCore>,
     index: Py<PyPrefixIndex>,
     table: Py<PyEngineTable>,
 }
@@ -201,7 +203,11 @@ impl PyRouterCore {
                 inner: core.table.clone(),
             },
         )?;
-        Ok(PyRouterCore { core, index, table })
+        Ok(PyRouterCore {
+            core: Arc::new(core),
+            index,
+            table,
+        })
     }
 
     #[getter]
