@@ -377,6 +377,7 @@ class FastRequestRecord:
     slo_tpot_ms: float | None
 
 
+@final
 class RouterFront:
     """The OpenAI routes, /health and /v1/models served in Rust on all cores; every other
     route, and every policy decision, goes to `bridge` (a FrontBridge) on the asyncio loop the
