@@ -22,6 +22,7 @@ import requests
 from router_procs import Proc, free_port, start_mock, start_router, wait_ready
 
 from engine.server.client import EngineClient
+from pyrouter.cli import DEFAULT_FRONT
 
 pytestmark = pytest.mark.timeout(120)
 INF_KEY, ADMIN_KEY = "sk-inference-5b1e9f", "sk-admin-c07d42"
@@ -30,7 +31,7 @@ INF_KEY, ADMIN_KEY = "sk-inference-5b1e9f", "sk-admin-c07d42"
 @contextmanager
 def cluster(n: int = 1, mock_args: tuple[str, ...] = (), router_args: tuple[str, ...] = (),
             env: dict[str, str] | None = None, roles: tuple[str, ...] = (),
-            front: str = "aiohttp") -> Iterator[tuple[str, Proc, list]]:
+            front: str = DEFAULT_FRONT) -> Iterator[tuple[str, Proc, list]]:
     ports = [free_port() for _ in range(n)]
     engines = [start_mock(p, *mock_args, *(("--role", roles[i]) if roles else ()), env=env)
                for i, p in enumerate(ports)]
@@ -156,7 +157,7 @@ def test_engines_need_the_token_and_client_ids_reach_no_engine(front: str):
 
 # aiohttp front only: its 413 code and off-loop tokenising are what this measures.
 def test_huge_and_long_prompts_are_refused_cheaply():
-    with cluster(1, router_args=("--max-context", "2048")) as (base, router, _):
+    with cluster(1, router_args=("--max-context", "2048"), front="aiohttp") as (base, router, _):
         proc = psutil.Process(router.popen.pid)
         rss_before = proc.memory_info().rss
         health: list[int] = []
@@ -287,9 +288,9 @@ def test_405_says_allow_and_every_error_has_a_code(mock_cluster):
     assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
 
 
-def test_engine_abort_never_reaches_the_client_as_a_finish_reason():
-    with cluster(1, mock_args=("--chunk-delay-ms", "20", "--abort-after-tokens", "3")) as (
-            base, _, _engines):
+def test_engine_abort_never_reaches_the_client_as_a_finish_reason(front: str):
+    with cluster(1, mock_args=("--chunk-delay-ms", "20", "--abort-after-tokens", "3"),
+                 front=front) as (base, _, _engines):
         r = requests.post(f"{base}/v1/completions",
                           json={"prompt": "x", "max_tokens": 10, "stream": True})
         events = _sse(r.text)

@@ -30,6 +30,13 @@ pub fn first_chunk_timeout(engine: &str, deadline: Duration) -> ApiError {
     .with_code("engine_timeout")
 }
 
+/// The finish reason of a request the engine ended itself: never shown to a client.
+const ABORT: &str = "abort";
+
+fn aborted() -> ApiError {
+    ApiError::engine_failed("the engine aborted the request").with_code("engine_aborted")
+}
+
 /// The first chunk of a fast-path request (one plain StartGenerate: an engine refusing it is
 /// the client's bad input).
 pub fn first_chunk(
@@ -50,6 +57,12 @@ pub fn first_chunk(
                 "engine error: {detail}"
             ))))
         }
+        // The engine ended the request itself (e.g. shutting down) before any token: another
+        // engine may take it; after tokens it is a failure (never a finish reason).
+        Ok(Some(chunk)) if chunk.finish_reason == ABORT => Err(FirstChunkFailure {
+            error: aborted(),
+            retryable: chunk.token_ids.is_empty(),
+        }),
         Ok(Some(chunk)) => Ok(chunk),
         Ok(None) => Err(fail(ApiError::engine_failed(
             "engine closed the stream without output",
@@ -93,6 +106,7 @@ pub fn next_chunk(
             Err(ApiError::engine_failed(format!("engine error: {detail}"))
                 .with_code("engine_error"))
         }
+        Ok(Some(chunk)) if chunk.finish_reason == ABORT => Err(aborted()),
         Ok(Some(chunk)) => Ok(chunk),
         Ok(None) => Err(
             ApiError::engine_failed("engine closed the stream without finishing")
@@ -152,6 +166,21 @@ mod tests {
             "engine e1 produced no output within 300 s"
         );
         assert_eq!(seconds(Duration::from_millis(1500)), "1.5");
+    }
+
+    #[test]
+    fn an_engine_abort_is_a_failure_never_a_finish() {
+        let before_output = first_chunk(Ok(Some(chunk("abort", "")))).unwrap_err();
+        assert!(before_output.retryable);
+        assert_eq!(before_output.error.code.as_deref(), Some("engine_aborted"));
+        let mut with_tokens = chunk("abort", "");
+        with_tokens.token_ids = vec![5];
+        assert!(!first_chunk(Ok(Some(with_tokens))).unwrap_err().retryable);
+        let mid_stream = next_chunk(Ok(Some(chunk("abort", "")))).unwrap_err();
+        assert_eq!(
+            (mid_stream.status, mid_stream.code.as_deref()),
+            (502, Some("engine_aborted"))
+        );
     }
 
     #[test]
