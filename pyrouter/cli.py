@@ -41,6 +41,20 @@ def _load(target: str) -> Callable[[argparse.Namespace], int]:
     return func
 
 
+# The router's HTTP fronts; the Rust one (router_core/src/front/) is the default. aiohttp stays
+# for what the Rust front does not do yet (engine mTLS) and goes once it does.
+FRONTS = ("rust", "aiohttp")
+DEFAULT_FRONT = "rust"
+
+
+def add_front_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--front", choices=FRONTS, default=DEFAULT_FRONT,
+                        help="the router's HTTP front: rust (default: axum + tonic in "
+                        "router_core; Python policies run once per request and segment, the "
+                        "pure-selection built-ins not at all) or aiohttp (needed for engine "
+                        "mTLS)")
+
+
 def add_router_guard_arguments(parser: argparse.ArgumentParser) -> None:
     """What bounds the router's exposure (docs/reliability.md); `serve` passes them through."""
     g = parser.add_argument_group("protection (docs/reliability.md)")
@@ -87,8 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "down")
     add_router_guard_arguments(serve)
     add_runtime_arguments(serve)  # passed to every engine
-    serve.add_argument("--front", choices=("aiohttp", "rust"), default="aiohttp",
-                       help="the router's HTTP front (rust: axum + tonic in router_core)")
+    add_front_argument(serve)
     serve.add_argument("--mock-engines", action="store_true",
                        help="start mock engines (synthetic tokens, no model): router tests and "
                        "overhead benchmarks only")
@@ -111,9 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "changes (a mounted ConfigMap)")
     rtr.add_argument("--policy-dir-poll-s", type=float, default=2.0,
                      help="seconds between checks of --policy-dir for changed files")
-    rtr.add_argument("--front", choices=("aiohttp", "rust"), default="aiohttp",
-                     help="the HTTP front: aiohttp (default), or rust (axum + tonic in "
-                     "router_core; Python policies run once per request and segment)")
+    add_front_argument(rtr)
     rtr.add_argument("--port", type=int, default=8000)
     rtr.add_argument("--host", default="127.0.0.1")
     rtr.add_argument("--model", default=None, help="model whose tokenizer the router uses")

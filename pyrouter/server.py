@@ -10,6 +10,7 @@ import signal
 from aiohttp import web
 
 from engine.server.auth import TLS_CA_ENV
+from pyrouter.cli import DEFAULT_FRONT
 from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.membership import EngineSet
 from pyrouter.errors import BadRequest
@@ -67,11 +68,11 @@ def _opt(args: argparse.Namespace, name: str, default: float) -> float:
 def rust_front_refusal(args: argparse.Namespace) -> str | None:
     """Why `--front rust` cannot serve with these settings (None: it can): hardening of the
     aiohttp front it does not have must not be silently missing (docs/reliability.md)."""
-    if getattr(args, "front", "aiohttp") != "rust":
+    if getattr(args, "front", DEFAULT_FRONT) != "rust":
         return None
     if os.environ.get(TLS_CA_ENV):
         return (f"--front rust does not dial engines over TLS ({TLS_CA_ENV} is set); "
-                "use the default aiohttp front for mTLS")
+                "use --front aiohttp for mTLS")
     return None
 
 
@@ -163,7 +164,7 @@ async def serve_router(args: argparse.Namespace, stop: asyncio.Event,
     state.policy_dir = live.policy_dir
     await live.start(state)
     cfg = state.config
-    rust = getattr(args, "front", "aiohttp") == "rust"
+    rust = getattr(args, "front", DEFAULT_FRONT) == "rust"
     admin_port = getattr(args, "admin_port", None)
     # --front rust: the aiohttp app serves only the front's non-OpenAI routes, on loopback.
     host, port = ("127.0.0.1", 0) if rust else (args.host, args.port)

@@ -7,6 +7,7 @@ from contextlib import contextmanager
 from router_procs import LOG_DIR, free_port, start_router, wait_ready
 
 from engine.server.launcher import EngineSpec, start_engines, stop_engines
+from pyrouter.cli import DEFAULT_FRONT
 
 
 @contextmanager
@@ -26,7 +27,7 @@ def real_engines(roles: Sequence[str], mode: str = "exact") -> Iterator[list[int
 
 
 @contextmanager
-def router_over(ports: Sequence[int], *extra: str, front: str = "aiohttp") -> Iterator[str]:
+def router_over(ports: Sequence[int], *extra: str, front: str = DEFAULT_FRONT) -> Iterator[str]:
     port = free_port()
     proc = start_router(port, ports, *extra, front=front)
     base = f"http://127.0.0.1:{port}"
