@@ -115,14 +115,15 @@ def http(method: str, url: str, body: dict[str, Any] | None = None,
                                  headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-            status, headers, raw = resp.status, dict(resp.headers), resp.read()
+            status, headers, raw = resp.status, resp.headers, resp.read()
     except urllib.error.HTTPError as err:
-        status, headers, raw = err.code, dict(err.headers), err.read()
+        status, headers, raw = err.code, err.headers, err.read()
     try:
         payload = json.loads(raw)
     except ValueError:
         payload = raw.decode(errors="replace")
-    return status, headers, payload
+    # Header names are case-insensitive (the router's Rust front sends them lower-case).
+    return status, {k.lower(): v for k, v in headers.items()}, payload
 
 
 def wait_for(what: str, check: Any, timeout_s: float, every_s: float = 1.0) -> Any:
@@ -178,7 +179,7 @@ class Stack:
 def check_pd(stack: Stack) -> None:
     status, headers, body = chat(stack.base, "Name three primary colors.")
     assert status == 200, (status, body)
-    route = headers["X-Switchyard-Route"]
+    route = headers["x-switchyard-route"]
     fields = dict(f.split("=", 1) for f in route.split()[1:])
     assert route.startswith("pd ") and fields["prefill"] != "-", route
     engines = stack.engines()
@@ -194,7 +195,7 @@ def check_policy_switch(stack: Stack) -> None:
     status, _, body = http("PUT", f"{stack.base}/admin/policy", {"policy": "long_prompts_pd"})
     assert status == 200 and body["policy"] == "long_prompts_pd", body
     status, headers, _ = chat(stack.base, "Hi")
-    route = headers["X-Switchyard-Route"]
+    route = headers["x-switchyard-route"]
     assert status == 200 and route.startswith("dp ") and "via=long_prompts_pd" in route, route
     decode = stack.container_on(stack.engines()[route.split()[1].split("=")[1]]["address"])
     assert decode == "switchyard-engine-decode", route
@@ -260,7 +261,7 @@ def check_decode_failure(stack: Stack) -> None:
     wait_for("the router to see the decode engine down",
              lambda: not stack.engines()[ids["decode"]]["healthy"], timeout_s=60)
     status, headers, body = chat(stack.base, "Are you there?")
-    route = headers.get("X-Switchyard-Route", "")
+    route = headers.get("x-switchyard-route", "")
     assert status == 200 and f"degraded=decode->{ids['prefill']}" in route, (status, route, body)
     status, _, ready = http("GET", f"{stack.base}/ready?strict=1", timeout_s=5)
     assert status == 503 and "decode" in json.dumps(ready), (status, ready)
@@ -275,8 +276,8 @@ def check_decode_failure(stack: Stack) -> None:
     run("docker", "start", "switchyard-engine-prefill", "switchyard-engine-decode")
     wait_for("both engines to come back", stack.ready, timeout_s=600, every_s=2)
     status, headers, _ = chat(stack.base, "Welcome back.")
-    assert status == 200 and headers["X-Switchyard-Route"].startswith("pd "), headers
-    step(f"recovered ok: '{headers['X-Switchyard-Route']}'")
+    assert status == 200 and headers["x-switchyard-route"].startswith("pd "), headers
+    step(f"recovered ok: '{headers['x-switchyard-route']}'")
 
 
 def main() -> int:
