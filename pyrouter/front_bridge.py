@@ -168,9 +168,9 @@ class FrontBridge:
             # The front read the rest: the request's last arrival is its end (the timeline's
             # inter-token figures are per segment, not per chunk, on this front).
             req.timeline.arrived(max(0, completion_tokens - len(run.first.token_ids)))
-            req.timeline.end_segment(completion_tokens, "finished" if delivered else status)
-            if delivered:
+            if delivered:  # the verb's span ends inside its segment's
                 run.stream.mark_delivered()
+            req.timeline.end_segment(completion_tokens, "finished" if delivered else status)
             if state.runs.get(req.request_id) is run:
                 del state.runs[req.request_id]
             await run.close()

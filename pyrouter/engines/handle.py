@@ -177,9 +177,8 @@ class GenerationStream:
         self.front_call: FrontCall | None = None
         self._call: Any
         if engine.front is not None:
-            # Through the Rust front the trace context does not reach the engine yet.
-            self.front_call = FrontCall(engine.front.start_generate(engine.num,
-                                                                    request.SerializeToString()))
+            self.front_call = FrontCall(engine.front.start_generate(
+                engine.num, request.SerializeToString(), list(metadata or ())))
             self._call = self.front_call
         else:
             self._call = engine.client.start_generate_request(request, metadata=metadata)

@@ -50,7 +50,13 @@ async def migrate(state: RouterState, body: dict[str, Any]) -> dict[str, Any]:
     if "request_id" in body:
         run = state.runs.get(str(body["request_id"]))
         if run is None:
-            raise NotFound(f"no running request {body['request_id']!r}", param="request_id")
+            front = state.engines.front
+            hint = "" if front is None or front.fast_policy is None else (
+                f" (under {front.fast_policy} the Rust front picks engines itself and keeps no "
+                "policy session to move a request with; live migration needs a policy that "
+                "runs in Python)")
+            raise NotFound(f"no running request {body['request_id']!r}{hint}",
+                           param="request_id")
         move = run.migrate(target)
         try:
             await asyncio.wait_for(asyncio.shield(move.done.wait()), _MOVE_TIMEOUT_S)

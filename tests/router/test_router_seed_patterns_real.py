@@ -23,12 +23,23 @@ STORY = ("In the harbour town the fishermen rose before dawn, mended their nets 
          "and said that a storm was coming, and the young ones laughed, because")
 
 
+# round_robin's own code, registered from a policy file: the same picks, always made in Python.
+ROUND_ROBIN_PY = """from pyrouter.policies.round_robin import route
+from pyrouter.policy_registry import policy
+
+policy("round_robin_py")(route)
+"""
+
+
 @pytest.fixture(scope="module", params=FRONTS)
-def serve(request: pytest.FixtureRequest) -> Iterator[str]:
+def serve(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+          ) -> Iterator[str]:
     port = free_port()
+    policies = tmp_path_factory.mktemp("policies")
+    (policies / "round_robin_py.py").write_text(ROUND_ROBIN_PY)
     # Real latency profiles (cached after the first run on a machine): the policies predict.
     proc = Proc([*SWITCHYARD, "serve", "--port", str(port), "--engines", "3",
-                 "--front", str(request.param)],
+                 "--front", str(request.param), "--policy-dir", str(policies)],
                 env={"SWITCHYARD_TORCH_THREADS": "1", "SWITCHYARD_LATENCY_PROFILE": "auto"},
                 log_name=f"serve{port}")
     base = f"http://127.0.0.1:{port}"
@@ -92,14 +103,26 @@ def test_migrate_a_context_then_a_live_request(serve: str) -> None:
     assert r.status_code == 200, r.text
     copied = r.json()
     assert copied["copied"] > 0 and copied["bytes_sent"] > 0, copied
-    engines = {e["id"]: e for e in requests.get(f"{serve}/admin/engines").json()["engines"]}
+    # e1's KV events reach the router's index shortly after the copy.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        engines = {e["id"]: e for e in requests.get(f"{serve}/admin/engines").json()["engines"]}
+        if engines["e1"]["cached_blocks"] > 0:
+            break
+        time.sleep(0.1)
     assert engines["e1"]["cached_blocks"] > 0
     # the copy is in e1's prefix cache: a repeat copy finds it there
     again = requests.post(f"{serve}/admin/migrate",
                           json={"prefix": context, "from": "e0", "to": "e1"}).json()
     assert again["matched"] >= copied["copied"] - 16, again
 
+    # A live request moves under a policy that runs in Python: round_robin itself is picked in
+    # Rust on the Rust front (no policy session to move a request with), so its copy from the
+    # policy directory runs here.
     _switch(serve, "round_robin")
+    r = requests.post(f"{serve}/admin/migrate", json={"request_id": "cmpl-none", "to": "e1"})
+    assert r.status_code == 404, r.text
+    _switch(serve, "round_robin_py")
     prompt = f"[live] {STORY}"
     got: dict[str, Any] = {}
 

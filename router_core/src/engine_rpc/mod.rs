@@ -19,7 +19,7 @@ use crate::rpc::MAX_MESSAGE_BYTES;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
-use tonic::metadata::{Ascii, MetadataValue};
+use tonic::metadata::{Ascii, MetadataKey, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Status};
 
@@ -143,17 +143,26 @@ impl EngineRpc {
     }
 
     /// Starts the generation now (on `runtime`) and returns its handle; the chunks are read
-    /// with [`GenerateCall::next`]. `deadline` None: no deadline.
+    /// with [`GenerateCall::next`]. `deadline` None: no deadline. `metadata`: extra gRPC
+    /// metadata (the verb span's trace context, `traceparent`); entries that are not valid
+    /// metadata are left out.
     pub fn start_generate(
         &self,
         message: pb::StartGenerateRequest,
         deadline: Option<Duration>,
+        metadata: &[(String, String)],
         runtime: &tokio::runtime::Handle,
     ) -> Arc<GenerateCall> {
         let mut client = self.client.clone();
         let mut request = self.request(message);
         if let Some(deadline) = deadline {
             request.set_timeout(deadline);
+        }
+        for (key, value) in metadata {
+            let key = MetadataKey::<Ascii>::from_bytes(key.as_bytes());
+            if let (Ok(key), Ok(value)) = (key, MetadataValue::try_from(value.as_str())) {
+                request.metadata_mut().insert(key, value);
+            }
         }
         let started = runtime.spawn(async move {
             client

@@ -341,9 +341,11 @@ impl<B: PolicyBridge> RequestTask<B> {
                 .engine(choice.engine)
                 .ok_or_else(|| ApiError::no_capacity("no healthy engine"))?;
             let name = engine_name(choice.engine);
+            // No trace context: the fast path never runs for traced routers.
             let call = engine.rpc.start_generate(
                 self.proto_request(&engine_request_id),
                 None,
+                &[],
                 &self.front.runtime,
             );
             self.call = Some(call.clone());

@@ -592,8 +592,15 @@ impl PyRouterFront {
         )
     }
 
-    /// Starts a StartGenerate call (a serialized `StartGenerateRequest`) on engine `num`.
-    fn start_generate(&self, num: u32, request: &[u8]) -> PyResult<PyGenerateCall> {
+    /// Starts a StartGenerate call (a serialized `StartGenerateRequest`) on engine `num`, with
+    /// `metadata` added to the call (the verb span's trace context when the request is traced).
+    #[pyo3(signature = (num, request, metadata = Vec::new()))]
+    fn start_generate(
+        &self,
+        num: u32,
+        request: &[u8],
+        metadata: Vec<(String, String)>,
+    ) -> PyResult<PyGenerateCall> {
         let engine = self
             .front
             .engine(num)
@@ -602,7 +609,7 @@ impl PyRouterFront {
             .map_err(|err| PyValueError::new_err(format!("bad StartGenerateRequest: {err}")))?;
         let call = engine
             .rpc
-            .start_generate(message, None, &self.front.runtime);
+            .start_generate(message, None, &metadata, &self.front.runtime);
         Ok(PyGenerateCall { call })
     }
 
