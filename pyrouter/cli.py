@@ -41,8 +41,9 @@ def _load(target: str) -> Callable[[argparse.Namespace], int]:
     return func
 
 
-# The router's HTTP fronts; the Rust one (router_core/src/front/) is the default. aiohttp stays
-# for what the Rust front does not do yet (engine mTLS) and goes once it does.
+# The router's HTTP fronts; the Rust one (router_core/src/front/) is the default. The aiohttp
+# front still serves the Rust front's admin and probe routes on loopback, and goes once those
+# move.
 FRONTS = ("rust", "aiohttp")
 DEFAULT_FRONT = "rust"
 
@@ -51,8 +52,8 @@ def add_front_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--front", choices=FRONTS, default=DEFAULT_FRONT,
                         help="the router's HTTP front: rust (default: axum + tonic in "
                         "router_core; Python policies run once per request and segment, the "
-                        "pure-selection built-ins not at all) or aiohttp (needed for engine "
-                        "mTLS)")
+                        "pure-selection built-ins not at all) or aiohttp (the older Python "
+                        "front, to be removed)")
 
 
 def add_router_guard_arguments(parser: argparse.ArgumentParser) -> None:

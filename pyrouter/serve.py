@@ -29,7 +29,7 @@ from pathlib import Path
 from engine.server.auth import TOKEN_ENV, TOKEN_FILE_ENV
 from engine.server.launcher import EngineProcess, EngineSpec, launch, stop_engines, wait_healthy
 from pyrouter.cli import DEFAULT_FRONT
-from pyrouter.server import initial_policy, rust_front_refusal, serve_router
+from pyrouter.server import initial_policy, serve_router
 
 log = logging.getLogger("switchyard.serve")
 _READY_TIMEOUT_S = float(os.environ.get("SWITCHYARD_ENGINE_READY_TIMEOUT_S", "900"))
@@ -180,10 +180,6 @@ async def _serve(args: argparse.Namespace, log_dir: Path) -> int:
 def run(args: argparse.Namespace) -> int:
     if args.engines < 1:
         print("--engines must be >= 1", file=sys.stderr)
-        return 2
-    refusal = rust_front_refusal(args)
-    if refusal:  # before any engine starts
-        print(f"switchyard serve: {refusal}", file=sys.stderr)
         return 2
     from pyrouter.server import setup_logging_and_loop
 

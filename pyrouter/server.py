@@ -9,7 +9,6 @@ import signal
 
 from aiohttp import web
 
-from engine.server.auth import TLS_CA_ENV
 from pyrouter.cli import DEFAULT_FRONT
 from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.membership import EngineSet
@@ -65,22 +64,8 @@ def _opt(args: argparse.Namespace, name: str, default: float) -> float:
     return float(default if value is None else value)
 
 
-def rust_front_refusal(args: argparse.Namespace) -> str | None:
-    """Why `--front rust` cannot serve with these settings (None: it can): hardening of the
-    aiohttp front it does not have must not be silently missing (docs/reliability.md)."""
-    if getattr(args, "front", DEFAULT_FRONT) != "rust":
-        return None
-    if os.environ.get(TLS_CA_ENV):
-        return (f"--front rust does not dial engines over TLS ({TLS_CA_ENV} is set); "
-                "use --front aiohttp for mTLS")
-    return None
-
-
 def router_config(args: argparse.Namespace) -> RouterConfig:
     """The router's settings from its flags and environment (keys never come from flags)."""
-    refusal = rust_front_refusal(args)
-    if refusal:
-        raise BadRequest(refusal)
     admin_separate = getattr(args, "admin_port", None) is not None
     try:
         return RouterConfig(

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hmac
 import os
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -113,16 +114,34 @@ def add_listening_port(server: grpc.aio.Server, address: str) -> int:
     return int(server.add_secure_port(address, credentials))
 
 
-def open_channel(address: str, options: list[tuple[str, Any]]) -> grpc.aio.Channel:
-    """A channel to an engine: TLS (with this side's certificate for mTLS) when a CA is set."""
+@dataclass(frozen=True, slots=True)
+class ClientTls:
+    """How a caller dials engines over TLS (PEM bytes): the CA their certificates are signed
+    by, this side's own certificate and key (mTLS), the name their certificate carries."""
+
+    ca: bytes
+    cert: bytes | None
+    key: bytes | None
+    server_name: str | None
+
+
+def client_tls() -> ClientTls | None:
+    """The TLS settings for dialling engines, from the environment (None: plain TCP)."""
     ca = os.environ.get(TLS_CA_ENV, "")
     if not ca:
-        return grpc.aio.insecure_channel(address, options=options)
+        return None
     cert, key = os.environ.get(TLS_CERT_ENV, ""), os.environ.get(TLS_KEY_ENV, "")
+    return ClientTls(_read(ca), _read(cert) if cert else None, _read(key) if key else None,
+                     os.environ.get(TLS_SERVER_NAME_ENV, "") or None)
+
+
+def open_channel(address: str, options: list[tuple[str, Any]]) -> grpc.aio.Channel:
+    """A channel to an engine: TLS (with this side's certificate for mTLS) when a CA is set."""
+    tls = client_tls()
+    if tls is None:
+        return grpc.aio.insecure_channel(address, options=options)
     credentials = grpc.ssl_channel_credentials(
-        root_certificates=_read(ca), private_key=_read(key) if key else None,
-        certificate_chain=_read(cert) if cert else None)
-    name = os.environ.get(TLS_SERVER_NAME_ENV, "")
-    if name:
-        options = [*options, ("grpc.ssl_target_name_override", name)]
+        root_certificates=tls.ca, private_key=tls.key, certificate_chain=tls.cert)
+    if tls.server_name:
+        options = [*options, ("grpc.ssl_target_name_override", tls.server_name)]
     return grpc.aio.secure_channel(address, credentials, options=options)

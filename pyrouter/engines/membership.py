@@ -10,7 +10,7 @@ import logging
 
 import grpc
 
-from engine.server.auth import engine_token
+from engine.server.auth import client_tls, engine_token
 from engine.server.client import EngineClient
 from pyrouter.core import make_router_core
 from pyrouter.engines.handle import EngineHandle
@@ -71,8 +71,11 @@ class EngineSet:
     def _join_front(self, handle: EngineHandle) -> None:
         if self.front is not None:
             # The front's own gRPC calls carry the deployment's engine token, as EngineClient's.
-            self.front.set_engine(handle.num, handle.address, _VERB_TIMEOUT_S,
-                                  engine_token() or "")
+            tls = client_tls()  # as EngineClient's channels (engine/server/auth.py)
+            self.front.set_engine(
+                handle.num, handle.address, _VERB_TIMEOUT_S, engine_token() or "",
+                tls_ca=tls.ca if tls else None, tls_cert=tls.cert if tls else None,
+                tls_key=tls.key if tls else None, tls_server_name=tls.server_name if tls else None)
             self.front.set_engine_max_context(self.max_context)
             handle.front = self.front
 

@@ -197,15 +197,6 @@ def test_per_caller_rate_limit_answers_429_with_retry_after(front: str):
         assert int(codes[2].headers["Retry-After"]) >= 1
 
 
-def test_rust_front_refuses_what_it_cannot_enforce():
-    for flags, env, word in (((), {"SWITCHYARD_ENGINE_TLS_CA": "/nonexistent/ca.pem"}, "TLS"),):
-        router = start_router(free_port(), [free_port()], *flags, env=env, front="rust")
-        try:
-            assert router.popen.wait(timeout=60) == 2
-            assert "--front rust" in router.output() and word in router.output()
-        finally:
-            router.stop()
-
 
 # ---- finding 5: connection timeouts ----
 

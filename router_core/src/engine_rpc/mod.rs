@@ -20,11 +20,21 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tonic::metadata::{Ascii, MetadataKey, MetadataValue};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic::{Request, Status};
 
 /// HTTP/2 keepalive: a dead engine on an idle channel is noticed (as grpc.aio's keepalive did).
 const KEEPALIVE: Duration = Duration::from_secs(20);
+
+/// TLS to the engines (PEM bytes): the CA their certificates are signed by, this side's own
+/// certificate and key (mTLS), and the name their certificate carries (None: the address's
+/// host).
+#[derive(Debug, Clone, Default)]
+pub struct EngineTls {
+    pub ca_pem: Vec<u8>,
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+    pub server_name: Option<String>,
+}
 
 #[derive(Clone)]
 pub struct EngineRpc {
@@ -37,9 +47,14 @@ pub struct EngineRpc {
 
 impl EngineRpc {
     /// A client for `address` (HOST:PORT) whose unary verbs time out after `timeout`, sending
-    /// `engine_token` ("" = none). The connection opens on the first call; call from inside a
-    /// tokio runtime (the channel's worker task is spawned on it).
-    pub fn connect_lazy(address: &str, timeout: Duration, engine_token: &str) -> Result<Self> {
+    /// `engine_token` ("" = none), over TLS when `tls` is given. The connection opens on the
+    /// first call; call from inside a tokio runtime (the channel's worker task is spawned on it).
+    pub fn connect_lazy(
+        address: &str,
+        timeout: Duration,
+        engine_token: &str,
+        tls: Option<&EngineTls>,
+    ) -> Result<Self> {
         let authorization = if engine_token.is_empty() {
             None
         } else {
@@ -49,13 +64,28 @@ impl EngineRpc {
             })?;
             Some(value)
         };
-        let endpoint = Endpoint::from_shared(format!("http://{address}"))
-            .map_err(|err| {
-                RouterCoreError::InvalidArgument(format!("bad engine address {address:?}: {err}"))
-            })?
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let bad_address = |err: &dyn std::fmt::Display| {
+            RouterCoreError::InvalidArgument(format!("bad engine address {address:?}: {err}"))
+        };
+        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{address}"))
+            .map_err(|err| bad_address(&err))?
             .tcp_nodelay(true)
             .http2_keep_alive_interval(KEEPALIVE)
             .keep_alive_while_idle(true);
+        if let Some(tls) = tls {
+            let mut config =
+                ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&tls.ca_pem));
+            if let Some((cert, key)) = &tls.identity {
+                config = config.identity(Identity::from_pem(cert, key));
+            }
+            if let Some(name) = &tls.server_name {
+                config = config.domain_name(name.clone());
+            }
+            endpoint = endpoint.tls_config(config).map_err(|err| {
+                RouterCoreError::InvalidArgument(format!("engine TLS settings: {err}"))
+            })?;
+        }
         let client = EngineClient::new(endpoint.connect_lazy())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);

@@ -7,7 +7,7 @@
 use super::router::PyRouterCore;
 use crate::background_server::BackgroundServer;
 use crate::detok::DetokenizerVocab;
-use crate::engine_rpc::{code_name, CallError, EngineRpc, GenerateCall};
+use crate::engine_rpc::{code_name, CallError, EngineRpc, EngineTls, GenerateCall};
 use crate::front::api_error::{ApiError, ShapedError};
 use crate::front::bridge::{
     AdmitOutcome, AdmitSpec, Admitted, BoxFuture, OpsRequest, OpsResponse, PolicyBridge,
@@ -486,19 +486,32 @@ impl PyRouterFront {
 
     /// An engine the front may stream from (`num`: the router_core engine id); its calls carry
     /// `engine_token` ("" = none).
-    #[pyo3(signature = (num, address, timeout_s, engine_token = ""))]
+    /// With `tls_ca` (PEM) the engine is dialled over TLS, presenting `tls_cert`/`tls_key`
+    /// when given (mTLS) and expecting `tls_server_name` (default: the address's host).
+    #[pyo3(signature = (num, address, timeout_s, engine_token = "", tls_ca = None,
+                        tls_cert = None, tls_key = None, tls_server_name = None))]
+    #[allow(clippy::too_many_arguments)]
     fn set_engine(
         &self,
         num: u32,
         address: &str,
         timeout_s: f64,
         engine_token: &str,
+        tls_ca: Option<Vec<u8>>,
+        tls_cert: Option<Vec<u8>>,
+        tls_key: Option<Vec<u8>>,
+        tls_server_name: Option<String>,
     ) -> PyResult<()> {
         let timeout = duration("timeout_s", timeout_s)?;
+        let tls = tls_ca.map(|ca_pem| EngineTls {
+            ca_pem,
+            identity: tls_cert.zip(tls_key),
+            server_name: tls_server_name,
+        });
         let _runtime = self.front.runtime.enter();
         self.front.set_engine(
             num,
-            EngineRpc::connect_lazy(address, timeout, engine_token)?,
+            EngineRpc::connect_lazy(address, timeout, engine_token, tls.as_ref())?,
         );
         Ok(())
     }
