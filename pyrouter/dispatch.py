@@ -309,9 +309,16 @@ class Dispatcher:
         ttft = None if first_token is None else first_token - started
         n = req.completion_tokens
         tpot = (ended - first_token) / (n - 1) if first_token is not None and n > 1 else None
-        pattern = req.route.label()
-        self.outcomes.record(Outcome(time.monotonic(), pattern, ok, ttft, tpot,
-                                     slo_met(ttft, tpot, req.slo.ttft_ms, req.slo.tpot_ms)))
+        self.record_outcome(time.monotonic(), req.route.label(), ok, ttft, tpot,
+                            req.slo.ttft_ms, req.slo.tpot_ms)
+
+    def record_outcome(self, at: float, pattern: str, ok: bool, ttft_s: float | None,
+                       tpot_s: float | None, slo_ttft_ms: float | None,
+                       slo_tpot_ms: float | None) -> None:
+        """One finished request into the outcome window (the Rust front's fast path records
+        its requests here too)."""
+        self.outcomes.record(Outcome(at, pattern, ok, ttft_s, tpot_s,
+                                     slo_met(ttft_s, tpot_s, slo_ttft_ms, slo_tpot_ms)))
 
     async def admit(self, req: RouterRequest) -> RequestRun:
         """Run the policy to the first chunk of its first segment. If an engine was unreachable

@@ -13,9 +13,9 @@ import asyncio
 import logging
 import time
 
-from pyrouter.outcomes import Outcome, slo_met
 from pyrouter.policies.cache_aware import WEIGHTS
 from pyrouter.policy_registry import ActivePolicy
+from pyrouter.request_end import Labels, record_request_metrics
 from pyrouter.state import RouterState
 from router_core import RouterFront
 
@@ -72,26 +72,19 @@ class FastRequestRecorder:
         now = time.monotonic()
         for r in records:
             pattern = r.pattern or "none"
-            status = "ok" if r.ok else "error"
-            m.child(m.requests, r.policy, pattern, status).inc()
-            if not r.ok:
-                m.count_error(r.error_type)
+            labels: Labels | None = None
             if r.engine is not None:
                 handle = state.engines.engines.get(f"e{r.engine}")
                 labels = (pattern, f"e{r.engine}", handle.role if handle else "any")
                 m.count_selection(r.policy, pattern)
-                if r.ttft_s is not None:
-                    m.child(m.ttft, *labels).observe(r.ttft_s)
-                m.child(m.e2e, *labels).observe(r.e2e_s)
-                if r.tpot_s is not None:
-                    m.child(m.tpot, *labels).observe(r.tpot_s)
-                    # One arrival time per request on this path: its mean gap stands for each.
-                    m.itl.observe_many(labels, r.tpot_s, r.completion_tokens - 1)
-                m.child(m.prompt_tokens, pattern).inc(r.prompt_tokens)
-                m.child(m.generation_tokens, pattern).inc(r.completion_tokens)
-            state.dispatcher.outcomes.record(Outcome(
-                now - r.age_s, pattern, r.ok, r.ttft_s, r.tpot_s,
-                slo_met(r.ttft_s, r.tpot_s, r.slo_ttft_ms, r.slo_tpot_ms)))
+            record_request_metrics(m, r.policy, pattern, "ok" if r.ok else "error",
+                                   r.error_type, labels, labels, r.ttft_s, r.e2e_s, r.tpot_s,
+                                   r.prompt_tokens, r.completion_tokens)
+            if labels is not None and r.tpot_s is not None:
+                # One arrival time per request on this path: its mean gap stands for each.
+                m.itl.observe_many(labels, r.tpot_s, r.completion_tokens - 1)
+            state.dispatcher.record_outcome(now - r.age_s, pattern, r.ok, r.ttft_s, r.tpot_s,
+                                            r.slo_ttft_ms, r.slo_tpot_ms)
         return len(records)
 
     async def run(self) -> None:

@@ -227,13 +227,10 @@ impl<B: PolicyBridge> Front<B> {
         self.ending.send_replace(true);
     }
 
-    /// Resolves once `end_requests` was called.
-    pub async fn ending(&self) {
-        let mut ending = self.ending.subscribe();
-        // An error means the sender is gone with the front: nothing ends this way then.
-        if ending.wait_for(|ended| *ended).await.is_err() {
-            std::future::pending::<()>().await;
-        }
+    /// What a request watches (once, for its whole life) to learn that `end_requests` was
+    /// called: see [`ended`].
+    pub fn watch_ending(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.ending.subscribe()
     }
 
     pub fn push_record(&self, record: FastRecord) {
@@ -250,5 +247,13 @@ impl<B: PolicyBridge> Front<B> {
     pub fn drain_records(&self) -> (Vec<FastRecord>, u64) {
         let records = lock(&self.records).drain(..).collect();
         (records, self.records_dropped.load(Ordering::Relaxed))
+    }
+}
+
+/// Resolves once `end_requests` was called (at once if it already was).
+pub async fn ended(ending: &mut tokio::sync::watch::Receiver<bool>) {
+    // An error means the sender is gone with the front: nothing ends this way then.
+    if ending.wait_for(|ended| *ended).await.is_err() {
+        std::future::pending::<()>().await;
     }
 }

@@ -8,7 +8,7 @@ use super::api_error::{ApiError, ShapedError};
 use super::bridge::{AdmitSpec, Caller, PolicyBridge, RequestEnd, Segment};
 use super::engine_errors::{first_chunk, first_chunk_timeout, next_chunk};
 use super::fast_path::{engine_name, FastPolicy};
-use super::front_state::{FastRecord, Front, FrontEngine, InflightGuard};
+use super::front_state::{ended, FastRecord, Front, FrontEngine, InflightGuard};
 use super::openai_request::GenerationRequest;
 use super::response_body::ResponseBody;
 use crate::engine_rpc::GenerateCall;
@@ -217,6 +217,8 @@ struct RequestTask<B: PolicyBridge> {
     first_token: Option<Instant>,
     client: Client,
     client_gone: bool,
+    /// The drain's end (`Front::end_requests`), watched while waiting for the engine.
+    ending: tokio::sync::watch::Receiver<bool>,
     policy: String,
     route: String,
     pattern: Option<String>,
@@ -243,6 +245,7 @@ fn proto_tokens(tokens: &[u32]) -> Vec<i32> {
 
 impl<B: PolicyBridge> RequestTask<B> {
     fn new(front: Arc<Front<B>>, p: Prepared, head: oneshot::Sender<Response>) -> Self {
+        let ending = front.watch_ending();
         RequestTask {
             front,
             request_id: p.request_id,
@@ -254,6 +257,7 @@ impl<B: PolicyBridge> RequestTask<B> {
             first_token: None,
             client: Client::Waiting(head),
             client_gone: false,
+            ending,
             policy: String::new(),
             route: "none".into(),
             pattern: None,
@@ -358,9 +362,8 @@ impl<B: PolicyBridge> RequestTask<B> {
                 prefill,
                 decode,
             ));
-            let front = self.front.clone();
             let read = tokio::select! {
-                _ = front.ending() => return Err(ApiError::shutting_down().into()),
+                _ = ended(&mut self.ending) => return Err(ApiError::shutting_down().into()),
                 read = tokio::time::timeout(deadline, call.next()) => read,
                 _ = self.client.gone() => {
                     self.client_gone = true;
@@ -455,9 +458,8 @@ impl<B: PolicyBridge> RequestTask<B> {
         first_of: Option<&str>,
     ) -> Result<pb::GenerateChunk, Stop> {
         let deadline = self.front.config.first_chunk_timeout;
-        let front = self.front.clone();
         let read = tokio::select! {
-            _ = front.ending() => return Err(ApiError::shutting_down().into()),
+            _ = ended(&mut self.ending) => return Err(ApiError::shutting_down().into()),
             read = tokio::time::timeout(deadline, call.next()), if first_of.is_some() => match read {
                 Ok(read) => read,
                 Err(_) => return Err(first_chunk_timeout(first_of.unwrap_or(""), deadline).into()),
