@@ -1,7 +1,8 @@
 """SamplingParams: how one request picks its tokens and when it stops (OpenAI semantics).
 
-The one set of sampling rules: the router validates a request's fields by building this (an
-HTTP 400 names the field), and the engine validates what arrives over gRPC the same way.
+The sampling rules: the aiohttp front validates a request's fields by building this (an HTTP
+400 names the field), and the engine validates what arrives over gRPC the same way. The Rust
+front applies the same rules in router_core/src/sampling.rs (a second copy: change both).
 """
 from __future__ import annotations
 

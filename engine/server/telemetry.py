@@ -51,8 +51,12 @@ class GenerationWatch:
         self.tokens = 0
         self.finish_reason = ""
         self.error = ""
+        # Nothing to record without metrics or a trace: outputs() is then free per chunk.
+        self._active = telemetry.metrics is not None or parent is not None
 
     def outputs(self, batch: Sequence[StepOutput]) -> None:
+        if not self._active:
+            return
         for out in batch:
             if out.first and self.first is None:
                 self.first = out

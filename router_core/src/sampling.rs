@@ -1,8 +1,8 @@
-//! The one set of sampling rules (OpenAI semantics): which values a request may ask for, and the
-//! normalisation of the "off" spellings. The router's HTTP front checks a request's fields with
-//! it before routing (an HTTP 400 naming the field), and the engine's `SamplingParams`
-//! (engine/core/sampling_params.py) calls it through the binding for what arrives over gRPC, so
-//! both sides apply exactly these rules.
+//! The sampling rules (OpenAI semantics) as the router's Rust HTTP front applies them before
+//! routing (an HTTP 400 naming the field): which values a request may ask for, and the
+//! normalisation of the "off" spellings. The engine (and the aiohttp front) apply the same rules
+//! in `SamplingParams` (engine/core/sampling_params.py) — a second copy, not a binding of this
+//! one: a rule changed here must change there too.
 
 use crate::error::{Result, RouterCoreError};
 

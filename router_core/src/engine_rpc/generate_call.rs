@@ -129,8 +129,4 @@ impl GenerateCall {
             CallState::Ended => false,
         }
     }
-
-    pub fn is_cancelled(&self) -> bool {
-        *self.cancelled.borrow()
-    }
 }

@@ -1,11 +1,11 @@
 //! The router's client for one engine: a tonic channel (HTTP/2, one connection, lazily opened)
-//! and the verbs the router issues on the request path — PrepRecv, RemoteSend, StartGenerate,
-//! Abort, Configure. Health, Stats, ModelInfo and KV events are polled by the Python side
-//! (pyrouter/engines/membership.py) on its own grpc.aio channel.
+//! and the calls the HTTP front makes on the request path — StartGenerate and Abort (the other
+//! verbs are the Python policies', on pyrouter's grpc.aio channel, as are Health, Stats,
+//! ModelInfo and KV events: pyrouter/engines/membership.py).
 //!
-//! Unary verbs get the client's deadline (sent to the engine as `grpc-timeout` and enforced
-//! here, so an expired call is DEADLINE_EXCEEDED as grpc.aio reports it); a generation has none
-//! (it streams for as long as its max_tokens needs). Every call carries the deployment's engine
+//! Abort gets the client's deadline (sent to the engine as `grpc-timeout` and enforced here, so
+//! an expired call is DEADLINE_EXCEEDED as grpc.aio reports it); a generation has none (it
+//! streams for as long as its max_tokens needs). Every call carries the deployment's engine
 //! token (`authorization: Bearer <token>`, engine/server/auth.py) when there is one.
 
 mod generate_call;
@@ -38,7 +38,6 @@ pub struct EngineTls {
 
 #[derive(Clone)]
 pub struct EngineRpc {
-    address: String,
     client: EngineClient<Channel>,
     timeout: Duration,
     /// `Bearer <engine token>`, or None when the engines are open.
@@ -90,19 +89,10 @@ impl EngineRpc {
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         Ok(EngineRpc {
-            address: address.to_owned(),
             client,
             timeout,
             authorization,
         })
-    }
-
-    pub fn address(&self) -> &str {
-        &self.address
-    }
-
-    pub fn timeout(&self) -> Duration {
-        self.timeout
     }
 
     fn request<M>(&self, message: M) -> Request<M> {
@@ -132,22 +122,6 @@ impl EngineRpc {
         }
     }
 
-    pub async fn prep_recv(
-        &self,
-        message: pb::PrepRecvRequest,
-    ) -> std::result::Result<pb::PrepRecvResponse, Status> {
-        self.unary(message, |mut c, r| async move { c.prep_recv(r).await })
-            .await
-    }
-
-    pub async fn remote_send(
-        &self,
-        message: pb::RemoteSendRequest,
-    ) -> std::result::Result<pb::RemoteSendResponse, Status> {
-        self.unary(message, |mut c, r| async move { c.remote_send(r).await })
-            .await
-    }
-
     /// True when the engine knew the request. `handoff`: a running generation ends with
     /// finish_reason "handoff" instead (a live migration's first step).
     pub async fn abort(
@@ -164,30 +138,18 @@ impl EngineRpc {
             .map(|answer| answer.found)
     }
 
-    pub async fn configure(
-        &self,
-        message: pb::ConfigureRequest,
-    ) -> std::result::Result<pb::ConfigureResponse, Status> {
-        self.unary(message, |mut c, r| async move { c.configure(r).await })
-            .await
-    }
-
     /// Starts the generation now (on `runtime`) and returns its handle; the chunks are read
-    /// with [`GenerateCall::next`]. `deadline` None: no deadline. `metadata`: extra gRPC
+    /// with [`GenerateCall::next`]. `metadata`: extra gRPC
     /// metadata (the verb span's trace context, `traceparent`); entries that are not valid
     /// metadata are left out.
     pub fn start_generate(
         &self,
         message: pb::StartGenerateRequest,
-        deadline: Option<Duration>,
         metadata: &[(String, String)],
         runtime: &tokio::runtime::Handle,
     ) -> Arc<GenerateCall> {
         let mut client = self.client.clone();
         let mut request = self.request(message);
-        if let Some(deadline) = deadline {
-            request.set_timeout(deadline);
-        }
         for (key, value) in metadata {
             let key = MetadataKey::<Ascii>::from_bytes(key.as_bytes());
             if let (Ok(key), Ok(value)) = (key, MetadataValue::try_from(value.as_str())) {

@@ -348,7 +348,6 @@ impl<B: PolicyBridge> RequestTask<B> {
             // No trace context: the fast path never runs for traced routers.
             let call = engine.rpc.start_generate(
                 self.proto_request(&engine_request_id),
-                None,
                 &[],
                 &self.front.runtime,
             );

@@ -622,7 +622,7 @@ impl PyRouterFront {
             .map_err(|err| PyValueError::new_err(format!("bad StartGenerateRequest: {err}")))?;
         let call = engine
             .rpc
-            .start_generate(message, None, &metadata, &self.front.runtime);
+            .start_generate(message, &metadata, &self.front.runtime);
         Ok(PyGenerateCall { call })
     }
 
