@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from pyrouter.degrade import degraded_note
+from pyrouter.degrade import degraded_note, serves
 from pyrouter.engines.handle import EngineHandle
 from pyrouter.errors import NoCapacity
 from pyrouter.outcomes import RecentOutcomes
@@ -35,10 +35,6 @@ class EngineDirectory(Protocol):
     def healthy(self) -> list[EngineHandle]: ...
 
     def mark_unhealthy(self, engine_id: str) -> None: ...
-
-
-def _serves(engine: EngineHandle, role: str) -> bool:
-    return role == "any" or engine.role in (role, "any")
 
 
 class ClusterView:
@@ -86,7 +82,7 @@ class ClusterView:
 
     def engines(self, role: str = "any") -> list[EngineHandle]:
         """Healthy, non-draining engines that can take `role` work, in id order."""
-        return sorted((e for e in self._engines.healthy() if _serves(e, role)),
+        return sorted((e for e in self._engines.healthy() if serves(e.role, role)),
                       key=lambda e: e.num)
 
     def score(self, role: str, req: RouterRequest) -> ScoreResult:

@@ -13,9 +13,6 @@ import orjson
 
 from pyrouter.errors import BadRequest
 
-# orjson's own limit on array/object nesting (not configurable there): far beyond any real body.
-MAX_JSON_DEPTH = 1024
-
 
 def parse_json(raw: bytes) -> Any:
     try:

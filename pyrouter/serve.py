@@ -81,7 +81,6 @@ class EngineKeeper:
         self.log_dir = log_dir
         self.max_restarts = max_restarts
         self.restarts: dict[str, int] = {}  # restarts since the engine last ran stably
-        self.total_restarts = 0
         self._started = {e.name: time.monotonic() for e in engines}
         self._stopping = False
 
@@ -110,7 +109,6 @@ class EngineKeeper:
                       f"restarting in {delay:.0f} s ({done + 1}/{self.max_restarts})",
                       flush=True)
                 self.restarts[engine.name] = done + 1
-                self.total_restarts += 1
                 self._started[engine.name] = float("inf")  # not stable until it runs again
                 due[i] = time.monotonic() + delay
             await asyncio.sleep(_WATCH_S)

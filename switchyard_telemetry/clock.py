@@ -8,14 +8,9 @@ from __future__ import annotations
 import time
 
 _PERF_TO_WALL_NS = time.time_ns() - time.perf_counter_ns()
-_MONO_TO_WALL_NS = time.time_ns() - time.monotonic_ns()
 
 
 def perf_to_wall_ns(perf_s: float) -> int:
     """time.perf_counter() seconds -> Unix nanoseconds."""
     return int(perf_s * 1e9) + _PERF_TO_WALL_NS
 
-
-def mono_to_wall_ns(mono_s: float) -> int:
-    """time.monotonic() seconds -> Unix nanoseconds."""
-    return int(mono_s * 1e9) + _MONO_TO_WALL_NS

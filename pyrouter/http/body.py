@@ -12,7 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from pyrouter.errors import PayloadTooLarge, RequestTimeout
-from pyrouter.json_body import parse_json, parse_json_object
+from pyrouter.json_body import parse_json_object
 from pyrouter.state import STATE
 
 
@@ -29,10 +29,6 @@ async def read_body(request: web.Request) -> bytes:
     except web.HTTPRequestEntityTooLarge:  # a chunked body that grew past the limit
         raise PayloadTooLarge(f"request body exceeds the limit of {cfg.max_body_bytes} "
                               "bytes") from None
-
-
-async def read_json(request: web.Request) -> Any:
-    return parse_json(await read_body(request))
 
 
 async def json_object(request: web.Request) -> dict[str, Any]:

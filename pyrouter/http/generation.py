@@ -66,21 +66,18 @@ async def handle_generation(request: web.Request, kind: Literal["completion", "c
                             ) -> web.StreamResponse:
     state = request.app[STATE]
     timeline = RequestTimeline()  # the request's clock starts before the body is read
-    try:
-        if state.draining:
-            raise shutting_down()
-        req = await _parse(request, state, kind)
-        if state.counters.inflight >= state.config.max_inflight:
-            raise Busy(f"{state.counters.inflight} requests in flight (limit "
-                       f"{state.config.max_inflight})", code="too_many_requests",
-                       retry_after_s=1.0)
+    # An error here reaches the middleware (app.py envelope), which counts it.
+    if state.draining:
+        raise shutting_down()
+    req = await _parse(request, state, kind)
+    if state.counters.inflight >= state.config.max_inflight:
+        raise Busy(f"{state.counters.inflight} requests in flight (limit "
+                   f"{state.config.max_inflight})", code="too_many_requests", retry_after_s=1.0)
+    caller = ""  # who the per-caller limits count (no limits: nobody)
+    if state.limiter.rules.active:
         caller = state.config.keys.caller_id(request.headers.get("Authorization", ""),
                                              request.remote)
         state.limiter.acquire(caller)
-    except RouterError as exc:
-        state.metrics.count_error(exc.code or exc.error_type)
-        request[ERROR_COUNTED] = True
-        raise
     req.engine_request_id = request["engine_request_id"]
     req.timeline = timeline
     timeline.trace = start_request_trace(state.tracer, req, request.headers)
