@@ -11,6 +11,7 @@ from types import SimpleNamespace
 from deploy_refs import DEPLOY, ROOT
 
 from engine.core.stats import EngineStats
+from engine.server.launcher import free_port
 from engine.server.metrics import EngineMetrics
 from pyrouter.metrics import RouterMetrics
 
@@ -83,12 +84,9 @@ def test_issue_names_are_exported_and_documented():
 def test_engine_metrics_port_keeps_the_names_when_prometheus_asks_for_openmetrics():
     # Prometheus sends an OpenMetrics Accept header; the series must still be `switchyard:...`,
     # the names the dashboard and docs use (prometheus_client's own server escapes them).
-    import socket
     import urllib.request
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     EngineMetrics(_engine_core(), "engine-0", "prefill").serve("127.0.0.1", port)
     req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers={
         "Accept": "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"})

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import requests
@@ -90,9 +90,17 @@ def wait_ready(base: str, proc: Proc, want_engines: int = 1, timeout_s: float = 
     raise TimeoutError(f"router not ready in {timeout_s}s:\n{proc.output()}")
 
 
-def start_serve(*args: str) -> tuple[Proc, str]:
+def start_serve(*args: str, env: dict[str, str] | None = None) -> tuple[Proc, str]:
     """`switchyard serve` as a user runs it (one torch thread per engine on this small box)."""
     port = free_port()
     proc = Proc([*SWITCHYARD, "serve", "--port", str(port), *args],
-                env={"SWITCHYARD_TORCH_THREADS": "1"}, log_name=f"serve{port}")
+                env={"SWITCHYARD_TORCH_THREADS": "1", **(env or {})}, log_name=f"serve{port}")
     return proc, f"http://127.0.0.1:{port}"
+
+
+def wait_until(cond: Callable[[], object], timeout_s: float, what: str = "") -> None:
+    """Poll `cond` until it is true; fail the test after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what or 'the condition'}"
+        time.sleep(0.05)

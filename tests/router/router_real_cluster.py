@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-from router_procs import LOG_DIR, free_port, start_router, wait_ready
+from router_procs import FRONTS, LOG_DIR, free_port, start_router, wait_ready
 
 from engine.server.launcher import EngineSpec, start_engines, stop_engines
 from pyrouter.cli import DEFAULT_FRONT
@@ -36,3 +36,14 @@ def router_over(ports: Sequence[int], *extra: str, front: str = DEFAULT_FRONT) -
         yield base
     finally:
         proc.stop()
+
+
+@contextmanager
+def fronts_and_reference(mode: str = "exact") -> Iterator[tuple[dict[str, str], str]]:
+    """Three real engines: a router per HTTP front over the first two, and a reference router
+    over the third alone (what one engine generates). Yields ({front: base}, reference base)."""
+    with real_engines(["any", "any", "any"], mode=mode) as ports, \
+            router_over(ports[2:]) as reference:
+        with router_over(ports[:2], front=FRONTS[0]) as first, \
+                router_over(ports[:2], front=FRONTS[1]) as second:
+            yield {FRONTS[0]: first, FRONTS[1]: second}, reference

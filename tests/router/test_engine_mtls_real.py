@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from router_procs import FRONTS, LOG_DIR, free_port, start_router, wait_ready
+from router_procs import LOG_DIR, free_port, start_router, wait_ready
 
 from engine.server.auth import TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, TLS_SERVER_NAME_ENV
 from engine.server.launcher import EngineSpec, start_engines, stop_engines
@@ -60,7 +60,6 @@ def tls_engine(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-unt
         stop_engines(engines)
 
 
-@pytest.mark.parametrize("front", FRONTS)
 def test_router_serves_through_an_mtls_engine(tls_engine, front: str) -> None:  # type: ignore[no-untyped-def]
     port, router_tls = tls_engine
     router_port = free_port()
@@ -76,7 +75,6 @@ def test_router_serves_through_an_mtls_engine(tls_engine, front: str) -> None:  
         router.stop()
 
 
-@pytest.mark.parametrize("front", FRONTS)
 def test_router_without_a_client_certificate_is_refused(tls_engine, front: str) -> None:  # type: ignore[no-untyped-def]
     port, router_tls = tls_engine
     no_identity = {**router_tls, TLS_CERT_ENV: "", TLS_KEY_ENV: ""}

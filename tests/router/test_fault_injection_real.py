@@ -9,6 +9,7 @@ with the router counting nothing in flight.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import socket
 import threading
@@ -18,7 +19,7 @@ from dataclasses import replace
 
 import pytest
 import requests
-from router_procs import LOG_DIR, free_port, start_router, wait_ready
+from router_procs import LOG_DIR, free_port, start_router, wait_ready, wait_until
 
 from engine.server.client import EngineClient
 from engine.server.launcher import (
@@ -114,11 +115,7 @@ def _bytes_received(dep: Deployment) -> int:
     return int(asyncio.run(_stats(dep.address("decode"))).kv_bytes_received)
 
 
-def _wait_for(cond, timeout_s: float = 120.0, what: str = "") -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
+_wait_for = functools.partial(wait_until, timeout_s=120.0)
 
 
 def _baseline(dep: Deployment, roles: tuple[str, ...] = ("prefill", "decode")) -> None:

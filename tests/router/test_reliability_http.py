@@ -7,6 +7,7 @@ Finding numbers refer to issue 13: 2 admin plane, 3 engine auth and ids, 4 bound
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import signal
 import socket
@@ -19,7 +20,7 @@ import grpc
 import psutil
 import pytest
 import requests
-from router_procs import Proc, free_port, start_mock, start_router, wait_ready
+from router_procs import Proc, free_port, start_mock, start_router, wait_ready, wait_until
 
 from engine.server.client import EngineClient
 from pyrouter.cli import DEFAULT_FRONT
@@ -296,11 +297,7 @@ def test_engine_abort_never_reaches_the_client_as_a_finish_reason(front: str):
 
 # ---- finding 6: engine death under pd ----
 
-def _wait(cond, timeout_s: float = 20.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.1)
+_wait = functools.partial(wait_until, timeout_s=20.0)
 
 
 def test_pd_degrades_when_its_decode_engine_dies():
@@ -339,7 +336,7 @@ def test_sigterm_drains_then_ends_open_streams_cleanly(front: str):
             worker.start()
             time.sleep(0.2)
             router.popen.send_signal(signal.SIGTERM)
-            _wait(lambda: requests.get(f"{base}/ready").status_code == 503, 5)
+            _wait(lambda: requests.get(f"{base}/ready").status_code == 503, timeout_s=5)
             assert requests.get(f"{base}/ready").json()["draining"]
             refused = requests.post(f"{base}/v1/completions", json={"prompt": "x"})
             assert refused.status_code == 503

@@ -1,13 +1,14 @@
 """Engine membership: add, health in/out of rotation, drain-then-remove, auth, 429."""
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
 
 import pytest
 import requests
-from router_procs import free_port, start_mock, start_router, wait_ready
+from router_procs import free_port, start_mock, start_router, wait_ready, wait_until
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -81,11 +82,7 @@ def test_membership_health_and_drain(tmp_path, front: str):
         e1.stop()
 
 
-def _wait(cond, timeout_s: float = 10) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.05)
+_wait = functools.partial(wait_until, timeout_s=10.0)
 
 
 def test_api_keys_and_busy(front: str):

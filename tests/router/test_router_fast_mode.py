@@ -11,8 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
-from router_procs import FRONTS
-from router_real_cluster import real_engines, router_over
+from router_real_cluster import fronts_and_reference
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 PATTERNS = ["round_robin", "cache_aware", "pd", "balanced_pd"]
@@ -31,11 +30,8 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[tuple[dict[str, str], str]]:
-    with real_engines(["any", "any", "any"], mode="fast") as ports, \
-            router_over(ports[2:]) as reference:
-        with router_over(ports[:2], front=FRONTS[0]) as first, \
-                router_over(ports[:2], front=FRONTS[1]) as second:
-            yield {FRONTS[0]: first, FRONTS[1]: second}, reference
+    with fronts_and_reference("fast") as routers:
+        yield routers
 
 
 @pytest.fixture

@@ -12,8 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 import requests
-from router_procs import FRONTS
-from router_real_cluster import real_engines, router_over
+from router_real_cluster import fronts_and_reference
 
 pytestmark = pytest.mark.timeout(600)
 POLICIES = ["round_robin", "least_load", "cache_aware", "pd", "balanced_pd"]
@@ -24,10 +23,8 @@ STORY = ("The lighthouse keeper had lived alone on the island for thirty years. 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[tuple[dict[str, str], str]]:
-    with real_engines(["any", "any", "any"]) as ports, router_over(ports[2:]) as reference:
-        with router_over(ports[:2], front=FRONTS[0]) as first, \
-                router_over(ports[:2], front=FRONTS[1]) as second:
-            yield {FRONTS[0]: first, FRONTS[1]: second}, reference
+    with fronts_and_reference() as routers:
+        yield routers
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import requests
-from router_procs import FRONTS, SWITCHYARD, Proc, free_port, wait_ready
+from router_procs import FRONTS, start_serve, wait_ready
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 STORY = ("In the harbour town the fishermen rose before dawn, mended their nets by lantern "
@@ -34,15 +34,11 @@ policy("round_robin_py")(route)
 @pytest.fixture(scope="module", params=FRONTS)
 def serve(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
           ) -> Iterator[str]:
-    port = free_port()
     policies = tmp_path_factory.mktemp("policies")
     (policies / "round_robin_py.py").write_text(ROUND_ROBIN_PY)
     # Real latency profiles (cached after the first run on a machine): the policies predict.
-    proc = Proc([*SWITCHYARD, "serve", "--port", str(port), "--engines", "3",
-                 "--front", str(request.param), "--policy-dir", str(policies)],
-                env={"SWITCHYARD_TORCH_THREADS": "1", "SWITCHYARD_LATENCY_PROFILE": "auto"},
-                log_name=f"serve{port}")
-    base = f"http://127.0.0.1:{port}"
+    proc, base = start_serve("--engines", "3", "--front", str(request.param), "--policy-dir",
+                             str(policies), env={"SWITCHYARD_LATENCY_PROFILE": "auto"})
     try:
         wait_ready(base, proc, want_engines=3, timeout_s=900)
         yield base

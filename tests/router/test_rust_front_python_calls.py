@@ -67,7 +67,6 @@ async def test_python_runs_once_per_request_not_per_token(
                       if line.startswith("data: ") and line != "data: [DONE]"]
             assert len(events) == TOKENS  # one SSE event per token, each from its own message
             assert events[-1]["choices"][0]["finish_reason"] == "length"
-            # close() runs once the response has ended; give the loop a moment to run it.
             assert front.fast_policy == (None if python_calls else "round_robin")
             # close() (or the fast path's record) comes once the response has ended.
             for _ in range(100):

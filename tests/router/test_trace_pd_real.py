@@ -14,7 +14,7 @@ import pytest
 import requests
 from otlp_collector import OtlpCollector
 from prometheus_client.parser import text_string_to_metric_families
-from router_procs import ROOT, SWITCHYARD, Proc, free_port, wait_ready
+from router_procs import ROOT, SWITCHYARD, start_serve, wait_ready
 
 from switchyard_telemetry.jsonl import read_spans
 
@@ -39,12 +39,9 @@ def _scrape(url: str) -> dict[str, list[dict[str, str]]]:
 def test_pd_request_traced_across_router_and_engines(tmp_path):
     trace_file = str(tmp_path / "spans.jsonl")
     collector = OtlpCollector()
-    port = free_port()
-    env = {"SWITCHYARD_TORCH_THREADS": "1", "SWITCHYARD_TRACE_FILE": trace_file,
-           "OTEL_EXPORTER_OTLP_ENDPOINT": collector.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100"}
-    serve = Proc([*SWITCHYARD, "serve", "--port", str(port), "--policy", "pd",
-                  "--chunk-size", "16"], env=env, log_name=f"serve{port}")
-    base = f"http://127.0.0.1:{port}"
+    serve, base = start_serve("--policy", "pd", "--chunk-size", "16", env={
+        "SWITCHYARD_TRACE_FILE": trace_file, "OTEL_EXPORTER_OTLP_ENDPOINT": collector.endpoint,
+        "OTEL_BSP_SCHEDULE_DELAY": "100"})
     try:
         wait_ready(base, serve, want_engines=2, timeout_s=400)
         r = requests.post(f"{base}/v1/completions", timeout=120, headers={
