@@ -272,10 +272,12 @@ class _LinkSession(SendSession):
         nbytes = layout.chunk_bytes(n)
         try:
             offset = ring.alloc(nbytes, _STAGING_WAIT_S)
+            raw = ring.view(offset, nbytes)
         except StagingTimeout as exc:
+            # Closed because the link died: its reason (already this session's error) says why.
+            self._check_alive()
             raise TransferError(str(exc)) from exc
-        view = ring.view(offset, nbytes).view(layout.torch_dtype).view(layout.chunk_shape(n))
-        return ChunkBuffer(view, offset)
+        return ChunkBuffer(raw.view(layout.torch_dtype).view(layout.chunk_shape(n)), offset)
 
     def commit(self, layer: int, start: int, stop: int, chunk: ChunkBuffer) -> None:
         self._check_alive()

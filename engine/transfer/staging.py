@@ -44,20 +44,25 @@ class _MappedArea:
     def __init__(self, path: str, nbytes: int, create: bool) -> None:
         self.path = path
         self.nbytes = nbytes
-        self._mmap = _map_file(path, nbytes, create)
-        self.bytes = torch.frombuffer(self._mmap, dtype=torch.uint8)
+        # Every tensor made from this one holds the mmap object, and the mapping goes only
+        # when the last of them does (see close).
+        self.bytes: torch.Tensor | None = torch.frombuffer(
+            _map_file(path, nbytes, create), dtype=torch.uint8)
 
     def view(self, offset: int, nbytes: int) -> torch.Tensor:
+        if self.bytes is None:
+            raise StagingTimeout("staging area closed: the link to the receiver is down")
         if offset < 0 or offset + nbytes > self.nbytes:
             raise ValueError(f"staging range [{offset}, {offset + nbytes}) outside {self.nbytes}")
         return self.bytes[offset : offset + nbytes]
 
     def close(self) -> None:
-        del self.bytes
-        try:
-            self._mmap.close()
-        except BufferError:
-            pass  # a view is still alive somewhere; the mapping goes with it
+        # Never mmap.close(): torch.frombuffer does not pin the buffer, so unmapping would
+        # succeed while another thread still gathers into (or scatters from) a view of it, and
+        # that thread would then crash the whole process (SIGSEGV) — a link dies on its ack
+        # thread while the sender is mid-layer whenever the receiver is killed. Dropping our
+        # reference unmaps the area once the last view in use is gone.
+        self.bytes = None
 
 
 class StagingArea(Protocol):
@@ -150,7 +155,7 @@ class StagingRing(_MappedArea, FifoRing):
         _MappedArea.__init__(self, path, nbytes, create=True)
         FifoRing.__init__(self, nbytes)
         # Touch every page now so the first transfer does not pay page faults.
-        self.bytes.zero_()
+        self.view(0, nbytes).zero_()
 
     def hello(self) -> dict[str, object]:
         """What the receiver needs to map the area (sent in the link's HELLO frame)."""

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -228,3 +231,28 @@ def test_link_needs_the_engine_token(monkeypatch) -> None:
             link.close()
     finally:
         listener.close()
+
+
+_WRITE_AFTER_CLOSE = """
+import torch
+from engine.transfer.staging import StagingRing, StagingTimeout
+ring = StagingRing(1 << 20)
+view = ring.view(ring.alloc(4096, timeout_s=1.0), 4096)  # a sender mid-layer holds this
+ring.close()  # the link dies on its ack thread
+view.copy_(torch.arange(4096, dtype=torch.int64).to(torch.uint8))  # the gather goes on
+assert int(view[5]) == 5
+try:
+    ring.view(0, 16)
+except StagingTimeout:
+    print("ok")
+"""
+
+
+def test_a_dying_link_never_unmaps_a_view_in_use() -> None:
+    """A link's death closes its staging area from the ack thread while the sender may still be
+    copying a layer into a view of it; the area must stay mapped until that view is gone (an
+    unmap here crashed the prefill engine whenever its decode engine was killed mid-transfer).
+    In a child process: the crash being checked for is a SIGSEGV."""
+    done = subprocess.run([sys.executable, "-c", _WRITE_AFTER_CLOSE], capture_output=True,
+                          text=True, timeout=60, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0 and done.stdout.strip() == "ok", (done.returncode, done.stderr)
