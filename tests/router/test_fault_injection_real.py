@@ -120,6 +120,9 @@ _wait_for = functools.partial(wait_until, timeout_s=120.0)
 
 def _baseline(dep: Deployment, roles: tuple[str, ...] = ("prefill", "decode")) -> None:
     for role in roles:
+        engine = dep.engines[role]
+        assert engine.alive(), (f"the {role} engine died (exit {engine.proc.returncode}):\n"
+                                f"{engine.log_tail(60)}")
         audit = asyncio.run(audit_engine(dep.address(role), settle_s=60))
         assert audit.clean, audit
     deadline = time.monotonic() + 30
