@@ -44,6 +44,8 @@ pub trait PromptTokenizer {
     fn encode_prompt(&self, text: &str) -> crate::Result<Vec<u32>>;
     fn encode_chat(&self, messages: &[ChatMessage]) -> crate::Result<Vec<u32>>;
     fn vocab_size(&self) -> usize;
+    /// The most UTF-8 bytes one token stands for (RouterTokenizer::max_token_bytes).
+    fn max_token_bytes(&self) -> usize;
 }
 
 impl PromptTokenizer for RouterTokenizer {
@@ -57,6 +59,10 @@ impl PromptTokenizer for RouterTokenizer {
 
     fn vocab_size(&self) -> usize {
         RouterTokenizer::vocab_size(self)
+    }
+
+    fn max_token_bytes(&self) -> usize {
+        RouterTokenizer::max_token_bytes(self)
     }
 }
 
@@ -204,7 +210,35 @@ fn stop_strings(body: &Fields) -> Result<Vec<String>, ApiError> {
     }
 }
 
-fn prompt_tokens(body: &Fields, tok: &dyn PromptTokenizer) -> Result<Vec<u32>, ApiError> {
+/// A prompt that cannot fit the context whatever it tokenises to is refused before any work is
+/// spent on it: text longer than the context times the most bytes a token stands for, or more
+/// token ids than the context.
+fn cannot_fit(what: String, max_context: i64, param: &str) -> ApiError {
+    bad(
+        format!("the prompt's {what} cannot fit the context length {max_context}"),
+        param,
+    )
+    .with_code("context_length_exceeded")
+}
+
+fn check_text_fits(
+    bytes: usize,
+    tok: &dyn PromptTokenizer,
+    max_context: i64,
+    param: &str,
+) -> Result<(), ApiError> {
+    let most = u128::try_from(max_context).unwrap_or(0) * tok.max_token_bytes() as u128;
+    if bytes as u128 > most {
+        return Err(cannot_fit(format!("{bytes} bytes"), max_context, param));
+    }
+    Ok(())
+}
+
+fn prompt_tokens(
+    body: &Fields,
+    tok: &dyn PromptTokenizer,
+    max_context: i64,
+) -> Result<Vec<u32>, ApiError> {
     let mut prompt = body.get("prompt");
     if let Some(Value::Array(batch)) = prompt {
         if batch.len() == 1 && (batch[0].is_string() || batch[0].is_array()) {
@@ -212,7 +246,17 @@ fn prompt_tokens(body: &Fields, tok: &dyn PromptTokenizer) -> Result<Vec<u32>, A
         }
     }
     match prompt {
-        Some(Value::String(text)) => Ok(tok.encode_prompt(text)?),
+        Some(Value::String(text)) => {
+            check_text_fits(text.len(), tok, max_context, "prompt")?;
+            Ok(tok.encode_prompt(text)?)
+        }
+        Some(Value::Array(ids)) if ids.len() as u128 > u128::try_from(max_context).unwrap_or(0) => {
+            Err(cannot_fit(
+                format!("{} token ids", ids.len()),
+                max_context,
+                "prompt",
+            ))
+        }
         Some(Value::Array(ids)) if !ids.is_empty() && ids.iter().all(is_int) => {
             let vocab = tok.vocab_size() as u64;
             ids.iter()
@@ -234,8 +278,14 @@ fn prompt_tokens(body: &Fields, tok: &dyn PromptTokenizer) -> Result<Vec<u32>, A
     }
 }
 
-fn chat_tokens(body: &Fields, tok: &dyn PromptTokenizer) -> Result<Vec<u32>, ApiError> {
+fn chat_tokens(
+    body: &Fields,
+    tok: &dyn PromptTokenizer,
+    max_context: i64,
+) -> Result<Vec<u32>, ApiError> {
     let messages = parse_chat_messages(body.get("messages").unwrap_or(&Value::Null))?;
+    let bytes = messages.iter().map(|m| m.content.len()).sum();
+    check_text_fits(bytes, tok, max_context, "messages")?;
     Ok(tok.encode_chat(&messages)?)
 }
 
@@ -295,8 +345,8 @@ pub fn parse_generation(
     }
     check_unsupported(body)?;
     let tokens = match kind {
-        RequestKind::Chat => chat_tokens(body, tok)?,
-        RequestKind::Completion => prompt_tokens(body, tok)?,
+        RequestKind::Chat => chat_tokens(body, tok, limits.max_context)?,
+        RequestKind::Completion => prompt_tokens(body, tok, limits.max_context)?,
     };
     if tokens.is_empty() {
         return Err(bad("the prompt is empty".into(), "prompt"));

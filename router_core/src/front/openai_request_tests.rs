@@ -20,6 +20,10 @@ impl PromptTokenizer for ByteTokenizer {
     fn vocab_size(&self) -> usize {
         256
     }
+
+    fn max_token_bytes(&self) -> usize {
+        1
+    }
 }
 
 fn limits() -> RequestLimits {
@@ -158,4 +162,65 @@ fn neutral_values_are_accepted() {
     )
     .unwrap();
     parse(json!({"prompt": "x", "model": "m", "slo": {}, "max_completion_tokens": 5})).unwrap();
+}
+
+/// A tokenizer whose work counts: a prompt that cannot fit is refused before it is tokenised.
+struct CountingTokenizer(std::cell::Cell<usize>);
+
+impl PromptTokenizer for CountingTokenizer {
+    fn encode_prompt(&self, text: &str) -> crate::Result<Vec<u32>> {
+        self.0.set(self.0.get() + 1);
+        ByteTokenizer.encode_prompt(text)
+    }
+
+    fn encode_chat(&self, messages: &[ChatMessage]) -> crate::Result<Vec<u32>> {
+        self.0.set(self.0.get() + 1);
+        ByteTokenizer.encode_chat(messages)
+    }
+
+    fn vocab_size(&self) -> usize {
+        256
+    }
+
+    fn max_token_bytes(&self) -> usize {
+        2
+    }
+}
+
+#[test]
+fn prompts_that_cannot_fit_are_refused_untokenised() {
+    let tok = CountingTokenizer(std::cell::Cell::new(0));
+    let too_long = "x".repeat(129); // > 64 tokens * 2 bytes
+    let cases = [
+        (
+            RequestKind::Completion,
+            json!({"prompt": too_long}),
+            "prompt",
+            "129 bytes",
+        ),
+        (
+            RequestKind::Completion,
+            json!({"prompt": vec![1; 65]}),
+            "prompt",
+            "65 token ids",
+        ),
+        (
+            RequestKind::Chat,
+            json!({"messages": [{"role": "user", "content": "x".repeat(100)},
+                                {"role": "user", "content": "x".repeat(29)}]}),
+            "messages",
+            "129 bytes",
+        ),
+    ];
+    for (kind, body, param, what) in cases {
+        let err = parse_generation(&body, kind, &tok, &limits()).unwrap_err();
+        assert_eq!(err.code.as_deref(), Some("context_length_exceeded"));
+        assert_eq!(err.param.as_deref(), Some(param));
+        assert!(err.message.contains(what), "{}", err.message);
+    }
+    assert_eq!(tok.0.get(), 0, "nothing was tokenised");
+    // At the bound the prompt is tokenised (and then judged on its real length).
+    let at_bound = json!({"prompt": "x".repeat(128)});
+    assert!(parse_generation(&at_bound, RequestKind::Completion, &tok, &limits()).is_err());
+    assert_eq!(tok.0.get(), 1);
 }

@@ -6,6 +6,7 @@ use super::chat_template::ChatTemplate;
 use super::messages::ChatMessage;
 use crate::error::{Result, RouterCoreError};
 use std::str::FromStr;
+use std::sync::OnceLock;
 use tokenizers::Tokenizer;
 
 pub struct RouterTokenizer {
@@ -17,6 +18,7 @@ pub struct RouterTokenizer {
     bos_token: String,
     eos_token: String,
     vocab_size: usize,
+    max_token_bytes: OnceLock<usize>,
 }
 
 impl RouterTokenizer {
@@ -47,6 +49,21 @@ impl RouterTokenizer {
             eos_token_ids,
             bos_token,
             eos_token,
+            max_token_bytes: OnceLock::new(),
+        })
+    }
+
+    /// The most UTF-8 bytes one token stands for, so a text of B bytes needs at least
+    /// B / max_token_bytes tokens: a length check that tokenises nothing. Worked out on first
+    /// use (one decode per id).
+    pub fn max_token_bytes(&self) -> usize {
+        *self.max_token_bytes.get_or_init(|| {
+            (0..self.vocab_size as u32)
+                .filter_map(|id| self.tokenizer.decode(&[id], false).ok())
+                .map(|text| text.len())
+                .max()
+                .unwrap_or(1)
+                .max(1)
         })
     }
 
