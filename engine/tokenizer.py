@@ -40,7 +40,6 @@ class EngineTokenizer:
         self._template_env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         self._template_env.globals["raise_exception"] = _raise_exception
         self._compiled_template: Any = None
-        self._max_token_bytes: int | None = None
 
     # ---- construction ----
     @classmethod
@@ -118,15 +117,6 @@ class EngineTokenizer:
             batch = self._tokenizer.encode_batch([text], add_special_tokens=add_special_tokens)
             return list(batch[0].ids)
         return list(self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids)
-
-    def max_token_bytes(self) -> int:
-        """The most UTF-8 bytes one token stands for (a prompt of B bytes has at least
-        B / max_token_bytes tokens: a length check that needs no tokenising)."""
-        if self._max_token_bytes is None:
-            self._max_token_bytes = max(
-                (len(self._tokenizer.decode([i], skip_special_tokens=False).encode())
-                 for i in range(self.vocab_size)), default=1)
-        return max(1, self._max_token_bytes)
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
         vocab = self.vocab_size

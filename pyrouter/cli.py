@@ -41,21 +41,6 @@ def _load(target: str) -> Callable[[argparse.Namespace], int]:
     return func
 
 
-# The router's HTTP fronts; the Rust one (router_core/src/front/) is the default. The aiohttp
-# front still serves the Rust front's admin and probe routes on loopback, and goes once those
-# move.
-FRONTS = ("rust", "aiohttp")
-DEFAULT_FRONT = "rust"
-
-
-def add_front_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--front", choices=FRONTS, default=DEFAULT_FRONT,
-                        help="the router's HTTP front: rust (default: axum + tonic in "
-                        "router_core; Python policies run once per request and segment, the "
-                        "pure-selection built-ins not at all) or aiohttp (the older Python "
-                        "front, to be removed)")
-
-
 def add_router_guard_arguments(parser: argparse.ArgumentParser) -> None:
     """What bounds the router's exposure (docs/reliability.md); `serve` passes them through."""
     g = parser.add_argument_group("protection (docs/reliability.md)")
@@ -102,7 +87,6 @@ def build_parser() -> argparse.ArgumentParser:
                        "down")
     add_router_guard_arguments(serve)
     add_runtime_arguments(serve)  # passed to every engine
-    add_front_argument(serve)
     serve.add_argument("--mock-engines", action="store_true",
                        help="start mock engines (synthetic tokens, no model): router tests and "
                        "overhead benchmarks only")
@@ -125,7 +109,6 @@ def build_parser() -> argparse.ArgumentParser:
                      "changes (a mounted ConfigMap)")
     rtr.add_argument("--policy-dir-poll-s", type=float, default=2.0,
                      help="seconds between checks of --policy-dir for changed files")
-    add_front_argument(rtr)
     rtr.add_argument("--port", type=int, default=8000)
     rtr.add_argument("--host", default="127.0.0.1")
     rtr.add_argument("--model", default=None, help="model whose tokenizer the router uses")

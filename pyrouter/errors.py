@@ -51,18 +51,16 @@ class NotFound(RouterError):
     default_code = "not_found"
 
 
-class RequestTimeout(RouterError):
-    """The client did not send its whole body in time (408; the connection is closed)."""
+class MethodNotAllowed(RouterError):
+    """The route exists, not with this method (405; `allow` names the methods it takes)."""
 
-    status = 408
+    status = 405
     error_type = "invalid_request_error"
-    default_code = "request_timeout"
+    default_code = "method_not_allowed"
 
-
-class PayloadTooLarge(RouterError):
-    status = 413
-    error_type = "invalid_request_error"
-    default_code = "request_too_large"
+    def __init__(self, message: str, allow: list[str]) -> None:
+        super().__init__(message)
+        self.allow = allow
 
 
 class Busy(RouterError):

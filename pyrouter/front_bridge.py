@@ -1,16 +1,14 @@
-"""The deciding side of the Rust HTTP front (router_core.RouterFront, `--front rust`).
+"""The deciding side of the router's HTTP front (router_core.RouterFront).
 
 The front parses, tokenises, streams tokens and writes SSE/JSON in Rust; it calls this bridge on
 the router's asyncio loop once per request (`admit`: run the policy to the first chunk of its
 first segment), once per segment boundary (`next_segment`) and once at the end (`close`) —
 never per token. The policy session, the dispatcher's retries and error mapping, the request
-scope, metrics, traces, outcomes and per-caller limits are the Python ones the aiohttp front
-uses. Routes the front
-does not serve itself (/ready, /metrics, /admin/...) go to the aiohttp app (pyrouter/http/app.py)
-on a loopback port, so they are the same handlers behind the same key ring: the forwarded
-request carries the client's own Authorization header and nothing else, so an admin route takes
-an admin key exactly as on the aiohttp front (pyrouter/security/keys.py). While the router
-drains, `admit` answers 503 `shutting_down` as the aiohttp front does.
+scope, metrics, traces, outcomes and per-caller limits live here. Routes the front does not
+serve itself (/ready, /metrics, /openapi.json, /admin/...) come to `ops`, which answers them
+with pyrouter/http/ops.py behind the key ring: the request carries the client's own
+Authorization header, so an admin route takes an admin key. While the router drains, `admit`
+answers 503 `shutting_down`.
 """
 from __future__ import annotations
 
@@ -19,14 +17,15 @@ import json
 import logging
 from dataclasses import dataclass
 from typing import Any
-
-import aiohttp
+from urllib.parse import parse_qsl
 
 from engine.core.errors import InvalidRequest
 from engine.core.sampling_params import SamplingParams
 from pyrouter.dispatch import RequestRun
 from pyrouter.errors import BadRequest, PolicyFailed, RouterError
-from pyrouter.http.generation import shutting_down
+from pyrouter.http.drain import shutting_down
+from pyrouter.http.ops import answer
+from pyrouter.http.routes import OpsRequest
 from pyrouter.request import RouterRequest, SloSpec
 from pyrouter.request_end import record_request_end
 from pyrouter.request_trace import start_request_trace
@@ -34,7 +33,6 @@ from pyrouter.state import RouterState
 from pyrouter.timeline import RequestTimeline
 
 log = logging.getLogger("switchyard.router")
-_OPS_TIMEOUT = aiohttp.ClientTimeout(total=900)  # a drain may wait for long requests
 
 # (status, body) of a failure, as the client gets it.
 Failure = tuple[bool, tuple[int, bytes]]
@@ -75,15 +73,9 @@ def _request(spec: dict[str, Any], served_model: str) -> RouterRequest:
 
 
 class FrontBridge:
-    def __init__(self, state: RouterState, ops_base: str) -> None:
+    def __init__(self, state: RouterState) -> None:
         self.state = state
-        self._ops_base = ops_base
-        self._ops: aiohttp.ClientSession | None = None
         self._admitting: dict[str, asyncio.Task[Any]] = {}
-
-    async def aclose(self) -> None:
-        if self._ops is not None:
-            await self._ops.close()
 
     # ---- once per request ----
     async def admit(self, spec: dict[str, Any]) -> tuple[FrontRequest | None, str, bool, Any]:
@@ -181,16 +173,12 @@ class FrontBridge:
         record_request_end(state, req, handle.policy, status, error_type)
 
     # ---- the routes the front does not serve ----
-    async def ops(self, method: str, path: str, query: str, body: bytes, authorization: str
-                  ) -> tuple[int, str, bytes]:
-        if self._ops is None:
-            self._ops = aiohttp.ClientSession(timeout=_OPS_TIMEOUT)
-        url = f"{self._ops_base}{path}" + (f"?{query}" if query else "")
-        headers = {"Content-Type": "application/json"}
-        if authorization:  # the client's own: the app's key ring decides (never a key of ours)
-            headers["Authorization"] = authorization
-        async with self._ops.request(method, url, data=body, headers=headers) as resp:
-            return resp.status, resp.content_type, await resp.read()
+    async def ops(self, plane: str, method: str, path: str, query: str, body: bytes,
+                  authorization: str) -> tuple[int, str, list[tuple[str, str]], bytes]:
+        resp = await answer(self.state, OpsRequest(
+            plane, method, path, dict(parse_qsl(query, keep_blank_values=True)), body,
+            authorization))
+        return resp.status, resp.content_type, resp.headers, resp.body
 
     def engine_unavailable(self, num: int, message: str) -> None:
         for engine in self.state.engines.engines.values():

@@ -28,7 +28,6 @@ from pathlib import Path
 
 from engine.server.auth import TOKEN_ENV, TOKEN_FILE_ENV
 from engine.server.launcher import EngineProcess, EngineSpec, launch, stop_engines, wait_healthy
-from pyrouter.cli import DEFAULT_FRONT
 from pyrouter.server import initial_policy, serve_router
 
 log = logging.getLogger("switchyard.serve")
@@ -123,8 +122,7 @@ def _router_args(args: argparse.Namespace, engines: list[EngineProcess],
         engine=[f"{e.address}@{e.role}" for e in engines], policy=policy,
         policy_file=None, policy_dir=getattr(args, "policy_dir", None), model=args.model,
         host=args.host, port=args.port, max_inflight=None, max_context=None, poll_s=None,
-        default_temperature=None, default_top_p=None,
-        front=getattr(args, "front", DEFAULT_FRONT))
+        default_temperature=None, default_top_p=None)
     for name in _ROUTER_GUARD_FLAGS:
         setattr(router_args, name, getattr(args, name, None))
     return router_args

@@ -7,15 +7,11 @@ import logging
 import os
 import signal
 
-from aiohttp import web
-
-from pyrouter.cli import DEFAULT_FRONT
 from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.membership import EngineSet
 from pyrouter.errors import BadRequest
 from pyrouter.fast_path import FastRequestRecorder, sync_fast_policy
 from pyrouter.front_bridge import FrontBridge
-from pyrouter.http.app import make_admin_app, make_app
 from pyrouter.http.drain import drain
 from pyrouter.live_config import LiveConfig
 from pyrouter.metrics import RouterMetrics
@@ -30,6 +26,7 @@ from router_core import DetokenizerVocab, RouterFront
 log = logging.getLogger("switchyard.router")
 DRAIN_ENV = "SWITCHYARD_DRAIN_S"  # the engines' drain variable; the router's default grace too
 LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
+FRONT_CLOSE_S = 1.0  # after the drain: for the front's connections to close
 
 
 def initial_policy(name: str, policy_file: str | None) -> ActivePolicy:
@@ -91,7 +88,6 @@ def router_config(args: argparse.Namespace) -> RouterConfig:
 async def build_state(args: argparse.Namespace) -> RouterState:
     config = router_config(args)
     tokenizer = load_router_tokenizer(args.model)
-    tokenizer.max_token_bytes()  # computed once now, not on the first request
     engines = EngineSet(poll_s=float(getattr(args, "poll_s", None) or 0.5))
     for spec in args.engine:
         engines.add(*parse_engine_arg(spec))
@@ -105,41 +101,27 @@ async def build_state(args: argparse.Namespace) -> RouterState:
                        metrics=metrics, limiter=CallerLimiter(config.rate))
 
 
-async def _start_site(app: web.Application, host: str, port: int,
-                      idle_timeout_s: float) -> web.AppRunner:
-    # keepalive_timeout closes a connection that has not sent a complete request in that time:
-    # headers trickling in (slowloris) as much as an idle keep-alive connection.
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
-                           keepalive_timeout=idle_timeout_s)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port, backlog=4096, reuse_address=True)
-    await site.start()
-    return runner
-
-
-def start_rust_front(state: RouterState, args: argparse.Namespace, ops_port: int
-                      ) -> tuple[RouterFront, FrontBridge]:
-    """The Rust HTTP front on --host/--port; the aiohttp app answers its other routes on
-    `ops_port` (loopback)."""
+def start_front(state: RouterState, args: argparse.Namespace) -> RouterFront:
+    """The HTTP front on --host/--port (and the admin plane on --admin-port): the OpenAI routes
+    run in Rust; policy decisions and the other routes come to the bridge on this loop."""
     cfg = state.config
-    # The bridge forwards the client's own Authorization header to the loopback app: its key
-    # ring decides the admin routes (no key of the router's is ever added).
-    bridge = FrontBridge(state, f"http://127.0.0.1:{ops_port}")
+    admin_port = getattr(args, "admin_port", None)
     # to_state()'s keys are RouterFront's tokenizer arguments.
     front = RouterFront(
-        bridge, args.host, args.port, **state.tokenizer.to_state(),
+        FrontBridge(state), args.host, args.port, **state.tokenizer.to_state(),
         served_model=cfg.served_model, max_context=cfg.max_context,
         max_inflight=cfg.max_inflight, api_keys=sorted(cfg.keys.api_keys),
         default_temperature=cfg.default_temperature, default_top_p=cfg.default_top_p,
         first_chunk_timeout_s=state.dispatcher.policy_timeout_s,
         max_body_bytes=cfg.max_body_bytes, body_timeout_s=cfg.body_timeout_s,
-        idle_timeout_s=cfg.idle_timeout_s)
+        idle_timeout_s=cfg.idle_timeout_s,
+        admin_host=getattr(args, "admin_host", None) or "127.0.0.1", admin_port=admin_port)
     state.engines.attach_front(front)
     # Under a pure-selection built-in the front picks engines itself (pyrouter/fast_path.py).
     sync_fast_policy(state, front)
     state.slot.on_change(lambda _active: sync_fast_policy(state, front))
     state.fast_recorder = FastRequestRecorder(state, front)
-    return front, bridge
+    return front
 
 
 async def serve_router(args: argparse.Namespace, stop: asyncio.Event,
@@ -149,43 +131,29 @@ async def serve_router(args: argparse.Namespace, stop: asyncio.Event,
     state.policy_dir = live.policy_dir
     await live.start(state)
     cfg = state.config
-    rust = getattr(args, "front", DEFAULT_FRONT) == "rust"
-    admin_port = getattr(args, "admin_port", None)
-    # --front rust: the aiohttp app serves only the front's non-OpenAI routes, on loopback.
-    host, port = ("127.0.0.1", 0) if rust else (args.host, args.port)
-    runners = [await _start_site(make_app(state, with_admin=admin_port is None), host, port,
-                                 cfg.idle_timeout_s)]
     front: RouterFront | None = None
-    bridge: FrontBridge | None = None
     recording: asyncio.Task[None] | None = None
     try:
-        if admin_port is not None:
+        front = start_front(state, args)
+        if front.admin_port is not None:
             admin_host = getattr(args, "admin_host", None) or "127.0.0.1"
-            runners.append(await _start_site(make_admin_app(state), admin_host, admin_port,
-                                             cfg.idle_timeout_s))
-            log.info("admin routes on http://%s:%d only", admin_host, admin_port)
+            log.info("admin routes on http://%s:%d only", admin_host, front.admin_port)
             if cfg.keys.admin_open and admin_host not in LOOPBACK_HOSTS:
                 log.warning("admin routes on %s need no key: set %s or keep them on loopback",
                             admin_host, ADMIN_KEYS_ENV)
-        if rust:
-            front, bridge = start_rust_front(state, args, int(runners[0].addresses[0][1]))
-            assert state.fast_recorder is not None
-            recording = asyncio.create_task(state.fast_recorder.run())
+        assert state.fast_recorder is not None
+        recording = asyncio.create_task(state.fast_recorder.run())
         print(banner or f"switchyard router on http://{args.host}:{args.port} "
-              f"policy={state.slot.current.name} engines={len(state.engines.engines)}"
-              f"{' front=rust' if rust else ''}", flush=True)
+              f"policy={state.slot.current.name} engines={len(state.engines.engines)}",
+              flush=True)
         await stop.wait()
         await drain(state, cfg.drain_s)
     finally:
         if front is not None:
             # On a thread: requests ending meanwhile still run their close on this loop.
-            await asyncio.to_thread(front.shutdown, 1.0)
+            await asyncio.to_thread(front.shutdown, FRONT_CLOSE_S)
         if recording is not None:
             recording.cancel()  # records the last fast-path requests as it ends
-        if bridge is not None:
-            await bridge.aclose()
-        for runner in runners:
-            await runner.cleanup()
         await live.close()
         await state.engines.close()
 

@@ -1,11 +1,8 @@
-"""Everything one router instance holds; the aiohttp app carries it under STATE."""
+"""Everything one router instance holds."""
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-from aiohttp import web
+from typing import TYPE_CHECKING
 
 from engine.tokenizer import EngineTokenizer
 from pyrouter.dispatch import Dispatcher, PolicySlot, RequestRun
@@ -73,17 +70,12 @@ class RouterState:
     # --policy-dir: the only place PUT /admin/policy may load a file from (None: nowhere).
     policy_dir: PolicyDir | None = None
     draining: bool = False  # SIGTERM received: nothing new is admitted
-    # The handler task of every admitted generation request (the drain cancels what outlives
-    # its grace period; pyrouter/http/drain.py).
-    handlers: dict[asyncio.Task[Any], web.Request] = field(default_factory=dict)
     # The OpenTelemetry tracer when tracing is configured (switchyard_telemetry/provider.py).
     tracer: Tracer | None = field(default_factory=lambda: router_tracer())
-    # The Rust front's fast-path requests, recorded into the metrics and outcomes (--front rust).
+    # The front's fast-path requests, recorded into the metrics and outcomes.
     fast_recorder: FastRequestRecorder | None = None
 
 
 def router_tracer() -> Tracer | None:
     return tracer_from_env("switchyard-router", {"service.instance.id": "router"})
 
-
-STATE = web.AppKey("switchyard_state", RouterState)

@@ -381,7 +381,9 @@ class FastRequestRecord:
 class RouterFront:
     """The OpenAI routes, /health and /v1/models served in Rust on all cores; every other
     route, and every policy decision, goes to `bridge` (a FrontBridge) on the asyncio loop the
-    front was constructed on — once per request and per segment, never per token."""
+    front was constructed on — once per request and per segment, never per token. With
+    `admin_port` a second listener (the admin plane) serves /health and hands the rest to the
+    bridge's `ops` with plane "admin"."""
     def __new__(cls, bridge: Any, host: str, port: int, *, tokenizer_json: str,
                 chat_template: str | None = None, bos_token_id: int | None = None,
                 eos_token_ids: Sequence[int] = ..., served_model: str, max_context: int,
@@ -389,9 +391,12 @@ class RouterFront:
                 default_temperature: float = 1.0, default_top_p: float = 1.0,
                 first_chunk_timeout_s: float = 300.0,
                 max_body_bytes: int = 64 << 20, body_timeout_s: float = 30.0,
-                idle_timeout_s: float = 30.0) -> RouterFront: ...
+                idle_timeout_s: float = 30.0, admin_host: str | None = None,
+                admin_port: int | None = None) -> RouterFront: ...
     @property
     def port(self) -> int: ...
+    @property
+    def admin_port(self) -> int | None: ...
     @property
     def inflight(self) -> int: ...
     def set_engine(self, num: int, address: str, timeout_s: float,

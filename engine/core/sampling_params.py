@@ -1,8 +1,9 @@
 """SamplingParams: how one request picks its tokens and when it stops (OpenAI semantics).
 
-The sampling rules: the aiohttp front validates a request's fields by building this (an HTTP
-400 names the field), and the engine validates what arrives over gRPC the same way. The Rust
-front applies the same rules in router_core/src/sampling.rs (a second copy: change both).
+The sampling rules: the engine validates what arrives over gRPC by building this (an
+INVALID_ARGUMENT names the field), and the router's bridge builds one for each request the policy
+sees. The router's HTTP front applies the same rules to a request's fields first, in
+router_core/src/sampling.rs (a second copy: change both).
 """
 from __future__ import annotations
 

@@ -11,15 +11,14 @@ installs Debian's package when it can) with 16-token completions: streaming at c
 "direct-grpc" the same requests streamed from one mock engine over gRPC (a grpc.aio client).
 The anchors are installed by the set-up into their own venv (pyrouter/bench/anchors.py).
 
-Switchyard runs four times. "switchyard": its mock engines send, in each StartGenerate message,
+Switchyard runs three times. "switchyard": its mock engines send, in each StartGenerate message,
 every token already produced (as engine/server/servicer.py does); they cost nothing, so one
 message carries all 16 tokens. "switchyard-16msg": the mock engines send one message per token
-(`--no-coalesce`). "switchyard-rust" and "switchyard-rust-16msg": the same two with the Rust
-HTTP front (`--front rust`), where round_robin takes the fast path (picked in Rust, no Python per
-request); "switchyard-rust-py": the Rust front with the same round_robin loaded as a policy file
-under another name, so its Python runs once per request. In all, the router
-sends one SSE event per token, as the anchors' workers do; the table says how many events and
-gRPC messages each response carried (counted, not assumed).
+(`--no-coalesce`). Under round_robin both take the front's fast path (picked in Rust, no Python
+per request). "switchyard-py": the same round_robin loaded as a policy file under another name,
+so its Python runs once per request. In all, the router sends one SSE event per token, as the
+anchors' workers do; the table says how many events and gRPC messages each response carried
+(counted, not assumed).
 
 --tracing measures what tracing costs the router instead (pyrouter/bench/router_bench_tracing.py);
 --repeat N measures every target N times, interleaved, and reports medians.
@@ -45,7 +44,6 @@ from pyrouter.bench.anchors import anchor_argv, ensure_anchors
 from pyrouter.bench.grpc_direct import count_messages, measure_grpc
 from pyrouter.bench.proc_cpu import tree_cpu_s
 from pyrouter.bench.router_bench_tables import (
-    FRONT_SUFFIX,
     Row,
     engine_twin,
     issue_table,
@@ -147,14 +145,12 @@ def count_sse_events(url: str, body: dict[str, object]) -> int:
                    and line.strip() != b"data: [DONE]")
 
 
-# Switchyard variants: (row suffix, extra mock-engine flags, router environment, HTTP front,
-# Python policy: round_robin from a policy file, so no fast path takes it).
-_VARIANTS: tuple[tuple[str, list[str], dict[str, str], str, bool], ...] = (
-    ("", [], NO_TRACING, "aiohttp", False),
-    ("-16msg", ["--no-coalesce"], NO_TRACING, "aiohttp", False),
-    (FRONT_SUFFIX, [], NO_TRACING, "rust", False),
-    (f"{FRONT_SUFFIX}-16msg", ["--no-coalesce"], NO_TRACING, "rust", False),
-    (f"{FRONT_SUFFIX}-py", [], NO_TRACING, "rust", True))
+# Switchyard variants: (row suffix, extra mock-engine flags, router environment, Python policy:
+# round_robin from a policy file, so no fast path takes it).
+_VARIANTS: tuple[tuple[str, list[str], dict[str, str], bool], ...] = (
+    ("", [], NO_TRACING, False),
+    ("-16msg", ["--no-coalesce"], NO_TRACING, False),
+    ("-py", [], NO_TRACING, True))
 PYTHON_POLICY = "round_robin_py"
 _PYTHON_POLICY_FILE = f"""\"\"\"round_robin under another name: the same picks, made in Python.\"\"\"
 from pyrouter.policies.round_robin import route
@@ -172,10 +168,9 @@ def _python_policy_file() -> str:
 
 
 def _start_switchyard(started: Procs, suffix: str, flags: list[str],
-                      env: dict[str, str], front: str = "aiohttp",
-                      python_policy: bool = False) -> list[Target]:
+                      env: dict[str, str], python_policy: bool = False) -> list[Target]:
     """A router in front of two mock engines, and the direct-grpc row of its first engine (the
-    aiohttp front's only: the Rust front's engines are the same kind)."""
+    Python-policy router's engines are the same kind: no row of their own)."""
     ports = [_free_port(), _free_port()]
     engines = [_spawn(started, [_PY, "-m", "engine.mock", "--port", str(p), *flags])
                for p in ports]
@@ -183,11 +178,11 @@ def _start_switchyard(started: Procs, suffix: str, flags: list[str],
     policy = (["--policy-file", _python_policy_file(), "--policy", PYTHON_POLICY]
               if python_policy else ["--policy", "round_robin"])
     router = _spawn(started, [_PY, "-m", "pyrouter.cli", "router", "--port", str(router_port),
-                              *policy, "--front", front,
+                              *policy,
                               *[a for p in ports for a in ("--engine", f"127.0.0.1:{p}")]], env)
     routed = Target(f"switchyard{suffix}", url=f"http://127.0.0.1:{router_port}/v1/completions",
                     router=[router], backends=engines)
-    if front != "aiohttp":
+    if python_policy:
         return [routed]
     return [routed, Target(f"direct-grpc{suffix}", grpc_address=f"127.0.0.1:{ports[0]}",
                            backends=engines[:1])]
@@ -209,8 +204,8 @@ def _start_targets(cfg: RouterBenchConfig, started: Procs) -> list[Target]:
                for p in worker_ports]
     worker_urls = [f"http://127.0.0.1:{p}" for p in worker_ports]
     targets = [Target("direct", url=f"{worker_urls[0]}/v1/completions", backends=workers[:1])]
-    for suffix, flags, env, front, python_policy in _VARIANTS:
-        targets += _start_switchyard(started, suffix, flags, env, front, python_policy)
+    for suffix, flags, env, python_policy in _VARIANTS:
+        targets += _start_switchyard(started, suffix, flags, env, python_policy)
     anchors = {} if cfg.skip_anchors else ensure_anchors(cfg.anchor_bin)
     for name, binary in anchors.items():
         port = _free_port()

@@ -22,13 +22,10 @@ class Row:
 
 def engine_twin(target: str) -> str:
     """The direct-gRPC row of a Switchyard row: the one measuring the engines its router stands
-    in front of (the Rust front's and traced routers' engines are alike: the plain router's
+    in front of (the Python-policy and traced routers' engines are alike: the plain router's
     row stands for them)."""
-    twin = target.replace("switchyard", "direct-grpc").replace(FRONT_SUFFIX, "").removesuffix("-py")
+    twin = target.replace("switchyard", "direct-grpc").removesuffix("-py")
     return "direct-grpc" if "-trace" in twin else twin
-
-
-FRONT_SUFFIX = "-rust"  # the Switchyard row served by the Rust HTTP front
 
 
 def _ms(value: float | None) -> str:

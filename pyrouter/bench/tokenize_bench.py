@@ -41,7 +41,6 @@ def _cases() -> list[tuple[str, str, Any]]:
 
 
 def bench_tokenize() -> None:
-    from pyrouter.http.parse import _chat_tokens
     from pyrouter.tokenizer import load_router_tokenizer
     from router_core import RouterTokenizer
 
@@ -56,9 +55,10 @@ def bench_tokenize() -> None:
             rust, python = partial(rs.encode, prompt), partial(py.encode, prompt)
         else:
             rust = partial(rs.encode_chat, prompt)
-            # no length bound: the bench times tokenisation, not the router's size limits
-            python = partial(_chat_tokens, {"messages": prompt}, py, max_context=1 << 30,
-                             max_prompt_bytes=1 << 40)
+
+            def python(messages: list[dict[str, str]] = prompt) -> list[int]:
+                text = py.apply_chat_template(messages, add_generation_prompt=True)
+                return py.encode(text, add_special_tokens=False)
         ids = rust()
         if ids != python():
             raise AssertionError(f"{name}: Rust and Python token ids differ")

@@ -55,7 +55,7 @@ class EngineSet:
         self.model_id = ""
         # Smallest context any member engine accepts (ModelInfo.max_context); 0 = unknown yet.
         self.max_context = 0
-        self.front: RouterFront | None = None  # the Rust front, when it serves (--front rust)
+        self.front: RouterFront | None = None  # the HTTP front, once it serves
 
     def attach_front(self, front: RouterFront) -> None:
         """Generations of every engine, present and future, stream through `front`."""

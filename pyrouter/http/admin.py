@@ -11,14 +11,12 @@ import asyncio
 import logging
 from typing import Any
 
-from aiohttp import web
-
 from pyrouter.errors import BadRequest, Forbidden
-from pyrouter.http.body import json_object
 from pyrouter.http.migrate import migrate_handler
+from pyrouter.http.routes import OpsRequest, OpsResponse, Route, json_response
 from pyrouter.policy_registry import ActivePolicy, available, get_policy
 from pyrouter.security.engine_allow import split_host_port
-from pyrouter.state import STATE, RouterState
+from pyrouter.state import RouterState
 
 log = logging.getLogger("switchyard.router")
 _drains: set[asyncio.Task[None]] = set()
@@ -29,13 +27,12 @@ def _policy_body(state: RouterState) -> dict[str, Any]:
     return {"policy": active.name, "params": active.params, "available": available()}
 
 
-async def get_policy_handler(request: web.Request) -> web.Response:
-    return web.json_response(_policy_body(request.app[STATE]))
+async def get_policy_handler(state: RouterState, request: OpsRequest) -> OpsResponse:
+    return json_response(_policy_body(state))
 
 
-async def put_policy_handler(request: web.Request) -> web.Response:
-    state = request.app[STATE]
-    body = await json_object(request)
+async def put_policy_handler(state: RouterState, request: OpsRequest) -> OpsResponse:
+    body = request.json_object()
     name = body.get("policy", state.slot.current.name)
     params = body.get("params", {})
     policy_file = body.get("file")
@@ -53,7 +50,7 @@ async def put_policy_handler(request: web.Request) -> web.Response:
     # A new ActivePolicy (fresh state) takes new requests; in-flight ones keep their own.
     state.slot.current = ActivePolicy(spec, spec.check_params(params))
     log.info("policy switched to %s %s", name, state.slot.current.params)
-    return web.json_response(_policy_body(state))
+    return json_response(_policy_body(state))
 
 
 def _engine_view(state: RouterState) -> list[dict[str, Any]]:
@@ -75,8 +72,8 @@ def _engine_view(state: RouterState) -> list[dict[str, Any]]:
     return out
 
 
-async def list_engines(request: web.Request) -> web.Response:
-    return web.json_response({"engines": _engine_view(request.app[STATE])})
+async def list_engines(state: RouterState, request: OpsRequest) -> OpsResponse:
+    return json_response({"engines": _engine_view(state)})
 
 
 async def _resolve(host: str) -> list[str]:
@@ -88,9 +85,8 @@ async def _resolve(host: str) -> list[str]:
     return sorted({str(info[4][0]) for info in infos})
 
 
-async def add_engine(request: web.Request) -> web.Response:
-    state = request.app[STATE]
-    body = await json_object(request)
+async def add_engine(state: RouterState, request: OpsRequest) -> OpsResponse:
+    body = request.json_object()
     address = body.get("address")
     role = body.get("role")
     wait = body.get("wait", True)
@@ -112,8 +108,8 @@ async def add_engine(request: web.Request) -> web.Response:
     if wait:
         # Answer once the engine is healthy (or say it is not yet) so scripts can rely on it.
         await state.engines.wait_ready_one(handle.id, timeout_s=float(timeout_s))
-    return web.json_response({"id": handle.id, "address": handle.address, "role": handle.role,
-                              "healthy": handle.healthy}, status=201)
+    return json_response({"id": handle.id, "address": handle.address, "role": handle.role,
+                          "healthy": handle.healthy}, status=201)
 
 
 def _evacuate(state: RouterState, engine_id: str) -> int:
@@ -134,11 +130,10 @@ def _evacuate(state: RouterState, engine_id: str) -> int:
     return moved
 
 
-async def delete_engine(request: web.Request) -> web.Response:
+async def delete_engine(state: RouterState, request: OpsRequest) -> OpsResponse:
     """Drain (no new work; wait for in-flight requests) and remove; `?migrate=true` first moves
     the requests decoding there to other engines, so the drain does not wait for them."""
-    state = request.app[STATE]
-    engine_id = request.match_info["id"]
+    engine_id = request.params["id"]
     state.engines.get(engine_id)  # 404 for unknown ids
     if request.query.get("migrate", "false") == "true":
         log.info("draining %s: %d running request(s) migrated", engine_id,
@@ -148,14 +143,15 @@ async def delete_engine(request: web.Request) -> web.Response:
     task.add_done_callback(_drains.discard)
     if request.query.get("wait", "true") != "false":
         await asyncio.shield(task)
-        return web.json_response({"id": engine_id, "removed": True})
-    return web.json_response({"id": engine_id, "draining": True}, status=202)
+        return json_response({"id": engine_id, "removed": True})
+    return json_response({"id": engine_id, "draining": True}, status=202)
 
 
-def add_admin_routes(app: web.Application) -> None:
-    app.router.add_get("/admin/policy", get_policy_handler)
-    app.router.add_put("/admin/policy", put_policy_handler)
-    app.router.add_get("/admin/engines", list_engines)
-    app.router.add_post("/admin/engines", add_engine)
-    app.router.add_delete("/admin/engines/{id}", delete_engine)
-    app.router.add_post("/admin/migrate", migrate_handler)
+ADMIN_ROUTES = (
+    Route("GET", "/admin/policy", get_policy_handler),
+    Route("PUT", "/admin/policy", put_policy_handler),
+    Route("GET", "/admin/engines", list_engines),
+    Route("POST", "/admin/engines", add_engine),
+    Route("DELETE", "/admin/engines/{id}", delete_engine),
+    Route("POST", "/admin/migrate", migrate_handler),
+)

@@ -13,13 +13,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from aiohttp import web
-
 from pyrouter.engines.handle import EngineHandle
 from pyrouter.errors import BadRequest, NotFound
-from pyrouter.http.body import json_object
+from pyrouter.http.routes import OpsRequest, OpsResponse, json_response
 from pyrouter.migration import copy_context
-from pyrouter.state import STATE, RouterState
+from pyrouter.state import RouterState
 
 _MOVE_TIMEOUT_S = 120.0
 
@@ -72,6 +70,5 @@ async def migrate(state: RouterState, body: dict[str, Any]) -> dict[str, Any]:
             "bytes_sent": copied.bytes_sent, "transport": copied.transport}
 
 
-async def migrate_handler(request: web.Request) -> web.Response:
-    state = request.app[STATE]
-    return web.json_response(await migrate(state, await json_object(request)))
+async def migrate_handler(state: RouterState, request: OpsRequest) -> OpsResponse:
+    return json_response(await migrate(state, request.json_object()))

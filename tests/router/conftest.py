@@ -12,7 +12,6 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from router_procs import (  # noqa: E402
-    FRONTS,
     Proc,
     free_port,
     start_mock,
@@ -29,18 +28,12 @@ class MockCluster:
     engines: list[Proc]
 
 
-@pytest.fixture(params=FRONTS)
-def front(request: pytest.FixtureRequest) -> str:
-    """The router's HTTP front a test runs against (each test runs once per front)."""
-    return str(request.param)
-
-
-@pytest.fixture(scope="module", params=FRONTS)
-def mock_cluster(request: pytest.FixtureRequest) -> Iterator[MockCluster]:
+@pytest.fixture(scope="module")
+def mock_cluster() -> Iterator[MockCluster]:
     ports = [free_port(), free_port()]
     engines = [start_mock(p) for p in ports]
     router_port = free_port()
-    router = start_router(router_port, ports, front=str(request.param))
+    router = start_router(router_port, ports)
     base = f"http://127.0.0.1:{router_port}"
     try:
         wait_ready(base, router, want_engines=2)

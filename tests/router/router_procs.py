@@ -17,12 +17,9 @@ from pathlib import Path
 import requests
 
 from engine.server.launcher import EngineProcess, EngineSpec, launch
-from pyrouter.cli import DEFAULT_FRONT
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SWITCHYARD = [sys.executable, "-m", "pyrouter.cli"]
-# The router's HTTP fronts: tests that take a `front` run against each (one behaviour).
-FRONTS = ("aiohttp", "rust")  # tests parametrised over both; others run on the default
 
 
 def free_port() -> int:
@@ -68,8 +65,8 @@ def start_mock(port: int, *extra: str, env: dict[str, str] | None = None) -> Eng
 
 
 def start_router(port: int, engines: Sequence[int], *extra: str,
-                 env: dict[str, str] | None = None, front: str = DEFAULT_FRONT) -> Proc:
-    argv = [*SWITCHYARD, "router", "--port", str(port), "--poll-s", "0.1", "--front", front]
+                 env: dict[str, str] | None = None) -> Proc:
+    argv = [*SWITCHYARD, "router", "--port", str(port), "--poll-s", "0.1"]
     for p in engines:
         argv += ["--engine", f"127.0.0.1:{p}"]
     return Proc(argv + list(extra), env=env, log_name=f"router{port}")

@@ -4,10 +4,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-from router_procs import FRONTS, LOG_DIR, free_port, start_router, wait_ready
+from router_procs import LOG_DIR, free_port, start_router, wait_ready
 
 from engine.server.launcher import EngineSpec, start_engines, stop_engines
-from pyrouter.cli import DEFAULT_FRONT
 
 
 @contextmanager
@@ -27,9 +26,9 @@ def real_engines(roles: Sequence[str], mode: str = "exact") -> Iterator[list[int
 
 
 @contextmanager
-def router_over(ports: Sequence[int], *extra: str, front: str = DEFAULT_FRONT) -> Iterator[str]:
+def router_over(ports: Sequence[int], *extra: str) -> Iterator[str]:
     port = free_port()
-    proc = start_router(port, ports, *extra, front=front)
+    proc = start_router(port, ports, *extra)
     base = f"http://127.0.0.1:{port}"
     try:
         wait_ready(base, proc, want_engines=len(ports))
@@ -39,11 +38,9 @@ def router_over(ports: Sequence[int], *extra: str, front: str = DEFAULT_FRONT) -
 
 
 @contextmanager
-def fronts_and_reference(mode: str = "exact") -> Iterator[tuple[dict[str, str], str]]:
-    """Three real engines: a router per HTTP front over the first two, and a reference router
-    over the third alone (what one engine generates). Yields ({front: base}, reference base)."""
+def router_and_reference(mode: str = "exact") -> Iterator[tuple[str, str]]:
+    """Three real engines: the router under test over the first two, and a reference router
+    over the third alone (what one engine generates). Yields (router base, reference base)."""
     with real_engines(["any", "any", "any"], mode=mode) as ports, \
-            router_over(ports[2:]) as reference:
-        with router_over(ports[:2], front=FRONTS[0]) as first, \
-                router_over(ports[:2], front=FRONTS[1]) as second:
-            yield {FRONTS[0]: first, FRONTS[1]: second}, reference
+            router_over(ports[2:]) as reference, router_over(ports[:2]) as under_test:
+        yield under_test, reference

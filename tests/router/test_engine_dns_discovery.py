@@ -104,11 +104,10 @@ async def test_membership_follows_the_records(monkeypatch):
 
 
 @pytest.mark.timeout(60)
-def test_router_discovers_engines_by_name(front: str):
+def test_router_discovers_engines_by_name():
     engine_port, router_port = free_port(), free_port()
     engine = start_mock(engine_port)
     router = Proc([*SWITCHYARD, "router", "--port", str(router_port), "--poll-s", "0.1",
-                   "--front", front,
                    "--engine-dns", f"localhost:{engine_port}@decode",
                    "--engine-dns-interval-s", "0.2"], log_name=f"router{router_port}")
     base = f"http://127.0.0.1:{router_port}"

@@ -60,10 +60,10 @@ def tls_engine(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-unt
         stop_engines(engines)
 
 
-def test_router_serves_through_an_mtls_engine(tls_engine, front: str) -> None:  # type: ignore[no-untyped-def]
+def test_router_serves_through_an_mtls_engine(tls_engine) -> None:  # type: ignore[no-untyped-def]
     port, router_tls = tls_engine
     router_port = free_port()
-    router = start_router(router_port, [port], env=router_tls, front=front)
+    router = start_router(router_port, [port], env=router_tls)
     base = f"http://127.0.0.1:{router_port}"
     try:
         wait_ready(base, router, timeout_s=60)
@@ -75,11 +75,11 @@ def test_router_serves_through_an_mtls_engine(tls_engine, front: str) -> None:  
         router.stop()
 
 
-def test_router_without_a_client_certificate_is_refused(tls_engine, front: str) -> None:  # type: ignore[no-untyped-def]
+def test_router_without_a_client_certificate_is_refused(tls_engine) -> None:  # type: ignore[no-untyped-def]
     port, router_tls = tls_engine
     no_identity = {**router_tls, TLS_CERT_ENV: "", TLS_KEY_ENV: ""}
     router_port = free_port()
-    router = start_router(router_port, [port], env=no_identity, front=front)
+    router = start_router(router_port, [port], env=no_identity)
     base = f"http://127.0.0.1:{router_port}"
     try:
         time.sleep(5)  # several health polls

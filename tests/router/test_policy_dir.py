@@ -94,14 +94,13 @@ def test_bad_directory_and_bad_file_are_clear_errors(tmp_path):
 
 
 @pytest.mark.timeout(90)
-def test_router_switches_to_and_reloads_dir_policies(tmp_path, front: str):
+def test_router_switches_to_and_reloads_dir_policies(tmp_path):
     (tmp_path / "tagged.py").write_text(policy_source("dir_tagged", "v1"))
     engine_port, router_port = free_port(), free_port()
     engine = start_mock(engine_port)
     router = Proc([*SWITCHYARD, "router", "--port", str(router_port), "--poll-s", "0.1",
                    "--engine", f"127.0.0.1:{engine_port}", "--policy", "round_robin",
-                   "--policy-dir", str(tmp_path), "--policy-dir-poll-s", "0.1",
-                   "--front", front],
+                   "--policy-dir", str(tmp_path), "--policy-dir-poll-s", "0.1"],
                   log_name=f"router{router_port}")
     base = f"http://127.0.0.1:{router_port}"
 

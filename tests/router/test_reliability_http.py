@@ -1,5 +1,5 @@
 """Issue 13's findings, each reproduced at the HTTP level against real `switchyard router`
-processes in front of mock engines (so the same tests check whichever front serves HTTP).
+processes in front of mock engines.
 
 Finding numbers refer to issue 13: 2 admin plane, 3 engine auth and ids, 4 bounded work,
 5 connection timeouts, 6 engine death under pd, 7 bad inputs, 8 drain, 9 smaller points.
@@ -23,7 +23,6 @@ import requests
 from router_procs import Proc, free_port, start_mock, start_router, wait_ready, wait_until
 
 from engine.server.client import EngineClient
-from pyrouter.cli import DEFAULT_FRONT
 
 pytestmark = pytest.mark.timeout(120)
 INF_KEY, ADMIN_KEY = "sk-inference-5b1e9f", "sk-admin-c07d42"
@@ -31,13 +30,12 @@ INF_KEY, ADMIN_KEY = "sk-inference-5b1e9f", "sk-admin-c07d42"
 
 @contextmanager
 def cluster(n: int = 1, mock_args: tuple[str, ...] = (), router_args: tuple[str, ...] = (),
-            env: dict[str, str] | None = None, roles: tuple[str, ...] = (),
-            front: str = DEFAULT_FRONT) -> Iterator[tuple[str, Proc, list]]:
+            env: dict[str, str] | None = None, roles: tuple[str, ...] = ()) -> Iterator[tuple[str, Proc, list]]:
     ports = [free_port() for _ in range(n)]
     engines = [start_mock(p, *mock_args, *(("--role", roles[i]) if roles else ()), env=env)
                for i, p in enumerate(ports)]
     rp = free_port()
-    router = start_router(rp, ports, *router_args, env=env, front=front)
+    router = start_router(rp, ports, *router_args, env=env)
     base = f"http://127.0.0.1:{rp}"
     try:
         wait_ready(base, router, want_engines=n)
@@ -71,11 +69,11 @@ def _port(base: str) -> int:
 
 # ---- finding 2: the admin plane ----
 
-def test_admin_plane_needs_an_admin_key_and_can_live_apart(front: str):
+def test_admin_plane_needs_an_admin_key_and_can_live_apart():
     admin_port = free_port()
     env = {"SWITCHYARD_API_KEYS": INF_KEY, "SWITCHYARD_ADMIN_KEYS": ADMIN_KEY}
     with cluster(1, router_args=("--admin-port", str(admin_port)), env=env,
-                 front=front) as (base, router, _):
+                 ) as (base, router, _):
         admin = f"http://127.0.0.1:{admin_port}"
         inf = {"Authorization": f"Bearer {INF_KEY}"}
         adm = {"Authorization": f"Bearer {ADMIN_KEY}"}
@@ -108,8 +106,8 @@ def test_admin_plane_needs_an_admin_key_and_can_live_apart(front: str):
         assert INF_KEY not in log and ADMIN_KEY not in log
 
 
-def test_inference_key_alone_never_opens_admin(front: str):
-    with cluster(1, env={"SWITCHYARD_API_KEYS": INF_KEY}, front=front) as (base, _, _engines):
+def test_inference_key_alone_never_opens_admin():
+    with cluster(1, env={"SWITCHYARD_API_KEYS": INF_KEY}) as (base, _, _engines):
         r = requests.put(f"{base}/admin/policy", headers={"Authorization": f"Bearer {INF_KEY}"},
                          json={"policy": "round_robin"})
         assert r.status_code == 403 and r.json()["error"]["code"] == "admin_disabled"
@@ -135,10 +133,10 @@ async def _engine_checks(address: str, request_id: str) -> None:
         assert (await insider.stats()).running_requests == 1
 
 
-def test_engines_need_the_token_and_client_ids_reach_no_engine(front: str):
+def test_engines_need_the_token_and_client_ids_reach_no_engine():
     env = {"SWITCHYARD_ENGINE_TOKEN": "deployment-token"}
     with cluster(1, mock_args=("--chunk-delay-ms", "100"), env=env,
-                 front=front) as (base, _, engines):
+                 ) as (base, _, engines):
         with requests.post(f"{base}/v1/completions", stream=True,
                            json={"prompt": "x", "max_tokens": 30, "stream": True}) as r:
             assert r.status_code == 200
@@ -156,9 +154,8 @@ def test_engines_need_the_token_and_client_ids_reach_no_engine(front: str):
 
 # ---- finding 4: bounded work ----
 
-# aiohttp front only: its 413 code and off-loop tokenising are what this measures.
 def test_huge_and_long_prompts_are_refused_cheaply():
-    with cluster(1, router_args=("--max-context", "2048"), front="aiohttp") as (base, router, _):
+    with cluster(1, router_args=("--max-context", "2048")) as (base, router, _):
         proc = psutil.Process(router.popen.pid)
         rss_before = proc.memory_info().rss
         health: list[int] = []
@@ -188,9 +185,9 @@ def test_huge_and_long_prompts_are_refused_cheaply():
         assert proc.memory_info().rss - rss_before < 300 << 20
 
 
-def test_per_caller_rate_limit_answers_429_with_retry_after(front: str):
+def test_per_caller_rate_limit_answers_429_with_retry_after():
     with cluster(1, router_args=("--rate-limit-rps", "0.5", "--rate-limit-burst", "2"),
-                 front=front) as (base, _, _engines):
+                 ) as (base, _, _engines):
         codes = [requests.post(f"{base}/v1/completions",
                                json={"prompt": "x", "max_tokens": 1}) for _ in range(3)]
         assert [r.status_code for r in codes] == [200, 200, 429]
@@ -201,9 +198,9 @@ def test_per_caller_rate_limit_answers_429_with_retry_after(front: str):
 
 # ---- finding 5: connection timeouts ----
 
-def test_slow_headers_and_short_bodies_do_not_hold_connections(front: str):
+def test_slow_headers_and_short_bodies_do_not_hold_connections():
     with cluster(1, router_args=("--idle-timeout-s", "1", "--body-timeout-s", "1"),
-                 front=front) as (base, _, _engines):
+                 ) as (base, _, _engines):
         port = _port(base)
         # Slowloris: 30 connections trickling header bytes forever are all closed.
         socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(30)]
@@ -280,9 +277,9 @@ def test_405_says_allow_and_every_error_has_a_code(mock_cluster):
     assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
 
 
-def test_engine_abort_never_reaches_the_client_as_a_finish_reason(front: str):
+def test_engine_abort_never_reaches_the_client_as_a_finish_reason():
     with cluster(1, mock_args=("--chunk-delay-ms", "20", "--abort-after-tokens", "3"),
-                 front=front) as (base, _, _engines):
+                 ) as (base, _, _engines):
         r = requests.post(f"{base}/v1/completions",
                           json={"prompt": "x", "max_tokens": 10, "stream": True})
         events = _sse(r.text)
@@ -323,9 +320,9 @@ def test_pd_degrades_when_its_decode_engine_dies():
 
 # ---- finding 8: graceful drain ----
 
-def test_sigterm_drains_then_ends_open_streams_cleanly(front: str):
+def test_sigterm_drains_then_ends_open_streams_cleanly():
     with cluster(1, mock_args=("--chunk-delay-ms", "100"), router_args=("--drain-s", "2"),
-                 front=front) as (base, router, _engines):
+                 ) as (base, router, _engines):
         short: list[requests.Response] = []
         with requests.post(f"{base}/v1/completions", stream=True,
                            json={"prompt": "x", "max_tokens": 200, "stream": True}) as long:

@@ -26,12 +26,12 @@ def _routes(base: str, n: int) -> set[str]:
     return out
 
 
-def test_membership_health_and_drain(tmp_path, front: str):
+def test_membership_health_and_drain(tmp_path):
     flag = str(tmp_path / "unhealthy")
     p0, p1, rp = free_port(), free_port(), free_port()
     e0 = start_mock(p0, "--unhealthy-file", flag)
     e1 = start_mock(p1, "--chunk-delay-ms", "50", "--role", "decode")
-    router = start_router(rp, [p0], front=front)
+    router = start_router(rp, [p0])
     base = f"http://127.0.0.1:{rp}"
     try:
         wait_ready(base, router)
@@ -85,10 +85,10 @@ def test_membership_health_and_drain(tmp_path, front: str):
 _wait = functools.partial(wait_until, timeout_s=10.0)
 
 
-def test_api_keys_and_busy(front: str):
+def test_api_keys_and_busy():
     p0, rp = free_port(), free_port()
     engine = start_mock(p0, "--chunk-delay-ms", "100")
-    router = start_router(rp, [p0], "--max-inflight", "1", front=front,
+    router = start_router(rp, [p0], "--max-inflight", "1",
                           env={"SWITCHYARD_API_KEYS": "k1,k2", "SWITCHYARD_ADMIN_KEYS": "adm"})
     base = f"http://127.0.0.1:{rp}"
     try:

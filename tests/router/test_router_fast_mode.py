@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
-from router_real_cluster import fronts_and_reference
+from router_real_cluster import router_and_reference
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 PATTERNS = ["round_robin", "cache_aware", "pd", "balanced_pd"]
@@ -29,16 +29,10 @@ TEXTS = [
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[tuple[dict[str, str], str]]:
-    with fronts_and_reference("fast") as routers:
-        yield routers
-
-
-@pytest.fixture
-def routers(cluster: tuple[dict[str, str], str], front: str) -> tuple[str, str]:
-    """(the router under test with `front`, the single-engine reference)."""
-    under_test, reference = cluster
-    return under_test[front], reference
+def routers() -> Iterator[tuple[str, str]]:
+    """(the router under test, the single-engine reference)."""
+    with router_and_reference("fast") as pair:
+        yield pair
 
 
 def _token_ids(base: str, prompt: str) -> tuple[list[int], str]:
@@ -50,11 +44,11 @@ def _token_ids(base: str, prompt: str) -> tuple[list[int], str]:
 
 
 @pytest.mark.parametrize("policy", PATTERNS)
-def test_pattern_matches_single_engine_in_fast_mode(routers, front, policy):
+def test_pattern_matches_single_engine_in_fast_mode(routers, policy):
     under_test, reference = routers
     r = requests.put(f"{under_test}/admin/policy", json={"policy": policy, "params": PARAMS.get(policy, {})})
     assert r.status_code == 200, r.text
-    prompts = [f"[fast {front} {policy} {i}] {text}" for i, text in enumerate(TEXTS)]
+    prompts = [f"[fast {policy} {i}] {text}" for i, text in enumerate(TEXTS)]
     with ThreadPoolExecutor(len(prompts)) as pool:
         results = list(pool.map(lambda p: _token_ids(under_test, p), prompts))
     for prompt, (ids, route) in zip(prompts, results, strict=True):

@@ -12,10 +12,10 @@ from router_procs import free_port, start_mock, start_router, wait_ready
 pytestmark = pytest.mark.timeout(90)
 
 
-def test_failed_engine_is_retried_elsewhere(front: str):
+def test_failed_engine_is_retried_elsewhere():
     bad, good, rp = free_port(), free_port(), free_port()
     engines = [start_mock(bad, "--fail-rate", "1.0"), start_mock(good)]
-    router = start_router(rp, [bad, good], front=front)
+    router = start_router(rp, [bad, good])
     base = f"http://127.0.0.1:{rp}"
     try:
         wait_ready(base, router, want_engines=2)
@@ -31,10 +31,10 @@ def test_failed_engine_is_retried_elsewhere(front: str):
             e.stop()
 
 
-def test_mid_stream_failure_ends_with_an_error_event(front: str):
+def test_mid_stream_failure_ends_with_an_error_event():
     p, rp = free_port(), free_port()
     engine = start_mock(p, "--fail-after-tokens", "3")
-    router = start_router(rp, [p], front=front)
+    router = start_router(rp, [p])
     base = f"http://127.0.0.1:{rp}"
     try:
         wait_ready(base, router)
@@ -49,10 +49,10 @@ def test_mid_stream_failure_ends_with_an_error_event(front: str):
         engine.stop()
 
 
-def test_client_disconnect_aborts_engine_work(front: str):
+def test_client_disconnect_aborts_engine_work():
     p, rp = free_port(), free_port()
     engine = start_mock(p, "--chunk-delay-ms", "50")
-    router = start_router(rp, [p], front=front)
+    router = start_router(rp, [p])
     base = f"http://127.0.0.1:{rp}"
     try:
         wait_ready(base, router)
@@ -76,10 +76,10 @@ def test_client_disconnect_aborts_engine_work(front: str):
         engine.stop()
 
 
-def test_failed_kv_transfer_falls_back_to_local_prefill(front: str):
+def test_failed_kv_transfer_falls_back_to_local_prefill():
     ports, rp = [free_port(), free_port()], free_port()
     engines = [start_mock(p, "--fail-remote-send") for p in ports]
-    router = start_router(rp, ports, "--policy", "pd", front=front)
+    router = start_router(rp, ports, "--policy", "pd")
     base = f"http://127.0.0.1:{rp}"
     try:
         wait_ready(base, router, want_engines=2)

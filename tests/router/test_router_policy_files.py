@@ -7,30 +7,24 @@ from pathlib import Path
 
 import pytest
 import requests
-from router_procs import FRONTS, free_port, start_mock, start_router, wait_ready
+from router_procs import free_port, start_mock, start_router, wait_ready
 
 pytestmark = pytest.mark.timeout(90)
 BUGGY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "policy_files", "buggy.py")
 
 
-@pytest.fixture(scope="module", params=FRONTS)
-def router_front(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+@pytest.fixture(scope="module")
+def policy_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("policy-dir")  # the router's own: tests write there
 
 
 @pytest.fixture(scope="module")
-def policy_dir(tmp_path_factory: pytest.TempPathFactory, router_front: str) -> Path:
-    return tmp_path_factory.mktemp(f"policy-dir-{router_front}")  # one per router: tests write
-
-
-@pytest.fixture(scope="module")
-def buggy_router(router_front: str, policy_dir) -> Iterator[tuple[str, object]]:
+def buggy_router(policy_dir) -> Iterator[tuple[str, object]]:
     engine_port, router_port = free_port(), free_port()
     engine = start_mock(engine_port)
     router = start_router(router_port, [engine_port], "--policy-file", BUGGY,
                           "--policy", "sometimes_crashes", "--policy-timeout-s", "1",
-                          "--policy-dir", str(policy_dir), "--policy-dir-poll-s", "3600",
-                          front=router_front)
+                          "--policy-dir", str(policy_dir), "--policy-dir-poll-s", "3600")
     base = f"http://127.0.0.1:{router_port}"
     try:
         wait_ready(base, router)

@@ -1,8 +1,7 @@
 """Every built-in pattern, through HTTP, yields exactly the tokens of one engine (greedy, fp32).
 
-Two real engines sit behind the routers under test (one per HTTP front, the same two engines);
-a third, behind its own router, is the single-engine reference. Each (front, policy, stream)
-case uses its own prompt so its KV really moves (no cache left over from another case), and the
+Two real engines sit behind the router under test; a third, behind its own router, is the
+single-engine reference. Each (policy, stream) case uses its own prompt so its KV really moves (no cache left over from another case), and the
 route header proves PD disaggregated.
 """
 from __future__ import annotations
@@ -12,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 import requests
-from router_real_cluster import fronts_and_reference
+from router_real_cluster import router_and_reference
 
 pytestmark = pytest.mark.timeout(600)
 POLICIES = ["round_robin", "least_load", "cache_aware", "pd", "balanced_pd"]
@@ -22,16 +21,10 @@ STORY = ("The lighthouse keeper had lived alone on the island for thirty years. 
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[tuple[dict[str, str], str]]:
-    with fronts_and_reference() as routers:
-        yield routers
-
-
-@pytest.fixture
-def routers(cluster: tuple[dict[str, str], str], front: str) -> tuple[str, str]:
-    """(the router under test with `front`, the single-engine reference)."""
-    under_test, reference = cluster
-    return under_test[front], reference
+def routers() -> Iterator[tuple[str, str]]:
+    """(the router under test, the single-engine reference)."""
+    with router_and_reference() as pair:
+        yield pair
 
 
 def _generate(base: str, prompt: str, stream: bool) -> tuple[list[int] | None, str, str]:
@@ -51,11 +44,11 @@ def _generate(base: str, prompt: str, stream: bool) -> tuple[list[int] | None, s
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 @pytest.mark.parametrize("policy", POLICIES)
-def test_pattern_matches_single_engine(routers, front, policy, stream):
+def test_pattern_matches_single_engine(routers, policy, stream):
     under_test, reference = routers
     r = requests.put(f"{under_test}/admin/policy", json={"policy": policy})
     assert r.status_code == 200, r.text
-    prompt = f"[{front} {policy} {'stream' if stream else 'plain'}] {STORY}"
+    prompt = f"[{policy} {'stream' if stream else 'plain'}] {STORY}"
     ids, text, route = _generate(under_test, prompt, stream)
     ref_ids, ref_text, _ = _generate(reference, prompt, False)
     if ids is not None:
@@ -68,10 +61,10 @@ def test_pattern_matches_single_engine(routers, front, policy, stream):
         assert int(params["decode_start"]) > 0, route
 
 
-def test_pd_reuses_the_decode_engines_cache(routers, front):
+def test_pd_reuses_the_decode_engines_cache(routers):
     under_test, reference = routers
     requests.put(f"{under_test}/admin/policy", json={"policy": "pd"})
-    prompt = f"[{front} pd repeat] {STORY}"
+    prompt = f"[pd repeat] {STORY}"
     first_ids, _, first_route = _generate(under_test, prompt, False)
     again_ids, _, again_route = _generate(under_test, prompt, False)
     ref_ids, _, _ = _generate(reference, prompt, False)
@@ -81,12 +74,12 @@ def test_pd_reuses_the_decode_engines_cache(routers, front):
     assert "skipped=" in again_route or "matched=0" not in again_route, again_route
 
 
-def test_balanced_pd_fixed_ratio(routers, front):
+def test_balanced_pd_fixed_ratio(routers):
     under_test, reference = routers
     r = requests.put(f"{under_test}/admin/policy",
                      json={"policy": "balanced_pd", "params": {"ratio": 0.75}})
     assert r.status_code == 200
-    prompt = f"[{front} balanced ratio] {STORY}"
+    prompt = f"[balanced ratio] {STORY}"
     ids, _, route = _generate(under_test, prompt, False)
     ref_ids, _, _ = _generate(reference, prompt, False)
     assert ids == ref_ids, route

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import requests
-from router_procs import FRONTS, start_serve, wait_ready
+from router_procs import start_serve, wait_ready
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 STORY = ("In the harbour town the fishermen rose before dawn, mended their nets by lantern "
@@ -31,13 +31,13 @@ policy("round_robin_py")(route)
 """
 
 
-@pytest.fixture(scope="module", params=FRONTS)
-def serve(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+@pytest.fixture(scope="module")
+def serve(tmp_path_factory: pytest.TempPathFactory
           ) -> Iterator[str]:
     policies = tmp_path_factory.mktemp("policies")
     (policies / "round_robin_py.py").write_text(ROUND_ROBIN_PY)
     # Real latency profiles (cached after the first run on a machine): the policies predict.
-    proc, base = start_serve("--engines", "3", "--front", str(request.param), "--policy-dir",
+    proc, base = start_serve("--engines", "3", "--policy-dir",
                              str(policies), env={"SWITCHYARD_LATENCY_PROFILE": "auto"})
     try:
         wait_ready(base, proc, want_engines=3, timeout_s=900)

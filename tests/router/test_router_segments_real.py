@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import requests
-from router_procs import FRONTS, start_serve, wait_ready
+from router_procs import start_serve, wait_ready
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "policy"))
 from docs_example import write_docs_example  # noqa: E402
@@ -23,13 +23,11 @@ STORY = ("The old lighthouse stood at the end of the pier, and every night its k
          "the stairs to light the lamp. One evening a stranger knocked on the door and said")
 
 
-@pytest.fixture(scope="module", params=FRONTS)
-def serve(request: pytest.FixtureRequest,
-          tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+@pytest.fixture(scope="module")
+def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     # Policy files load only from --policy-dir (docs/reliability.md): the example is written there.
     policy_dir = str(tmp_path_factory.mktemp("policies"))
-    proc, base = start_serve("--engines", "2", "--front", str(request.param),
-                             "--policy-dir", policy_dir)
+    proc, base = start_serve("--engines", "2", "--policy-dir", policy_dir)
     try:
         wait_ready(base, proc, want_engines=2, timeout_s=300)
         path = write_docs_example(policy_dir)

@@ -28,9 +28,8 @@ def _stop_and_check_no_orphans(proc: Proc, sig: signal.Signals) -> None:
 # of France" is a near tie for SmolLM2-135M — float32 ranks "The" 25.33 over "L" 25.24 — and
 # the fast mode's int8 activations, like llama.cpp on the same file, start "L'Étoile, ...".)
 @pytest.mark.parametrize("mode", ["default", "exact"])
-def test_serve_pd_real_model_answers_and_stops_cleanly(mode: str, front: str) -> None:
-    proc, base = start_serve("--policy", "pd", "--front", front,
-                             *(["--mode", mode] if mode != "default" else []))
+def test_serve_pd_real_model_answers_and_stops_cleanly(mode: str) -> None:
+    proc, base = start_serve("--policy", "pd", *(["--mode", mode] if mode != "default" else []))
     try:
         wait_ready(base, proc, want_engines=2, timeout_s=300)
         body = ('{"model":"default","messages":[{"role":"user","content":'
@@ -57,8 +56,8 @@ def test_serve_pd_real_model_answers_and_stops_cleanly(mode: str, front: str) ->
     _stop_and_check_no_orphans(proc, signal.SIGINT)
 
 
-def test_serve_mock_engines_sigterm_no_orphans(front: str):
-    proc, base = start_serve("--mock-engines", "--engines", "3", "--front", front)
+def test_serve_mock_engines_sigterm_no_orphans():
+    proc, base = start_serve("--mock-engines", "--engines", "3")
     try:
         wait_ready(base, proc, want_engines=3, timeout_s=60)
         r = requests.post(f"{base}/v1/completions", json={"prompt": "hi", "max_tokens": 2})

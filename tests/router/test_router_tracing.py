@@ -16,13 +16,13 @@ from switchyard_telemetry.jsonl import read_spans
 pytestmark = pytest.mark.timeout(120)
 
 
-def test_trace_file_and_cli(tmp_path, front: str):
+def test_trace_file_and_cli(tmp_path):
     trace_file = str(tmp_path / "trace.jsonl")
     ports, rp = [free_port(), free_port()], free_port()
     engines = [start_mock(p) for p in ports]
     router = start_router(rp, ports, "--policy", "pd",
                           env={"SWITCHYARD_TRACE_FILE": trace_file,
-                               "OTEL_BSP_SCHEDULE_DELAY": "50"}, front=front)
+                               "OTEL_BSP_SCHEDULE_DELAY": "50"})
     base = f"http://127.0.0.1:{rp}"
     try:
         wait_ready(base, router, want_engines=2)

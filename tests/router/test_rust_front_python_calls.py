@@ -21,7 +21,7 @@ from pyrouter.engines.front_call import FrontCall
 from pyrouter.front_bridge import FrontBridge
 from pyrouter.policies import round_robin
 from pyrouter.policy_registry import ActivePolicy, get_policy, policy
-from pyrouter.server import build_state, start_rust_front
+from pyrouter.server import build_state, start_front
 from router_core import MockEngineServer
 
 pytestmark = pytest.mark.timeout(120)
@@ -54,7 +54,7 @@ async def test_python_runs_once_per_request_not_per_token(
                                   policy_file=None, model=None, host="127.0.0.1", port=0,
                                   poll_s=0.05)
         state = await build_state(args)
-        front, bridge = start_rust_front(state, args, ops_port=1)
+        front = start_front(state, args)
         try:
             assert await state.engines.wait_ready(1, timeout_s=30)
             body = {"prompt": "hello", "max_tokens": TOKENS, "ignore_eos": True,
@@ -85,5 +85,4 @@ async def test_python_runs_once_per_request_not_per_token(
                 assert front.fast_policy == fast, name
         finally:
             front.shutdown(0.0)
-            await bridge.aclose()
             await state.engines.close()

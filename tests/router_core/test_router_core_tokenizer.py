@@ -1,6 +1,5 @@
 """router_core.RouterTokenizer gives EXACTLY the token ids of the engine's Python path
-(EngineTokenizer: the `tokenizers` package + jinja2, and pyrouter/http/parse.py for chat
-requests): the default SmolLM2 model, the Hugging Face directory the engine tests build, and the
+(EngineTokenizer: the `tokenizers` package + jinja2 chat templates): the default SmolLM2 model, the Hugging Face directory the engine tests build, and the
 other pre-tokenizers GGUF models map to (llama-bpe, qwen2 regex splits); completions and chat;
 unicode, special tokens, long and empty text; random text (hypothesis)."""
 from __future__ import annotations
@@ -15,9 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.model.gguf_tokenizer import _bos_post_processor, pre_tokenizer_for
-from engine.tokenizer import EngineTokenizer
-from pyrouter.errors import BadRequest
-from pyrouter.http.parse import _chat_tokens
+from engine.tokenizer import EngineTokenizer, TokenizerError
 from pyrouter.tokenizer import load_router_tokenizer
 from router_core import RouterTokenizer
 
@@ -85,14 +82,16 @@ CONVERSATIONS: list[list[dict[str, Any]]] = [
     [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}],  # breaks alternation
 ]
 
-BAD_MESSAGES: list[Any] = [
-    [],
-    "not a list",
-    [{"role": "robot", "content": "x"}],
-    [{"content": "x"}],
-    [{"role": "user"}],
-    [{"role": "user", "content": 5}],
-    [{"role": "user", "content": "fine"}, ["not", "a", "dict"]],
+# Malformed conversations and the 400 message the router answers each with.
+BAD_MESSAGES: list[tuple[Any, str]] = [
+    ([], "'messages' must be a non-empty list"),
+    ("not a list", "'messages' must be a non-empty list"),
+    ([{"role": "robot", "content": "x"}], "messages[0] needs a role of system|user|assistant"),
+    ([{"content": "x"}], "messages[0] needs a role of system|user|assistant"),
+    ([{"role": "user"}], "messages[0].content must be a string"),
+    ([{"role": "user", "content": 5}], "messages[0].content must be a string"),
+    ([{"role": "user", "content": "fine"}, ["not", "a", "dict"]],
+     "messages[1] needs a role of system|user|assistant"),
 ]
 
 
@@ -170,14 +169,22 @@ def test_default_model_metadata(pairs: dict[str, tuple[EngineTokenizer, RouterTo
     assert (hf_rs.bos_token_id, hf_rs.eos_token_ids) == (hf_py.bos_token_id, hf_py.eos_token_ids)
 
 
-def _python_chat(py: EngineTokenizer, messages: Any) -> list[int] | str:
-    """The router's Python path for a chat request: ids, or the 400's message."""
+def _clean(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """What the router hands a chat template: developer as system, content parts' text joined."""
+    return [{"role": "system" if m["role"] == "developer" else m["role"],
+             "content": m["content"] if isinstance(m["content"], str) else "".join(
+                 p["text"] for p in m["content"] if p.get("type") == "text")}
+            for m in messages]
+
+
+def _python_chat(py: EngineTokenizer, messages: list[dict[str, Any]]) -> list[int] | str:
+    """The engine's Python path for a well-formed chat (jinja2 + tokenizers): ids, or the
+    template's error."""
     try:
-        # no length bound here: this compares tokenisation, not the router's size limits
-        return _chat_tokens({"messages": messages}, py, max_context=1 << 30,
-                            max_prompt_bytes=1 << 40)
-    except BadRequest as err:
+        text = py.apply_chat_template(_clean(messages), add_generation_prompt=True)
+    except TokenizerError as err:
         return str(err)
+    return py.encode(text, add_special_tokens=False)
 
 
 def _rust_chat(rs: RouterTokenizer, messages: Any) -> list[int] | str:
@@ -204,23 +211,18 @@ def test_chat_ids_match(pairs: dict[str, tuple[EngineTokenizer, RouterTokenizer]
         return
     assert ours == theirs
     for add_prompt in (True, False):
-        clean = [{"role": "system" if m["role"] == "developer" else m["role"],
-                  "content": m["content"] if isinstance(m["content"], str) else "".join(
-                      p["text"] for p in m["content"] if p.get("type") == "text")}
-                 for m in messages]
         assert rs.apply_chat_template(messages, add_prompt) == py.apply_chat_template(
-            clean, add_generation_prompt=add_prompt)
+            _clean(messages), add_generation_prompt=add_prompt)
 
 
-@pytest.mark.parametrize("messages", BAD_MESSAGES)
+@pytest.mark.parametrize(("messages", "message"), BAD_MESSAGES)
 def test_bad_messages_give_the_routers_400_message(
-        pairs: dict[str, tuple[EngineTokenizer, RouterTokenizer]], messages: Any) -> None:
-    py, rs = pairs["smollm2"]
-    expected = _python_chat(py, messages)
-    assert isinstance(expected, str)
+        pairs: dict[str, tuple[EngineTokenizer, RouterTokenizer]], messages: Any,
+        message: str) -> None:
+    _, rs = pairs["smollm2"]
     with pytest.raises(ValueError) as err:
         rs.encode_chat(messages)
-    assert str(err.value) == expected
+    assert str(err.value) == message
 
 
 def test_templates_that_fail_fail_cleanly(smollm2_state: dict[str, Any]) -> None:

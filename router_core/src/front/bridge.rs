@@ -76,9 +76,27 @@ pub struct RequestEnd {
     pub since_first_token: Option<Duration>,
 }
 
+/// Which listener a request came in on: the public one, or the admin plane's own
+/// (`--admin-port`), which serves only /health, /ready and the admin routes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plane {
+    Public,
+    Admin,
+}
+
+impl Plane {
+    pub fn name(self) -> &'static str {
+        match self {
+            Plane::Public => "public",
+            Plane::Admin => "admin",
+        }
+    }
+}
+
 /// A request to a route the deciding side answers.
 #[derive(Debug, Clone)]
 pub struct OpsRequest {
+    pub plane: Plane,
     pub method: String,
     pub path: String,
     pub query: String,
@@ -92,6 +110,8 @@ pub struct OpsRequest {
 pub struct OpsResponse {
     pub status: u16,
     pub content_type: String,
+    /// Extra headers (Allow on a 405, Retry-After on a 503).
+    pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
 }
 
@@ -113,8 +133,9 @@ pub trait PolicyBridge: Send + Sync + 'static {
 
     fn close(&self, run: Self::Run, end: RequestEnd) -> BoxFuture<()>;
 
-    /// Routes the front does not serve itself (/ready, /metrics, /admin/..., unknown paths);
-    /// the deciding side checks their keys.
+    /// Routes the front does not serve itself (/ready, /metrics, /openapi.json, /admin/...,
+    /// unknown paths, everything but /health on the admin plane); the deciding side checks
+    /// their keys.
     fn ops(&self, request: OpsRequest) -> BoxFuture<OpsResponse>;
 
     /// An engine failed a fast-path request before any output: out of rotation (as the

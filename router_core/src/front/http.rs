@@ -1,12 +1,14 @@
 //! The HTTP surface: one axum handler that gives every response its envelope (X-Request-Id,
 //! X-Switchyard-Route, OpenAI error bodies), checks API keys on the OpenAI routes it serves
 //! itself (/v1/completions, /v1/chat/completions, /v1/models; /health is open), and hands every
-//! other route (/ready, /metrics, /admin/..., unknown paths) to the deciding side with the
-//! client's own Authorization header: that side's key ring decides (admin keys are separate and
-//! an inference key never opens an admin route).
+//! other route (/ready, /metrics, /openapi.json, /admin/..., unknown paths) to the deciding side
+//! with the client's own Authorization header: that side's key ring decides (admin keys are
+//! separate and an inference key never opens an admin route). A second listener, the admin plane
+//! (`--admin-port`), serves /health itself and hands everything else to the deciding side, which
+//! answers only /ready and the admin routes there.
 
 use super::api_error::{ApiError, ShapedError};
-use super::bridge::{Caller, OpsRequest, PolicyBridge};
+use super::bridge::{Caller, OpsRequest, Plane, PolicyBridge};
 use super::front_state::Front;
 use super::generation::{envelope, error_response, json_response, respond, Prepared};
 use super::openai_request::{parse_generation, RequestKind};
@@ -39,14 +41,15 @@ const OWN_PATHS: [&str; 4] = [
     "/health",
 ];
 
-/// Serves `front` on `addr` as a task on `runtime`.
+/// Serves `front`'s `plane` on `addr` as a task on `runtime`.
 pub fn start_front<B: PolicyBridge>(
     front: Arc<Front<B>>,
     addr: SocketAddr,
+    plane: Plane,
     runtime: &tokio::runtime::Handle,
 ) -> Result<BackgroundServer> {
     BackgroundServer::start_on(runtime, addr, move |listener, shutdown| {
-        serve(listener, front, shutdown)
+        serve(listener, front, plane, shutdown)
     })
 }
 
@@ -56,6 +59,7 @@ pub fn start_front<B: PolicyBridge>(
 fn serve<B: PolicyBridge>(
     listener: TcpListener,
     front: Arc<Front<B>>,
+    plane: Plane,
     mut shutdown: Shutdown,
 ) -> ServeFuture {
     Box::pin(async move {
@@ -81,6 +85,7 @@ fn serve<B: PolicyBridge>(
             let app = Router::new().fallback(handle::<B>).with_state(Connection {
                 front: front.clone(),
                 client_host: peer.ip().to_string(),
+                plane,
             });
             let service = TowerToHyperService::new(app);
             let connection =
@@ -156,10 +161,11 @@ async fn read_body<B: PolicyBridge>(
     }
 }
 
-/// What a connection's handlers share: the front and the client's address.
+/// What a connection's handlers share: the front, the client's address and the listener's plane.
 struct Connection<B: PolicyBridge> {
     front: Arc<Front<B>>,
     client_host: String,
+    plane: Plane,
 }
 
 impl<B: PolicyBridge> Clone for Connection<B> {
@@ -167,18 +173,24 @@ impl<B: PolicyBridge> Clone for Connection<B> {
         Connection {
             front: self.front.clone(),
             client_host: self.client_host.clone(),
+            plane: self.plane,
         }
     }
 }
 
 async fn handle<B: PolicyBridge>(State(conn): State<Connection<B>>, request: Request) -> Response {
-    let Connection { front, client_host } = conn;
+    let Connection {
+        front,
+        client_host,
+        plane,
+    } = conn;
     let started = Instant::now();
     let (parts, body) = request.into_parts();
     let path = parts.uri.path();
+    let public = plane == Plane::Public;
     let kind = match path {
-        "/v1/completions" => Some(RequestKind::Completion),
-        "/v1/chat/completions" => Some(RequestKind::Chat),
+        "/v1/completions" if public => Some(RequestKind::Completion),
+        "/v1/chat/completions" if public => Some(RequestKind::Chat),
         _ => None,
     };
     let id_prefix = kind.map_or("req-", RequestKind::id_prefix);
@@ -192,11 +204,15 @@ async fn handle<B: PolicyBridge>(State(conn): State<Connection<B>>, request: Req
     let request_id =
         client_request_id(client_id).map_or_else(|| new_request_id(id_prefix), str::to_owned);
     let keys = &front.config.api_keys;
-    if !keys.is_empty() && KEYED_PATHS.contains(&path) && !authorized(&parts.headers, keys) {
+    if public
+        && !keys.is_empty()
+        && KEYED_PATHS.contains(&path)
+        && !authorized(&parts.headers, keys)
+    {
         let err = ApiError::unauthorized("missing or invalid API key").with_code("invalid_api_key");
         return api_error(&err, &request_id);
     }
-    let own = OWN_PATHS.contains(&path);
+    let own = path == "/health" || (public && OWN_PATHS.contains(&path));
     match (&parts.method, kind) {
         (&Method::POST, Some(kind)) => {
             let body = match read_body(&front, body, &request_id).await {
@@ -223,7 +239,7 @@ async fn handle<B: PolicyBridge>(State(conn): State<Connection<B>>, request: Req
         (&Method::GET, None) if path == "/health" => {
             json_response(200, br#"{"status":"ok"}"#.to_vec(), "none", &request_id)
         }
-        (&Method::GET, None) if path == "/v1/models" => {
+        (&Method::GET, None) if public && path == "/v1/models" => {
             let body = json!({"object": "list", "data": [{
                 "id": front.config.served_model, "object": "model",
                 "created": front.started_unix, "owned_by": "switchyard"}]});
@@ -242,6 +258,7 @@ async fn handle<B: PolicyBridge>(State(conn): State<Connection<B>>, request: Req
                 Err(resp) => return resp,
             };
             let ops = OpsRequest {
+                plane,
                 method: parts.method.to_string(),
                 path: path.to_owned(),
                 query: parts.uri.query().unwrap_or("").to_owned(),
@@ -261,6 +278,14 @@ async fn handle<B: PolicyBridge>(State(conn): State<Connection<B>>, request: Req
                 .unwrap_or(HeaderValue::from_static("application/json"));
             resp.headers_mut()
                 .insert(header::CONTENT_TYPE, content_type);
+            for (name, value) in &answer.headers {
+                if let (Ok(name), Ok(value)) = (
+                    header::HeaderName::from_bytes(name.as_bytes()),
+                    HeaderValue::from_str(value),
+                ) {
+                    resp.headers_mut().insert(name, value);
+                }
+            }
             envelope(resp.headers_mut(), "none", &request_id);
             resp
         }

@@ -10,7 +10,7 @@ use crate::detok::DetokenizerVocab;
 use crate::engine_rpc::{code_name, CallError, EngineRpc, EngineTls, GenerateCall};
 use crate::front::api_error::{ApiError, ShapedError};
 use crate::front::bridge::{
-    AdmitOutcome, AdmitSpec, Admitted, BoxFuture, OpsRequest, OpsResponse, PolicyBridge,
+    AdmitOutcome, AdmitSpec, Admitted, BoxFuture, OpsRequest, OpsResponse, Plane, PolicyBridge,
     RequestEnd, Segment,
 };
 use crate::front::fast_path::{FastPolicy, FastPolicyKind};
@@ -281,6 +281,7 @@ impl PolicyBridge for PyBridge {
     fn ops(&self, request: OpsRequest) -> BoxFuture<OpsResponse> {
         let answer = self.call("ops", move |py| {
             (
+                request.plane.name(),
                 request.method,
                 request.path,
                 request.query,
@@ -291,12 +292,17 @@ impl PolicyBridge for PyBridge {
         });
         Box::pin(async move {
             let answer = answer.await.and_then(|answer| {
-                Python::with_gil(|py| answer.bind(py).extract::<(u16, String, Vec<u8>)>())
+                Python::with_gil(|py| {
+                    answer
+                        .bind(py)
+                        .extract::<(u16, String, Vec<(String, String)>, Vec<u8>)>()
+                })
             });
             match answer {
-                Ok((status, content_type, body)) => OpsResponse {
+                Ok((status, content_type, headers, body)) => OpsResponse {
                     status,
                     content_type,
+                    headers,
                     body,
                 },
                 Err(err) => {
@@ -304,6 +310,7 @@ impl PolicyBridge for PyBridge {
                     OpsResponse {
                         status: err.status,
                         content_type: "application/json".into(),
+                        headers: Vec::new(),
                         body: err.body_bytes(),
                     }
                 }
@@ -391,8 +398,10 @@ impl From<FastRecord> for PyFastRecord {
 #[pyclass(name = "RouterFront", module = "router_core._router_core", frozen)]
 pub struct PyRouterFront {
     front: Arc<Front<PyBridge>>,
-    server: Mutex<Option<BackgroundServer>>,
+    /// The public listener, and the admin plane's when it has its own address.
+    servers: Mutex<Vec<BackgroundServer>>,
     port: u16,
+    admin_port: Option<u16>,
 }
 
 #[pymethods]
@@ -404,7 +413,8 @@ impl PyRouterFront {
                         max_context, max_inflight, api_keys = Vec::new(),
                         default_temperature = 1.0, default_top_p = 1.0,
                         first_chunk_timeout_s = 300.0, max_body_bytes = 64 << 20,
-                        body_timeout_s = 30.0, idle_timeout_s = 30.0))]
+                        body_timeout_s = 30.0, idle_timeout_s = 30.0, admin_host = None,
+                        admin_port = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -425,13 +435,20 @@ impl PyRouterFront {
         max_body_bytes: usize,
         body_timeout_s: f64,
         idle_timeout_s: f64,
+        admin_host: Option<&str>,
+        admin_port: Option<u16>,
     ) -> PyResult<Self> {
         let locals = TaskLocals::with_running_loop(py)?.copy_context(py)?;
         let addr = socket_addr(host, port)?;
+        let admin_addr = match admin_port {
+            Some(admin_port) => Some(socket_addr(admin_host.unwrap_or("127.0.0.1"), admin_port)?),
+            None => None,
+        };
         let first_chunk_timeout = duration("first_chunk_timeout_s", first_chunk_timeout_s)?;
         let (tokenizer, vocab) = py.allow_threads(|| -> crate::Result<_> {
             let tokenizer =
                 RouterTokenizer::new(tokenizer_json, chat_template, bos_token_id, eos_token_ids)?;
+            tokenizer.max_token_bytes(); // worked out now, not on the first request
             Ok((
                 tokenizer,
                 DetokenizerVocab::from_tokenizer_json(tokenizer_json)?,
@@ -465,17 +482,30 @@ impl PyRouterFront {
             started_unix,
         ));
         let serving = front.clone();
-        let server = py.allow_threads(move || start_front(serving, addr, &runtime))?;
+        let servers = py.allow_threads(move || -> crate::Result<Vec<BackgroundServer>> {
+            let mut servers = vec![start_front(serving.clone(), addr, Plane::Public, &runtime)?];
+            if let Some(admin_addr) = admin_addr {
+                servers.push(start_front(serving, admin_addr, Plane::Admin, &runtime)?);
+            }
+            Ok(servers)
+        })?;
         Ok(PyRouterFront {
             front,
-            port: server.local_addr().port(),
-            server: Mutex::new(Some(server)),
+            port: servers[0].local_addr().port(),
+            admin_port: servers.get(1).map(|s| s.local_addr().port()),
+            servers: Mutex::new(servers),
         })
     }
 
     #[getter]
     fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The admin plane's port (None: the admin routes are on the public listener).
+    #[getter]
+    fn admin_port(&self) -> Option<u16> {
+        self.admin_port
     }
 
     /// Requests in flight right now.
@@ -630,10 +660,13 @@ impl PyRouterFront {
     #[pyo3(signature = (grace_s = 1.0))]
     fn shutdown(&self, py: Python<'_>, grace_s: f64) -> PyResult<()> {
         let grace = duration("grace_s", grace_s)?;
-        let server = self.server.lock().unwrap_or_else(|p| p.into_inner()).take();
-        match server {
-            Some(mut server) => Ok(py.allow_threads(move || server.shutdown(grace))?),
-            None => Ok(()),
-        }
+        let servers = std::mem::take(&mut *self.servers.lock().unwrap_or_else(|p| p.into_inner()));
+        py.allow_threads(move || -> crate::Result<()> {
+            for mut server in servers {
+                server.shutdown(grace)?;
+            }
+            Ok(())
+        })?;
+        Ok(())
     }
 }
