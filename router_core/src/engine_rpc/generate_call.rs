@@ -5,6 +5,7 @@
 
 use crate::rpc::pb;
 use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic::codec::Streaming;
@@ -22,6 +23,9 @@ pub enum CallError {
 }
 
 type Started = std::result::Result<Streaming<pb::GenerateChunk>, Status>;
+
+/// How long a finished call's end (its trailers) is waited for before the stream is dropped.
+const END_WAIT: Duration = Duration::from_secs(5);
 
 enum CallState {
     /// The call was sent; the engine has not answered with its headers yet.
@@ -112,6 +116,25 @@ impl GenerateCall {
                 *self.lock() = CallState::Ended;
                 Err(CallError::Rpc(status))
             }
+        }
+    }
+
+    /// The engine sent its last chunk (a finish or a hand-off): read the stream to its end on
+    /// `runtime`, in the background, instead of dropping it open. A stream dropped before its
+    /// end is reset, and HTTP/2 (h2 0.4.20's DATA-frame budget) keeps counting the small frames
+    /// of reset streams against the connection: under load the budget ran out and the client
+    /// side closed the whole connection (GOAWAY ENHANCE_YOUR_CALM), failing every stream on it
+    /// with RESOURCE_EXHAUSTED.
+    pub fn finish(&self, runtime: &tokio::runtime::Handle) {
+        let mut state = self.lock();
+        if !matches!(*state, CallState::Open(_)) {
+            return;
+        }
+        if let CallState::Open(mut stream) = std::mem::replace(&mut *state, CallState::Ended) {
+            runtime.spawn(async move {
+                let rest = async { while let Ok(Some(_)) = stream.message().await {} };
+                let _ = tokio::time::timeout(END_WAIT, rest).await;
+            });
         }
     }
 

@@ -516,6 +516,7 @@ impl<B: PolicyBridge> RequestTask<B> {
             self.completion_tokens = body.completion_tokens();
             pending.extend_from_slice(&out.bytes);
             if finish.is_some() || handoff {
+                call.finish(&self.front.runtime);
                 self.delivered = true;
                 if let Some(hold) = &mut self.hold {
                     hold.delivered = true;
