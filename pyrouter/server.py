@@ -101,11 +101,14 @@ async def build_state(args: argparse.Namespace) -> RouterState:
                        metrics=metrics, limiter=CallerLimiter(config.rate))
 
 
+def _admin_host(args: argparse.Namespace) -> str:
+    return getattr(args, "admin_host", None) or "127.0.0.1"
+
+
 def start_front(state: RouterState, args: argparse.Namespace) -> RouterFront:
     """The HTTP front on --host/--port (and the admin plane on --admin-port): the OpenAI routes
     run in Rust; policy decisions and the other routes come to the bridge on this loop."""
     cfg = state.config
-    admin_port = getattr(args, "admin_port", None)
     # to_state()'s keys are RouterFront's tokenizer arguments.
     front = RouterFront(
         FrontBridge(state), args.host, args.port, **state.tokenizer.to_state(),
@@ -115,7 +118,7 @@ def start_front(state: RouterState, args: argparse.Namespace) -> RouterFront:
         first_chunk_timeout_s=state.dispatcher.policy_timeout_s,
         max_body_bytes=cfg.max_body_bytes, body_timeout_s=cfg.body_timeout_s,
         idle_timeout_s=cfg.idle_timeout_s,
-        admin_host=getattr(args, "admin_host", None) or "127.0.0.1", admin_port=admin_port)
+        admin_host=_admin_host(args), admin_port=getattr(args, "admin_port", None))
     state.engines.attach_front(front)
     # Under a pure-selection built-in the front picks engines itself (pyrouter/fast_path.py).
     sync_fast_policy(state, front)
@@ -136,7 +139,7 @@ async def serve_router(args: argparse.Namespace, stop: asyncio.Event,
     try:
         front = start_front(state, args)
         if front.admin_port is not None:
-            admin_host = getattr(args, "admin_host", None) or "127.0.0.1"
+            admin_host = _admin_host(args)
             log.info("admin routes on http://%s:%d only", admin_host, front.admin_port)
             if cfg.keys.admin_open and admin_host not in LOOPBACK_HOSTS:
                 log.warning("admin routes on %s need no key: set %s or keep them on loopback",

@@ -1,6 +1,6 @@
 //! The sampling rules (OpenAI semantics) as the router's Rust HTTP front applies them before
 //! routing (an HTTP 400 naming the field): which values a request may ask for, and the
-//! normalisation of the "off" spellings. The engine (and the aiohttp front) apply the same rules
+//! normalisation of the "off" spellings. The engine (and the policy bridge) apply the same rules
 //! in `SamplingParams` (engine/core/sampling_params.py) — a second copy, not a binding of this
 //! one: a rule changed here must change there too.
 

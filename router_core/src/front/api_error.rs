@@ -50,10 +50,9 @@ impl ApiError {
         Self::new(401, "authentication_error", message)
     }
 
-    /// A status the HTTP layer produces itself (404 unknown route, 405, 413), shaped as the
-    /// Python front shaped aiohttp's own errors.
+    /// A status the HTTP layer produces itself (405, 413), shaped as every other error; the
+    /// codes are the ones pyrouter/http/ops.py gives its own 404/405.
     pub fn http(status: u16, reason: &str) -> Self {
-        // The aiohttp front's codes for the same statuses (pyrouter/http/app.py).
         let code = match status {
             404 => "not_found".to_owned(),
             405 => "method_not_allowed".to_owned(),

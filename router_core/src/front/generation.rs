@@ -67,7 +67,7 @@ pub fn json_response(status: u16, body: Vec<u8>, route: &str, request_id: &str) 
 pub fn error_response(err: &ShapedError, route: &str, request_id: &str) -> Response {
     let mut resp = json_response(err.status, err.body.clone(), route, request_id);
     if err.status == 429 || err.status == 503 {
-        // Busy, draining or no capacity: worth a retry soon (as the aiohttp front says).
+        // Busy, draining or no capacity: worth a retry soon.
         resp.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     }
