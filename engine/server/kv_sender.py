@@ -53,7 +53,11 @@ class LayerPump:
             for a in range(start, stop, self._max_tokens):
                 b = min(stop, a + self._max_tokens)
                 buf = self._session.buffer(chunk.layer, a, b)
-                gather_into(layer_kv, chunk.page_table, a, b, buf.tensor)
+                try:
+                    gather_into(layer_kv, chunk.page_table, a, b, buf.tensor)
+                except BaseException:
+                    self._session.discard(buf)
+                    raise
                 self._session.commit(chunk.layer, a, b, buf)
                 self.tokens_pushed += b - a
         except Exception as exc:  # noqa: BLE001 - must not break the step; reported by remote_send

@@ -56,7 +56,12 @@ class SendSession(ABC):
     def buffer(self, layer: int, start: int, stop: int) -> ChunkBuffer: ...
 
     @abstractmethod
-    def commit(self, layer: int, start: int, stop: int, chunk: ChunkBuffer) -> None: ...
+    def commit(self, layer: int, start: int, stop: int, chunk: ChunkBuffer) -> None:
+        """Send the chunk; a chunk it could not send (the session failed) is discarded."""
+
+    @abstractmethod
+    def discard(self, chunk: ChunkBuffer) -> None:
+        """A chunk from `buffer` that will not be committed (filling it failed): free it."""
 
     @abstractmethod
     def finish(self, timeout_s: float | None = None) -> TransferResult:

@@ -280,7 +280,11 @@ class _LinkSession(SendSession):
         return ChunkBuffer(raw.view(layout.torch_dtype).view(layout.chunk_shape(n)), offset)
 
     def commit(self, layer: int, start: int, stop: int, chunk: ChunkBuffer) -> None:
-        self._check_alive()
+        try:
+            self._check_alive()
+        except TransferError:
+            self.discard(chunk)
+            raise
         if self._t_first is None:
             self._t_first = time.perf_counter()
         self._chunks += 1
@@ -297,6 +301,11 @@ class _LinkSession(SendSession):
             self._link.enqueue(header, ready=ready)
         else:
             self._link.enqueue(header, chunk.tensor)
+
+    def discard(self, chunk: ChunkBuffer) -> None:
+        ring = self._link.ring
+        if ring is not None and chunk.offset >= 0:
+            ring.discard(chunk.offset)
 
     def finish(self, timeout_s: float | None = None) -> TransferResult:
         self._t_finish = time.perf_counter()

@@ -75,6 +75,8 @@ class StagingArea(Protocol):
 
     def release(self, offset: int) -> None: ...
 
+    def discard(self, offset: int) -> None: ...
+
     def view(self, offset: int, nbytes: int) -> torch.Tensor: ...
 
     def hello(self) -> dict[str, object]: ...
@@ -93,6 +95,9 @@ class FifoRing:
         self.nbytes = nbytes
         self._head = 0
         self._inflight: deque[tuple[int, int]] = deque()
+        # Chunks allocated and never sent (their send failed in between): no ack will name
+        # them, so they are freed once every chunk before them is.
+        self._discarded: set[int] = set()
         self._cond = threading.Condition()
         self._closed = False
 
@@ -133,9 +138,28 @@ class FifoRing:
         with self._cond:
             if all(start != offset for start, _ in self._inflight):
                 raise RuntimeError(f"staging release of offset {offset}, which is not in flight")
-            while self._inflight.popleft()[0] != offset:
-                pass
+            while True:
+                start, _ = self._inflight.popleft()
+                self._discarded.discard(start)  # a later chunk's ack freed it first
+                if start == offset:
+                    break
+            self._drop_discarded()
             self._cond.notify_all()
+
+    def discard(self, offset: int) -> None:
+        """The chunk at `offset` will never be sent: free it as soon as it is the oldest (a
+        chunk nobody acknowledges would otherwise hold the ring until a later chunk's ack, and
+        forever when none comes)."""
+        with self._cond:
+            if all(start != offset for start, _ in self._inflight):
+                return  # already freed by a later chunk's ack
+            self._discarded.add(offset)
+            self._drop_discarded()
+            self._cond.notify_all()
+
+    def _drop_discarded(self) -> None:
+        while self._inflight and self._inflight[0][0] in self._discarded:
+            self._discarded.discard(self._inflight.popleft()[0])
 
     def in_flight(self) -> int:
         with self._cond:
