@@ -30,8 +30,8 @@ FRONT_ROUTES = {PUBLIC: (("POST", "/v1/completions"), ("POST", "/v1/chat/complet
 
 
 async def _openapi(state: RouterState, request: OpsRequest) -> OpsResponse:
-    paths = {path for _, path in served_routes(request.plane, state.config.keys.
-                                               admin_plane_separate)}
+    admin_separate = state.config.keys.admin_plane_separate
+    paths = {path for _, path in served_routes(request.plane, admin_separate)}
     return json_response(openapi_document(paths))
 
 
