@@ -4,6 +4,7 @@
 //! request, once per segment boundary and once at the end; tokens never reach Python, except a
 //! segment's first chunk while the policy admits it (the policy reads it through `GenerateCall`).
 
+use super::bridge_jobs::{BridgeJobs, Job};
 use super::router::PyRouterCore;
 use crate::background_server::BackgroundServer;
 use crate::detok::DetokenizerVocab;
@@ -39,36 +40,50 @@ pyo3::create_exception!(
 #[pyclass(name = "GenerateCall", module = "router_core._router_core", frozen)]
 pub struct PyGenerateCall {
     call: Arc<GenerateCall>,
+    /// Where a read's result goes to reach the loop (bridge_jobs.rs).
+    jobs: Arc<BridgeJobs>,
+}
+
+/// A read's result as Python sees it: the chunk's bytes, None at the stream's end, or the error.
+pub(super) fn chunk_to_py(
+    py: Python<'_>,
+    read: Result<Option<pb::GenerateChunk>, CallError>,
+) -> PyResult<PyObject> {
+    match read {
+        Ok(Some(chunk)) => Ok(PyBytes::new(py, &chunk.encode_to_vec()).into_any().unbind()),
+        Ok(None) => Ok(py.None()),
+        Err(CallError::Rpc(status)) => Err(EngineCallError::new_err((
+            code_name(status.code()),
+            status.message().to_owned(),
+        ))),
+        Err(CallError::Cancelled) => Err(EngineCallError::new_err((
+            "CANCELLED",
+            "the call was cancelled",
+        ))),
+        Err(CallError::Busy) => Err(PyRuntimeError::new_err(
+            "two readers of one GenerateCall at once",
+        )),
+    }
 }
 
 #[pymethods]
 impl PyGenerateCall {
-    /// Awaitable: the next chunk's bytes, or None once the engine closed the stream; raises
-    /// EngineCallError(code, details) when the call failed or was cancelled.
+    /// Awaitable (call it on the router's loop): the next chunk's bytes, or None once the engine
+    /// closed the stream; raises EngineCallError(code, details) when the call failed or was
+    /// cancelled. The read runs on tokio; its result reaches the loop through the bridge's job
+    /// queue (no GIL taken on the tokio side).
     fn next_chunk<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let call = self.call.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        let waiting = self.jobs.event_loop(py).call_method0("create_future")?;
+        let (call, jobs, future) = (
+            self.call.clone(),
+            self.jobs.clone(),
+            waiting.clone().unbind(),
+        );
+        pyo3_async_runtimes::tokio::get_runtime().spawn(async move {
             let read = call.next().await;
-            Python::with_gil(|py| -> PyResult<PyObject> {
-                match read {
-                    Ok(Some(chunk)) => {
-                        Ok(PyBytes::new(py, &chunk.encode_to_vec()).into_any().unbind())
-                    }
-                    Ok(None) => Ok(py.None()),
-                    Err(CallError::Rpc(status)) => Err(EngineCallError::new_err((
-                        code_name(status.code()),
-                        status.message().to_owned(),
-                    ))),
-                    Err(CallError::Cancelled) => Err(EngineCallError::new_err((
-                        "CANCELLED",
-                        "the call was cancelled",
-                    ))),
-                    Err(CallError::Busy) => Err(PyRuntimeError::new_err(
-                        "two readers of one GenerateCall at once",
-                    )),
-                }
-            })
-        })
+            jobs.push(Job::Chunk(future, read));
+        });
+        Ok(waiting)
     }
 
     /// Ends the call (the engine aborts an unfinished generation); True if it was running.
@@ -81,10 +96,22 @@ impl PyGenerateCall {
 struct PyBridge {
     handler: PyObject,
     locals: TaskLocals,
+    /// admit, close and the first chunk's read, the calls every request makes, go through
+    /// this queue.
+    jobs: Arc<BridgeJobs>,
 }
 
 fn shaped(status: u16, body: Vec<u8>) -> ShapedError {
     ShapedError { status, body }
+}
+
+/// The outcome of an admission that never reached the policy's answer.
+pub(super) fn admit_failed(py: Python<'_>, err: PyErr) -> AdmitOutcome<PyObject> {
+    AdmitOutcome {
+        run: py.None(),
+        policy: String::new(),
+        result: Err(internal("the policy bridge failed", err)),
+    }
 }
 
 fn internal(context: &str, err: impl std::fmt::Display) -> ShapedError {
@@ -144,7 +171,7 @@ impl PyBridge {
     }
 }
 
-fn spec_dict<'py>(py: Python<'py>, spec: &AdmitSpec) -> PyResult<Bound<'py, PyDict>> {
+pub(super) fn spec_dict<'py>(py: Python<'py>, spec: &AdmitSpec) -> PyResult<Bound<'py, PyDict>> {
     let r = &spec.request;
     let s = &r.sampling;
     let d = PyDict::new(py);
@@ -173,7 +200,7 @@ fn spec_dict<'py>(py: Python<'py>, spec: &AdmitSpec) -> PyResult<Bound<'py, PyDi
 
 /// The bridge's admit answer: `(run, policy, ok, payload)`; payload
 /// `(call, first_chunk_bytes, engine, route, pattern)` or `(status, body)`.
-fn admitted(answer: &Bound<'_, PyAny>) -> PyResult<AdmitOutcome<PyObject>> {
+pub(super) fn admitted(answer: &Bound<'_, PyAny>) -> PyResult<AdmitOutcome<PyObject>> {
     let (run, policy, ok, payload): (PyObject, String, bool, Bound<'_, PyAny>) =
         answer.extract()?;
     let result = if ok {
@@ -205,16 +232,13 @@ impl PolicyBridge for PyBridge {
     type Run = PyObject;
 
     fn admit(&self, spec: AdmitSpec) -> BoxFuture<AdmitOutcome<PyObject>> {
-        let answer = self.call("admit", move |py| PyTuple::new(py, [spec_dict(py, &spec)?]));
+        let (reply, outcome) = tokio::sync::oneshot::channel();
+        self.jobs.push(Job::Admit(Box::new(spec), reply));
         Box::pin(async move {
-            let outcome = match answer.await {
-                Ok(answer) => Python::with_gil(|py| admitted(answer.bind(py))),
-                Err(err) => Err(err),
-            };
-            outcome.unwrap_or_else(|err| AdmitOutcome {
-                run: Python::with_gil(|py| py.None()),
-                policy: String::new(),
-                result: Err(internal("the policy bridge failed", err)),
+            outcome.await.unwrap_or_else(|_| {
+                Python::with_gil(|py| {
+                    admit_failed(py, PyRuntimeError::new_err("the router's loop is gone"))
+                })
             })
         })
     }
@@ -260,22 +284,8 @@ impl PolicyBridge for PyBridge {
     }
 
     fn close(&self, run: PyObject, end: RequestEnd) -> BoxFuture<()> {
-        let done = self.call("close", move |py| {
-            (
-                run,
-                end.status,
-                end.completion_tokens,
-                end.delivered,
-                end.since_start.as_secs_f64(),
-                end.since_first_token.map(|d| d.as_secs_f64()),
-            )
-                .into_pyobject(py)
-        });
-        Box::pin(async move {
-            if let Err(err) = done.await {
-                Python::with_gil(|py| err.print(py));
-            }
-        })
+        self.jobs.push(Job::Close(run, end));
+        Box::pin(std::future::ready(()))
     }
 
     fn ops(&self, request: OpsRequest) -> BoxFuture<OpsResponse> {
@@ -475,6 +485,11 @@ impl PyRouterFront {
             Arc::new(tokenizer),
             Arc::new(vocab),
             PyBridge {
+                jobs: Arc::new(BridgeJobs::new(
+                    py,
+                    bridge.clone_ref(py),
+                    locals.clone_ref(py),
+                )?),
                 handler: bridge,
                 locals,
             },
@@ -653,7 +668,10 @@ impl PyRouterFront {
         let call = engine
             .rpc
             .start_generate(message, &metadata, &self.front.runtime);
-        Ok(PyGenerateCall { call })
+        Ok(PyGenerateCall {
+            call,
+            jobs: self.front.bridge.jobs.clone(),
+        })
     }
 
     /// Stops accepting, lets requests in flight finish for up to `grace_s`, then ends them.

@@ -1,6 +1,7 @@
 //! The PyO3 binding: thin wrappers that convert arguments to owned Rust values, release the GIL
 //! for the work, and map [`crate::RouterCoreError`] to Python exceptions.
 
+mod bridge_jobs;
 mod convert;
 mod detok;
 mod front;
