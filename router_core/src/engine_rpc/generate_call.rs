@@ -127,14 +127,14 @@ impl GenerateCall {
     /// with RESOURCE_EXHAUSTED.
     pub fn finish(&self, runtime: &tokio::runtime::Handle) {
         let mut state = self.lock();
-        if !matches!(*state, CallState::Open(_)) {
-            return;
-        }
-        if let CallState::Open(mut stream) = std::mem::replace(&mut *state, CallState::Ended) {
-            runtime.spawn(async move {
-                let rest = async { while let Ok(Some(_)) = stream.message().await {} };
-                let _ = tokio::time::timeout(END_WAIT, rest).await;
-            });
+        match std::mem::replace(&mut *state, CallState::Ended) {
+            CallState::Open(mut stream) => {
+                runtime.spawn(async move {
+                    let rest = async { while let Ok(Some(_)) = stream.message().await {} };
+                    let _ = tokio::time::timeout(END_WAIT, rest).await;
+                });
+            }
+            other => *state = other,
         }
     }
 

@@ -1,5 +1,6 @@
-//! The per-request calls into the policy bridge (admit, close), queued by the front's tokio
-//! threads without the GIL and run by the router's asyncio loop in batches.
+//! The per-request calls into the policy bridge (admit, close) and the results of chunk reads
+//! Python awaits, queued by the front's tokio threads without the GIL and run by the router's
+//! asyncio loop in batches.
 //!
 //! Calling into Python from a tokio thread takes the GIL, and the loop thread has to hand it
 //! over (a futex wake-up each time): a profile of a Python policy at c=32 had the loop thread
@@ -33,6 +34,12 @@ struct Pending {
     jobs: Mutex<Vec<Job>>,
     /// A drain is scheduled on the loop (or running and not yet past taking the jobs).
     scheduled: AtomicBool,
+}
+
+impl Pending {
+    fn take(&self) -> Vec<Job> {
+        std::mem::take(&mut *self.jobs.lock().unwrap_or_else(PoisonError::into_inner))
+    }
 }
 
 /// The queue and what drains it.
@@ -85,13 +92,7 @@ impl BridgeJobs {
                 // and the admissions end as failures.
                 err.print(py);
                 self.pending.scheduled.store(false, Ordering::Release);
-                drop(std::mem::take(
-                    &mut *self
-                        .pending
-                        .jobs
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner),
-                ));
+                drop(self.pending.take());
             }
         });
     }
@@ -110,14 +111,7 @@ impl JobDrainer {
     fn __call__(&self, py: Python<'_>) {
         // Cleared before taking: a job pushed after the take schedules the next drain.
         self.pending.scheduled.store(false, Ordering::Release);
-        let jobs = std::mem::take(
-            &mut *self
-                .pending
-                .jobs
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
-        );
-        for job in jobs {
+        for job in self.pending.take() {
             match job {
                 Job::Admit(spec, reply) => self.admit(py, &spec, reply),
                 Job::Close(run, end) => {
