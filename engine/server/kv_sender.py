@@ -20,8 +20,9 @@ from engine.transfer import KVAddr, KVLayout, SendSession, TransferError, Transp
 from engine.transfer.gather import gather_into
 from switchyard_rpc import engine_pb2 as pb
 
-# Largest chunk handed to a transport at once (keeps shm staging and wire buffers bounded).
-_MAX_CHUNK_BYTES = 4 << 20
+# Largest chunk handed to a transport at once (keeps shm staging and wire buffers bounded;
+# the simulator counts chunks with it, pyrouter/sim/send_cost.py).
+MAX_CHUNK_BYTES = 4 << 20
 
 
 def resolve_end(end: int, n_tokens: int) -> int:
@@ -40,7 +41,7 @@ class LayerPump:
         self._kv = kv
         self._begin = begin
         self._end = end
-        self._max_tokens = max(1, _MAX_CHUNK_BYTES // layout.bytes_per_token_layer)
+        self._max_tokens = max(1, MAX_CHUNK_BYTES // layout.bytes_per_token_layer)
         self.error: BaseException | None = None
         self.tokens_pushed = 0
 

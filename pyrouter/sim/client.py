@@ -94,7 +94,8 @@ class SimEngineClient:
         self._tokens = tokens
         self._coalesce = max(1, coalesce)
         self._inboxes: dict[str, _Inbox] = {}
-        self._rpc_s = engine.profile.rpc_ms / 1e3
+        # Each verb and stream start: the router's own time before it sends, then the wire.
+        self._rpc_s = (engine.profile.router_ms + engine.profile.rpc_ms) / 1e3
         self.link = KvLink()
 
     # ---- plumbing ----
@@ -258,7 +259,7 @@ class SimEngineClient:
 
 class SimCall:
     """A StartGenerate stream: the request reaches the engine when the call is made (after the
-    profile's rpc_ms), its errors surface on the first read, as with gRPC."""
+    profile's router_ms + rpc_ms), its errors surface on the first read, as with gRPC."""
 
     def __init__(self, client: SimEngineClient, request: pb.StartGenerateRequest) -> None:
         self._client = client

@@ -19,6 +19,7 @@ from pyrouter.core import make_router_core
 from pyrouter.engines.handle import EngineHandle
 from pyrouter.engines.membership import apply_stats
 from pyrouter.sim.client import SimEngineClient, TokenLog
+from pyrouter.sim.cores import SharedCores
 from pyrouter.sim.engine import SimEngine
 from pyrouter.sim.profile import HardwareProfile
 from router_core import RouterCore
@@ -43,9 +44,11 @@ class SimCluster:
         self._clients: dict[str, SimEngineClient] = {}
         self._kv_seq: dict[str, int] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        # Engines sharing CPU cores slow each other's steps (none on GPU profiles).
+        cores = SharedCores() if profile.shares_cores else None
         for num, role in enumerate(roles):
             engine_id = f"e{num}"
-            sim = SimEngine(engine_id, role, profile, seed, self._deliver_to(engine_id))
+            sim = SimEngine(engine_id, role, profile, seed, self._deliver_to(engine_id), cores)
             client = SimEngineClient(sim, self._sims, self.tokens, coalesce)
             handle = EngineHandle(engine_id, num, client.address, role, client,  # type: ignore[arg-type]
                                   self.core, healthy=True, model_id=profile.model.model_id)

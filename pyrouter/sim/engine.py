@@ -31,7 +31,9 @@ from engine.core.step_runner import StepRunner
 from engine.kvcache.page_pool import PagePool
 from engine.kvcache.radix_cache import RadixPrefixCache
 from engine.model.config import ModelConfig
+from pyrouter.sim.cores import SharedCores
 from pyrouter.sim.profile import HardwareProfile
+from pyrouter.sim.send_cost import send_overhead_s
 from pyrouter.testing.fake_engine import FAKE_VOCAB
 
 _LEASE_CHECK_S = 0.1  # as the real step loop (engine/server/step_loop.py)
@@ -121,18 +123,24 @@ class SimEngine:
     `on_output(output, now)` (the engine client routes them to the request's stream)."""
 
     def __init__(self, engine_id: str, role: str, profile: HardwareProfile, seed: int,
-                 on_output: OnOutput) -> None:
+                 on_output: OnOutput, cores: SharedCores | None = None) -> None:
         self.id = engine_id
         self.profile = profile
         self.core = SimEngineCore(engine_id, role, profile, seed)
         self._on_output = on_output
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        # The step now running: when it started and how long it takes (the link model reads it).
+        self._cores = cores  # shared with the engines it contends with (None: its own hardware)
+        # The step now running: when it started and how long it took (the link model reads it
+        # when the step reports its sends' K/V, after its time has passed).
         self.step_started = 0.0
         self.step_s = 0.0
+        self.stepping = False
         self.steps_run = 0
         self.busy_s = 0.0
+        # Step time owed to KV landing here while it stepped (the receiver's share of the
+        # link's work, pyrouter/sim/transfer.py): added to its next step.
+        self.owed_s = 0.0
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"sim-{self.id}")
@@ -173,11 +181,24 @@ class SimEngine:
                 continue
             plan = steps.plan()
             step_s = core.latency.predict(plan.shape) / 1e3 if plan.sched.work else 0.0
-            self.step_started, self.step_s = now, step_s
+            step_s += send_overhead_s(self.profile, plan.sched)
             if step_s > 0:
-                await asyncio.sleep(step_s)
+                step_s, self.owed_s = step_s + self.owed_s, 0.0
+                self.step_started, self.stepping = now, True
+                try:
+                    if self._cores is not None:
+                        await self._cores.step(step_s, self.profile.contention
+                                               if plan.shape.prefill_tokens
+                                               else self.profile.decode_contention)
+                    else:
+                        await asyncio.sleep(step_s)
+                finally:
+                    self.stepping = False
+                self.step_s = loop.time() - now
                 self.steps_run += 1
-                self.busy_s += step_s
+                self.busy_s += self.step_s
+            else:
+                self.step_started, self.step_s = now, 0.0
             logits, failure = steps.run_model(plan)
             outputs = steps.finish(plan, logits, failure)
             done_at = loop.time()

@@ -53,6 +53,18 @@ class HardwareProfile:
     link_gbps: float  # inter-engine KV bandwidth, GB/s (1e9 bytes)
     link_latency_ms: float = 0.0  # per transfer, before its first byte moves
     rpc_ms: float = 0.0  # one way, router <-> engine, for each verb and stream start
+    # The KV link's per-chunk costs (one chunk per layer and step, pyrouter/sim/transfer.py):
+    link_chunk_ms: float = 0.0  # receiver: taking one chunk in (frame, lock, page writes)
+    send_chunk_ms: float = 0.0  # sender's step thread: staging one chunk (alloc, commit)
+    gather_gbps: float = 0.0  # sender's step thread: gathering K/V out of pages (0: free)
+    recv_step_share: float = 0.0  # share of the receiver's link work its step loop loses
+    # Engines sharing CPU cores (0: each engine owns its hardware) and the step-time factors
+    # when two of them step at once: a step that prefills, a decode-only step
+    # (pyrouter/sim/cores.py; decode_contention absent: contention's).
+    cores: int = 0
+    contention: float = 1.0
+    decode_contention: float = 1.0
+    router_ms: float = 0.0  # the router's own time before each verb it sends (policy, books)
     description: str = ""
     meta: dict[str, Any] = field(default_factory=dict)  # sources, arithmetic, anything else
 
@@ -65,6 +77,11 @@ class HardwareProfile:
 
     def latency(self, window: int = 64) -> ProfiledLatency:
         return ProfiledLatency(self.latency_model, self.knee, window)
+
+    @property
+    def shares_cores(self) -> bool:
+        """Engines slow each other when they step at once (pyrouter/sim/cores.py)."""
+        return self.cores > 0 and max(self.contention, self.decode_contention) > 1
 
     def transfer_s(self, num_bytes: int) -> float:
         """Seconds `num_bytes` take on the link (bandwidth only)."""
@@ -87,6 +104,13 @@ class ProfiledLatency(LatencyModel):
 
     def fit_error(self) -> float:
         return 0.0
+
+
+# Optional numbers >= 0 (absent: no such cost), read by name into HardwareProfile.
+_DEFAULTS = {"contention": 1.0}
+_OPTIONAL_NUMBERS = ("link_latency_ms", "rpc_ms", "link_chunk_ms", "send_chunk_ms",
+                     "gather_gbps", "recv_step_share", "contention", "decode_contention",
+                     "router_ms")
 
 
 def _require(body: dict[str, Any], key: str, kind: type, where: str) -> Any:
@@ -135,24 +159,38 @@ def profile_from_dict(body: dict[str, Any], where: str = "profile") -> HardwareP
     link = _require(body, "link_gbps", float, where)
     _positive(link, "link_gbps", where)
     extras: dict[str, float] = {}
-    for key in ("link_latency_ms", "rpc_ms"):
-        value = body.get(key, 0.0)
+    for key in _OPTIONAL_NUMBERS:
+        default = (extras["contention"] if key == "decode_contention"
+                   else _DEFAULTS.get(key, 0.0))
+        value = body.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int | float) or not (
                 value >= 0 and math.isfinite(value)):
             raise ProfileError(f"{where}: '{key}' must be a number >= 0, got {value!r}")
         extras[key] = float(value)
+    if extras["recv_step_share"] > 1:
+        raise ProfileError(f"{where}: 'recv_step_share' is a share in [0, 1]")
+    for key in ("contention", "decode_contention"):
+        if extras[key] < 1:
+            raise ProfileError(f"{where}: '{key}' is a step-time factor >= 1")
+    cores = body.get("cores", 0)
+    if isinstance(cores, bool) or not isinstance(cores, int) or cores < 0:
+        raise ProfileError(f"{where}: 'cores' must be an integer >= 0, got {cores!r}")
     stated = body.get("kv_bytes_per_token")
     if stated is not None and stated != model.kv_bytes_per_token:
         raise ProfileError(f"{where}: kv_bytes_per_token {stated} does not match the model "
                            f"shape ({model.kv_bytes_per_token})")
     known = {"name", "model", "latency_model", "page_size", "kv_pages", "chunk_size",
-             "max_running", "link_gbps", "link_latency_ms", "rpc_ms", "description",
-             "kv_bytes_per_token"}
+             "max_running", "link_gbps", "description", "kv_bytes_per_token", "cores",
+             *_OPTIONAL_NUMBERS}
     return HardwareProfile(
         str(body.get("name", where)), model, _coefficients(body.get("latency_model"), where),
         page_size=fields["page_size"], kv_pages=fields["kv_pages"],
         chunk_size=fields["chunk_size"], max_running=fields["max_running"], link_gbps=link,
         link_latency_ms=extras["link_latency_ms"], rpc_ms=extras["rpc_ms"],
+        link_chunk_ms=extras["link_chunk_ms"], send_chunk_ms=extras["send_chunk_ms"],
+        gather_gbps=extras["gather_gbps"], recv_step_share=extras["recv_step_share"],
+        cores=cores, contention=extras["contention"],
+        decode_contention=extras["decode_contention"], router_ms=extras["router_ms"],
         description=str(body.get("description", "")),
         meta={k: v for k, v in body.items() if k not in known})
 

@@ -1,15 +1,19 @@
-"""KV transfer timing in a simulation: bytes / link bandwidth, pipelined with the sender's
-prefill layer by layer, so only the last layer's share is exposed when the link keeps up.
+"""KV transfer timing in a simulation: per-chunk costs plus bytes / link bandwidth, pipelined
+with the sender's prefill layer by layer, so only the last layer's share is exposed when the
+link keeps up.
 
-A sender's step of duration d computes its send's K/V layer by layer: layer l's bytes are ready
-at t0 + (l+1)·d/L and queue on the sender's link (FIFO at the profile's bandwidth), one slice
-of b/L bytes each. With s = b/L/bandwidth the last slice lands at
+A sender's step of duration d (its gathers included, pyrouter/sim/send_cost.py) computes its
+send's K/V layer by layer: layer l's bytes are ready at t0 + (l+1)·d/L and queue on the sender's
+link (FIFO), one slice of b/L bytes each, taking s = k·link_chunk_ms + b/L/bandwidth (k chunks
+per layer; the receiver takes each chunk in and writes its pages). The last slice lands at
 
     max(link free + L·s,  t0 + d/L + L·s,  t0 + d + s)
 
 (the link's backlog, a link slower than the layers, or only the last layer exposed). Each
 step's slices land in the receiver's reservation at that time; the send is answered when the
 sender has finished and every slice has landed (as RemoteSend waits for the acknowledgements).
+The receiver's step loop loses `recv_step_share` of the link's L·s when it lands during one of
+its steps (the receiving thread shares its cores): its next step lasts that much longer.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ import asyncio
 from engine.core.errors import LeaseExpired, UnknownRequest
 from engine.core.outputs import SendChunk
 from pyrouter.sim.engine import SimEngine
+from pyrouter.sim.send_cost import chunks_per_layer
 
 
 class KvLink:
@@ -28,12 +33,18 @@ class KvLink:
         self.bytes_sent = 0
 
 
+def slice_s(num_bytes: int, layers: int, link_gbps: float, chunk_s: float = 0.0) -> float:
+    """The link's time for one layer's slice of a step's `num_bytes` (`chunk_s`: the slice's
+    per-chunk costs)."""
+    return chunk_s + num_bytes / layers / (link_gbps * 1e9)
+
+
 def landing_time(t0: float, step_s: float, num_bytes: int, layers: int, link_gbps: float,
-                 link_free_at: float) -> float:
+                 link_free_at: float, chunk_s: float = 0.0) -> float:
     """When the last layer of a step's `num_bytes` lands (see the module docstring)."""
-    slice_s = num_bytes / layers / (link_gbps * 1e9)
-    return max(link_free_at + layers * slice_s, t0 + step_s / layers + layers * slice_s,
-               t0 + step_s + slice_s)
+    slice_s_ = slice_s(num_bytes, layers, link_gbps, chunk_s)
+    return max(link_free_at + layers * slice_s_, t0 + step_s / layers + layers * slice_s_,
+               t0 + step_s + slice_s_)
 
 
 class KvTransfer:
@@ -69,17 +80,21 @@ class KvTransfer:
         self.receiver.core.reservations.get(self.request_id)  # LeaseExpired / UnknownRequest
         num_bytes = (stop - start) * self._bytes_per_token
         sender, profile = self.sender, self.sender.profile
+        chunk_s = chunks_per_layer(stop - start, profile) * profile.link_chunk_ms / 1e3
         at = landing_time(sender.step_started, sender.step_s, num_bytes, self._layers,
-                          profile.link_gbps, self.link.free_at)
+                          profile.link_gbps, self.link.free_at, chunk_s)
         self.link.free_at = at
         self.link.bytes_sent += num_bytes
         self.bytes += num_bytes
         self._in_flight += 1
+        work_s = self._layers * slice_s(num_bytes, self._layers, profile.link_gbps, chunk_s)
         loop = asyncio.get_running_loop()
-        loop.call_at(at, self._land, start, stop)
+        loop.call_at(at, self._land, start, stop, work_s)
 
-    def _land(self, start: int, stop: int) -> None:
+    def _land(self, start: int, stop: int, work_s: float) -> None:
         self._in_flight -= 1
+        if self.receiver.stepping:  # the receiving thread took its share of the step's cores
+            self.receiver.owed_s += self.receiver.profile.recv_step_share * work_s
         try:
             held = self.receiver.core.reservations.get(self.request_id)
             self.receiver.core.reservations.mark_written(held, 0, start, stop)
