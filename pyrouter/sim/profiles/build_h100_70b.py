@@ -58,6 +58,11 @@ KV_DTYPE_BYTES = 2  # bf16 KV cache
 PAGE_SIZE = 16
 CHUNK_SIZE = 2048
 MAX_RUNNING = 256
+# The KV link's per-chunk costs and the sender's gather (assumptions, see "assumptions").
+LINK_CHUNK_MS = 0.01
+SEND_CHUNK_MS = 0.005
+GATHER_EFFICIENCY = 0.8
+ROUTER_MS = 0.08
 
 _GEMMS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 _OTHERS = ("input_layernorm", "attn_rope", "post_attention_layernorm", "mlp_act", "add")
@@ -144,6 +149,11 @@ def build(data_dir: str = DATA_DIR) -> dict[str, Any]:
         "max_running": MAX_RUNNING,
         "link_gbps": round(TP * pair_gbps, 1), "link_latency_ms": round(max(0.0, intercept), 4),
         "rpc_ms": 0.0,
+        # Assumed, not measured (no H100 here): see "assumptions".
+        "link_chunk_ms": LINK_CHUNK_MS, "send_chunk_ms": SEND_CHUNK_MS,
+        "gather_gbps": round(TP * HBM_BYTES_S / 2 * GATHER_EFFICIENCY / 1e9, 1),
+        "recv_step_share": 0.0, "cores": 0, "contention": 1.0, "decode_contention": 1.0,
+        "router_ms": ROUTER_MS,
         "latency_model": {
             "const": round(const, 4), "prefill_tokens": round(per_token, 6),
             "decode_seqs": round(per_token, 6),
@@ -191,6 +201,17 @@ def build(data_dir: str = DATA_DIR) -> dict[str, Any]:
             "max_running": f"{MAX_RUNNING} sequences (vLLM's default max_num_seqs)",
             "not_modelled": "per-step CPU scheduling overhead; the LM head's FLOPs (negligible);"
                             " attention kernel launch costs",
+            "link_chunk_ms": f"{LINK_CHUNK_MS} ms per chunk on the receiver (a frame, a scatter "
+                             "kernel's launch and completion event)",
+            "send_chunk_ms": f"{SEND_CHUNK_MS} ms per chunk on the sender's step thread (a "
+                             "gather kernel's launch, an event record)",
+            "gather_gbps": f"each GPU gathers its own KV heads: HBM 3.35 TB/s / 2 (read and "
+                           f"write) x {GATHER_EFFICIENCY} x 4 GPUs",
+            "recv_step_share": "0: the receiver's scatter runs beside its step (copy engines)",
+            "cores": "0: each engine owns its GPUs, engines never contend for them",
+            "router_ms": f"{ROUTER_MS} ms per verb: this machine's router CPU per request with "
+                         "a Python policy (0.228 ms, docs/benchmarks.md) over a pd request's "
+                         "3 verbs",
         },
     }
     profile_from_dict(body, NAME)  # the simulator must accept what this writes

@@ -26,8 +26,14 @@ from typing import Any
 from pyrouter.sim.profile import PROFILE_DIR, profile_from_dict
 
 NAME = "local-smollm2-cpu"
-LINK_GBPS = 1.5  # shm, fast mode, 2048-8192 tokens: 0.8-1.8 GB/s (docs/benchmarks.md)
+LINK_GBPS = 2.77  # shm receiver's page writes (measure_local.py); bench transfer: 0.8-1.8 GB/s
 RPC_MS = 0.35  # one way: a gRPC round trip to an engine on this machine is ~0.7 ms
+# This machine's link, contention and router constants: `python -m
+# pyrouter.sim.profiles.measure_local` on 2026-12-01 at load average 3.3-5.7 on 2 cores (other
+# builds running); --measured FILE takes a fresh run's --json output instead.
+MEASURED = {"link_latency_ms": 3.78, "link_chunk_ms": 0.0267, "send_chunk_ms": 0.0533,
+            "gather_gbps": 2.84, "recv_step_share": 1.0, "cores": 2, "contention": 2.26,
+            "decode_contention": 1.0, "router_ms": 0.08}
 MAX_RUNNING = 64  # EngineConfig's default (not in Stats)
 
 
@@ -105,6 +111,16 @@ def _from_cache(path: str | None, kv_bytes: int) -> dict[str, Any]:
     }
 
 
+def _measured(path: str | None) -> dict[str, Any]:
+    """The simulator's link, contention and router constants (pyrouter/sim/send_cost.py,
+    transfer.py, cores.py): MEASURED, or those a measure_local.py run wrote."""
+    if path is None:
+        return dict(MEASURED)
+    with open(path, encoding="utf-8") as f:
+        run = json.load(f)
+    return {key: run.get(key, default) for key, default in MEASURED.items()}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -117,6 +133,9 @@ def main() -> int:
                    help="--from-cache: bytes per KV element (2: the fast mode's bf16)")
     p.add_argument("--link-gbps", type=float, default=LINK_GBPS)
     p.add_argument("--rpc-ms", type=float, default=RPC_MS)
+    p.add_argument("--measured", default=None, metavar="FILE",
+                   help="link, contention and receiver constants: measure_local.py's --json "
+                        "output (default: this machine's, MEASURED)")
     p.add_argument("--name", default=NAME)
     p.add_argument("--out", default=None, help=f"default: {PROFILE_DIR}/NAME.json")
     a = p.parse_args()
@@ -125,11 +144,11 @@ def main() -> int:
     body = {"name": a.name,
             "description": "SmolLM2-135M on this machine's CPU engine (switchyard engine, "
                            "fast mode): the engine's own fitted step model.",
-            **body, "max_running": MAX_RUNNING, "link_gbps": a.link_gbps,
-            "link_latency_ms": 0.0, "rpc_ms": a.rpc_ms,
+            **body, "max_running": MAX_RUNNING, "link_gbps": a.link_gbps, "rpc_ms": a.rpc_ms,
+            **_measured(a.measured),
             "sources": ["the engine's latency model (engine/core/latency_model.py), "
                         "as reported in Stats / cached at start",
-                        "link: `switchyard bench transfer` shm figures in docs/benchmarks.md"]}
+                        "link, contention, receiver: pyrouter/sim/profiles/measure_local.py"]}
     profile_from_dict(body, a.name)
     out = a.out or os.path.join(PROFILE_DIR, f"{a.name}.json")
     with open(out, "w", encoding="utf-8") as f:
