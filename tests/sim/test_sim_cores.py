@@ -58,8 +58,7 @@ def test_the_local_profile_reproduces_the_measured_slowdown(kind: str) -> None:
     with open(MEASURED, encoding="utf-8") as f:
         steps = json.load(f)["steps"][kind]
     ratio = statistics.median(steps["together"]) / statistics.median(steps["alone"])
-    profile = load_profile("local-smollm2-cpu")
-    assert profile.shares_cores and profile.cores == 2
+    profile = load_profile("local-smollm2-cpu")  # its factors (contention is off there)
     contention = profile.contention if kind == "prefill_512_ms" else profile.decode_contention
     # Engine A's step (its median alone) while engine B prefills without pause, as measured.
     alone = statistics.median(steps["alone"]) / 1e3

@@ -30,9 +30,11 @@ LINK_GBPS = 2.77  # shm receiver's page writes (measure_local.py); bench transfe
 RPC_MS = 0.35  # one way: a gRPC round trip to an engine on this machine is ~0.7 ms
 # This machine's link, contention and router constants: `python -m
 # pyrouter.sim.profiles.measure_local` on 2026-12-01 at load average 3.3-5.7 on 2 cores (other
-# builds running); --measured FILE takes a fresh run's --json output instead.
+# builds running); --measured FILE takes a fresh run's --json output instead. Contention stays
+# off (cores 0) unless --cores says otherwise: coefficients fitted while both engines stepped
+# (a calibration sweep) have it in them already.
 MEASURED = {"link_latency_ms": 3.78, "link_chunk_ms": 0.0267, "send_chunk_ms": 0.0533,
-            "gather_gbps": 2.84, "recv_step_share": 1.0, "cores": 2, "contention": 2.26,
+            "gather_gbps": 2.84, "recv_step_share": 1.0, "contention": 2.26,
             "decode_contention": 1.0, "router_ms": 0.08}
 MAX_RUNNING = 64  # EngineConfig's default (not in Stats)
 
@@ -136,6 +138,9 @@ def main() -> int:
     p.add_argument("--measured", default=None, metavar="FILE",
                    help="link, contention and receiver constants: measure_local.py's --json "
                         "output (default: this machine's, MEASURED)")
+    p.add_argument("--cores", type=int, default=0,
+                   help="cores the engines share: switches the contention model on (only for "
+                        "coefficients of an engine that stepped alone; default 0: off)")
     p.add_argument("--name", default=NAME)
     p.add_argument("--out", default=None, help=f"default: {PROFILE_DIR}/NAME.json")
     a = p.parse_args()
@@ -145,7 +150,7 @@ def main() -> int:
             "description": "SmolLM2-135M on this machine's CPU engine (switchyard engine, "
                            "fast mode): the engine's own fitted step model.",
             **body, "max_running": MAX_RUNNING, "link_gbps": a.link_gbps, "rpc_ms": a.rpc_ms,
-            **_measured(a.measured),
+            **_measured(a.measured), "cores": a.cores,
             "sources": ["the engine's latency model (engine/core/latency_model.py), "
                         "as reported in Stats / cached at start",
                         "link, contention, receiver: pyrouter/sim/profiles/measure_local.py"]}
