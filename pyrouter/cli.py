@@ -28,6 +28,7 @@ _BENCH_DISPATCH: dict[str, str] = {
     "router": "pyrouter.bench.router_bench:run",
     "serve": "pyrouter.bench.serve.main:run",
     "simulate": "pyrouter.sim.main:run",
+    "tournament": "pyrouter.bench.tournament.main:run",
     "plot": "pyrouter.bench.plot:run",
     "soak": "pyrouter.bench.soak.main:run",
 }

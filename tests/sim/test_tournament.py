@@ -1,0 +1,181 @@
+"""`switchyard bench tournament`: the capacity search on a toy, the verdicts' arithmetic on
+made-up runs, and a tiny grid end to end (every cell, regret = best fixed - adaptive, the same
+figures twice, the heatmap written)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+import pytest
+
+from pyrouter.bench.tournament.capacity import find_capacity
+from pyrouter.bench.tournament.cells import Cell, Group
+from pyrouter.bench.tournament.main import run
+from pyrouter.bench.tournament.report import prediction_error, summary_lines, verdicts
+from pyrouter.bench.tournament.runner import Results
+from pyrouter.bench.tournament.workloads import PhasedWorkload
+from pyrouter.bench.workloads import RequestShape, Workload
+
+
+def test_capacity_bisection_finds_the_edge_from_either_side() -> None:
+    edge = 7.3
+    calls: list[float] = []
+
+    def attainment(rate: float) -> float:
+        calls.append(rate)
+        return 1.0 if rate <= edge else 0.5
+
+    for start in (0.5, 100.0):  # doubling up to the edge, halving down to it
+        calls.clear()
+        found = find_capacity(attainment, start, 0.05, 0.9, 0.05)
+        assert found.bounded and found.light_attainment == 1.0 and found.threshold == 0.9
+        assert edge / 1.05 <= found.rate <= edge
+        assert len(calls) == len(set(calls)) == len(found.probes) < 20  # no rate run twice
+
+
+def test_capacity_is_relative_to_light_load_attainment() -> None:
+    # 80% at light load (some requests miss the SLO even alone): the edge is where it falls
+    # below 90% of that, 72%.
+    found = find_capacity(lambda r: 0.8 if r < 3 else 0.75 if r < 5 else 0.6, 1.0, 0.1)
+    assert found.threshold == pytest.approx(0.72) and 4.7 < found.rate < 5.0
+    assert "90% of its light-load 80.0%" in found.basis
+    # Never falling: the search stops at its limit and says the rate is only a bound.
+    unbounded = find_capacity(lambda r: 1.0, 1.0, 0.1)
+    assert not unbounded.bounded and unbounded.rate >= 1000 and "bound" in unbounded.basis
+
+
+def _run(policy: str, attainment: float | None, errors: dict[str, Any] | None = None
+         ) -> dict[str, Any]:
+    return {"policy": policy, "slo_attainment": attainment,
+            "goodput": None if attainment is None else 2 * attainment,
+            "prediction_error": errors or {}}
+
+
+def test_verdicts_best_fixed_regret_and_summary() -> None:
+    group = Group("local-smollm2-cpu", "sonnet-short", 2)
+    low, high = Cell(group, 0.3), Cell(group, 1.5)
+    policies = ["round_robin", "pd", "my_switcher", "adaptive"]
+    results = Results({group: {"rate": 2.0}}, {
+        (low, "round_robin"): _run("round_robin", 0.95),
+        (low, "pd"): _run("pd", 0.95, {"ttft/pd": {"n": 10, "median_abs_error": 0.3},
+                                       "tpot/pd": {"n": 10, "median_abs_error": 0.1}}),
+        (low, "my_switcher"): _run("my_switcher", 0.99),
+        (low, "adaptive"): _run("adaptive", 0.90, {"ttft/dp": {"n": 30,
+                                                               "median_abs_error": 0.05}}),
+        (high, "round_robin"): _run("round_robin", 0.40),
+        (high, "pd"): {**_run("pd", 0.55), "failed": 3, "errors": {"engine died": 3}},
+        (high, "my_switcher"): _run("my_switcher", 0.60),
+        (high, "adaptive"): _run("adaptive", 0.70),
+    })
+    rows = verdicts(results, [low, high], policies, adaptive=["my_switcher"])
+    assert rows[0].best_fixed == ["round_robin", "pd"]  # a tie: both best
+    assert rows[0].regret == {"my_switcher": pytest.approx(-4.0),
+                              "adaptive": pytest.approx(5.0)}
+    assert rows[1].best_fixed == ["pd"] and rows[1].rate == 3.0
+    assert rows[1].regret["adaptive"] == pytest.approx(-15.0)
+    assert rows[0].prediction_error == {"ttft": 0.05, "tpot": 0.1}  # weighted by requests
+    assert rows[1].prediction_error == {}
+    lines, body = summary_lines(rows)
+    assert body["adaptive"]["max_regret_points"] == pytest.approx(5.0)
+    assert body["adaptive"]["max_regret_cell"] == low.label
+    assert body["adaptive"]["high_load_cells_beating_best_fixed"] == 1
+    assert body["my_switcher"]["cells_within_3_points"] == 2
+    assert body["best_fixed_counts"] == {"pd": 2, "round_robin": 1}
+    assert any(line.startswith("adaptive: max regret +5.0 points") for line in lines)
+    assert "FAILED REQUESTS pd: 3 in 1 cells (first error: engine died)" in lines
+    assert rows[1].failed == {"pd": (3, "engine died")}
+
+
+def test_prediction_error_ignores_malformed_entries() -> None:
+    assert prediction_error([{"prediction_error": {"ttft/x": {"n": 0, "median_abs_error": 9},
+                                                   "tpot/x": {"median_abs_error": 1}}}]) == {}
+
+
+class _Fixed(Workload):
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def shape(self, index: int, salt: int) -> RequestShape:
+        return RequestShape([index] * self.length, 1)
+
+    def describe(self) -> dict[str, Any]:
+        return {}
+
+
+def test_the_phased_workload_changes_mix_at_its_phase_ends() -> None:
+    phased = PhasedWorkload([("a", _Fixed(2), 3), ("b", _Fixed(5), 2), ("c", _Fixed(1), 1)])
+    assert [len(phased.shape(i, 0).prompt) for i in range(8)] == [2, 2, 2, 5, 5, 1, 1, 1]
+    assert phased.shape(4, 0).prompt == [4] * 5  # the global index, not the phase's
+    assert phased.describe()["phases"] == "a x3, b x2, c x1"
+
+
+def _tournament(result_dir: str, jobs: int = 1) -> int:
+    # An SLO tighter than the profile's, so 20 requests find an edge below "all at once".
+    return run(argparse.Namespace(rest=[
+        "--profiles", "local-smollm2-cpu", "--workloads", "sonnet-short", "--engines", "2",
+        "--loads", "0.6,1.5", "--policies", "round_robin,least_load,adaptive",
+        "--num-prompts", "20", "--jobs", str(jobs), "--capacity-tolerance", "0.2",
+        "--slo", "500,100", "--result-dir", result_dir]))
+
+
+def _summary(result_dir: str) -> dict[str, Any]:
+    with open(os.path.join(result_dir, "summary.json"), encoding="utf-8") as f:
+        body: dict[str, Any] = json.load(f)
+    return body
+
+
+def test_a_tiny_grid_end_to_end(tmp_path: os.PathLike[str],
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    first, second = os.path.join(tmp_path, "a"), os.path.join(tmp_path, "b")
+    assert _tournament(first) == 0
+    printed = capsys.readouterr()
+    assert "SLO attainment (%)" in printed.out and "regret adaptive" in printed.out
+    assert "adaptive: max regret" in printed.out and "capacity local sonnet-short x2" in \
+        printed.out
+    assert "[6/6]" in printed.err  # progress goes to stderr
+    body = _summary(first)
+    assert body["bench"] == "tournament" and len(body["runs"]) == 6 and not body["errors"]
+    assert [c["load"] for c in body["cells"]] == [0.6, 1.5]
+    assert body["capacities"][0]["bounded"] and body["slo"] == {
+        "local-smollm2-cpu": {"ttft_ms": 500.0, "tpot_ms": 100.0}}
+    capacity = body["capacities"][0]["rate"]
+    for cell in body["cells"]:
+        attained = cell["attainment_pct"]
+        assert set(attained) == {"round_robin", "least_load", "adaptive"}
+        assert cell["rate"] == pytest.approx(cell["load"] * capacity)
+        best = max(attained["round_robin"], attained["least_load"])
+        assert cell["best_fixed_attainment_pct"] == best
+        assert cell["regret_points"]["adaptive"] == pytest.approx(best - attained["adaptive"])
+        assert all(v is not None for v in cell["goodput"].values())
+    for r in body["runs"]:
+        assert r["requests"] == 20 and r["failed"] == 0
+    assert os.path.getsize(os.path.join(first, "heatmap.png")) > 10_000
+    # Deterministic: the same command, the same figures.
+    assert _tournament(second) == 0
+    again = _summary(second)
+    assert again["cells"] == body["cells"] and again["capacities"] == body["capacities"]
+
+
+@pytest.mark.slow
+def test_worker_processes_give_the_same_figures(tmp_path: os.PathLike[str]) -> None:
+    inline, pooled = os.path.join(tmp_path, "inline"), os.path.join(tmp_path, "pooled")
+    assert _tournament(inline) == 0 and _tournament(pooled, jobs=2) == 0
+    assert _summary(pooled)["cells"] == _summary(inline)["cells"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--workloads", "nope"], "unknown workload"),
+    (["--policies", "nope"], "unknown policy 'nope'"),
+    (["--profiles", "no-such-profile"], "no profile 'no-such-profile'"),
+    (["--slo", "h100-llama3.1-70b-fp8-tp4=1000"], "expected [PROFILE=]TTFT_MS,TPOT_MS"),
+    (["--slo", "other=1000,50"], "not in --profiles"),
+    (["--roles", "any,sideways"], "--roles"),
+    (["--engines", "2,0"], "--engines: counts >= 1"),
+])
+def test_bad_input_is_a_clear_error(args: list[str], message: str,
+                                    capsys: pytest.CaptureFixture[str],
+                                    tmp_path: os.PathLike[str]) -> None:
+    assert run(argparse.Namespace(rest=[*args, "--result-dir", str(tmp_path)])) == 2
+    assert message in capsys.readouterr().err
