@@ -6,11 +6,15 @@
 #     BEFORE the validation sweep;
 #  3. the validation sweep on the real engines (fresh prompts), then the same in the simulator;
 #  4. the table: mean JCT and P90 TTFT per policy, real vs simulated, and the error.
+# The engines require the deployment's token (serve writes it to engine-token in the log
+# directory it prints); build_local reads it from there.
 #   loadtest/experiments/validate.sh        # ~8 minutes here
+#   POLICIES=round_robin,pd NUM_PROMPTS=4 RATES=2 loadtest/experiments/validate.sh  # smoke
+#   (tests/sim/test_validate_smoke.py runs that in `make test`)
 source "$(dirname "$0")/common.sh"
 POLICIES=${POLICIES:-round_robin,pd,cache_aware,tandem}
 load=(--workload sonnet --input-mean 128 --input-std 32 --output-mean 16 --output-std 4
-  --rates 0.5 --num-prompts "${NUM_PROMPTS:-20}")
+  --rates "${RATES:-0.5}" --num-prompts "${NUM_PROMPTS:-20}")
 VAL="$OUT/validate"
 mkdir -p "$VAL"
 "$SY" serve --engines 2 --policy round_robin --port "$PORT" >"$VAL/serve.log" 2>&1 &
@@ -24,8 +28,11 @@ done
 url="http://127.0.0.1:$PORT"
 "$SY" bench serve --url "$url" --no-progress --policies "$POLICIES" --salt 0 "${load[@]}" \
   --result-dir "$VAL/calibration" >"$VAL/calibration.log"
-mapfile -t engines < <(sed -n 's/^engine .* ready on \(.*\)$/--from-engine=\1/p' "$VAL/serve.log")
-"$ROOT/.venv/bin/python" -m pyrouter.sim.profiles.build_local "${engines[@]}" \
+mapfile -t engines < <(sed -n 's/^engine .* ready on \([^,]*\).*$/--from-engine=\1/p' "$VAL/serve.log")
+serve_logs=$(sed -n 's/^starting .*; logs in \(.*\)$/\1/p' "$VAL/serve.log")
+token=()
+[ -f "$serve_logs/engine-token" ] && token=(--token-file "$serve_logs/engine-token")
+"$ROOT/.venv/bin/python" -m pyrouter.sim.profiles.build_local "${engines[@]}" "${token[@]}" \
   --name local-validation --out "$VAL/profile.json"
 uptime | tee "$VAL/uptime.txt"
 "$SY" bench serve --url "$url" --no-progress --policies "$POLICIES" --salt 1000 "${load[@]}" \

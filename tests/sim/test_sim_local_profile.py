@@ -14,7 +14,7 @@ def test_coefficients_of_several_engines_are_averaged(monkeypatch: pytest.Monkey
     fitted = {"a:1": {"const": 2.0, "prefill_tokens": 1.0},
               "b:2": {"const": 6.0, "decode_seqs": 4.0}}
 
-    async def fake(address: str) -> dict[str, Any]:
+    async def fake(address: str, token: str | None = None) -> dict[str, Any]:
         return {"page_size": 16, "latency_model": dict(fitted[address]),
                 "measured": {"from": address}}
 

@@ -6,6 +6,9 @@ an engine's start-up profile left in the latency cache.
   python -m pyrouter.sim.profiles.build_local --from-engine A:P --from-engine B:Q  # averaged
   python -m pyrouter.sim.profiles.build_local --from-cache            # newest cached profile
 
+Engines started by `switchyard serve` require its deployment token: pass `--token-file
+DIR/engine-token` (DIR: the log directory serve prints), or set SWITCHYARD_ENGINE_TOKEN[_FILE].
+
 From an engine, everything comes from its ModelInfo and Stats (model shape, page size, KV pages,
 prefill chunk, the coefficients, which the engine refits online from its own steps); from several
 engines of one model, the coefficients are averaged (the model is linear in them, so this is the
@@ -23,6 +26,7 @@ import json
 import os
 from typing import Any
 
+from engine.server.auth import TOKEN_FILE_ENV, engine_token
 from pyrouter.sim.profile import PROFILE_DIR, profile_from_dict
 
 NAME = "local-smollm2-cpu"
@@ -39,8 +43,8 @@ MEASURED = {"link_latency_ms": 3.78, "link_chunk_ms": 0.0267, "send_chunk_ms": 0
 MAX_RUNNING = 64  # EngineConfig's default (not in Stats)
 
 
-async def _from_engines(addresses: list[str]) -> dict[str, Any]:
-    bodies = [await _from_engine(address) for address in addresses]
+async def _from_engines(addresses: list[str], token: str | None = None) -> dict[str, Any]:
+    bodies = [await _from_engine(address, token) for address in addresses]
     body = bodies[0]
     terms = sorted({term for b in bodies for term in b["latency_model"]})
     body["latency_model"] = {t: sum(b["latency_model"].get(t, 0.0) for b in bodies) / len(bodies)
@@ -51,10 +55,10 @@ async def _from_engines(addresses: list[str]) -> dict[str, Any]:
     return body
 
 
-async def _from_engine(address: str) -> dict[str, Any]:
+async def _from_engine(address: str, token: str | None = None) -> dict[str, Any]:
     from engine.server.client import EngineClient
 
-    async with EngineClient(address, timeout_s=10.0) as client:
+    async with EngineClient(address, timeout_s=10.0, token=token) as client:
         info = await client.model_info()
         stats = await client.stats()
     coeffs = dict(stats.latency_model.coeffs_ms)
@@ -131,6 +135,10 @@ def main() -> int:
                      help="a running engine (repeat for several: coefficients averaged)")
     src.add_argument("--from-cache", nargs="?", const="", metavar="FILE",
                      help="a latency cache file (default: the newest)")
+    p.add_argument("--token-file", default=None, metavar="FILE",
+                   help="--from-engine: the deployment's engine token (`switchyard serve` "
+                   "writes it to engine-token in the log directory it prints; default: "
+                   "SWITCHYARD_ENGINE_TOKEN[_FILE], as every engine client)")
     p.add_argument("--kv-dtype-bytes", type=int, default=2,
                    help="--from-cache: bytes per KV element (2: the fast mode's bf16)")
     p.add_argument("--link-gbps", type=float, default=LINK_GBPS)
@@ -144,7 +152,8 @@ def main() -> int:
     p.add_argument("--name", default=NAME)
     p.add_argument("--out", default=None, help=f"default: {PROFILE_DIR}/NAME.json")
     a = p.parse_args()
-    body = (asyncio.run(_from_engines(a.from_engine)) if a.from_engine
+    token = engine_token({TOKEN_FILE_ENV: a.token_file}) if a.token_file else None
+    body = (asyncio.run(_from_engines(a.from_engine, token)) if a.from_engine
             else _from_cache(a.from_cache or None, a.kv_dtype_bytes))
     body = {"name": a.name,
             "description": "SmolLM2-135M on this machine's CPU engine (switchyard engine, "
