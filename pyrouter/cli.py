@@ -86,6 +86,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-restarts", type=int, default=5,
                        help="times a dead engine is restarted (with backoff) before it is left "
                        "down")
+    serve.add_argument("--cpu-affinity", choices=("auto", "on", "off"), default="auto",
+                       help="pin each engine to its own cores, as GPU engines own their devices "
+                       "(the usable cores split into equal contiguous groups, one per engine; "
+                       "each engine's torch threads = its group's size). auto: on when there "
+                       "are at least as many cores as engines. The router is never pinned: its "
+                       "CPU per request is a fraction of a millisecond, it runs in the gaps the "
+                       "engines leave, and a core of its own would take 1/N of the engines' "
+                       "compute (docs/benchmarking.md, \"Quiet runs\")")
     add_router_guard_arguments(serve)
     add_runtime_arguments(serve)  # passed to every engine
     serve.add_argument("--mock-engines", action="store_true",

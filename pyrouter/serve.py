@@ -10,7 +10,8 @@ and the router read, unless SWITCHYARD_ENGINE_TOKEN[_FILE] is already set. An en
 is reaped and restarted on its port (the router's health watcher takes it back into rotation)
 with exponential backoff, at most --max-restarts times in a row (an engine that then runs for two
 minutes starts over); the policy meanwhile runs degraded on the engines left
-(pyrouter/degrade.py).
+(pyrouter/degrade.py). With --cpu-affinity (on by default when there are at least as many cores
+as engines) each engine is pinned to its own cores (engine/server/cpu_affinity.py).
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from engine.server.auth import TOKEN_ENV, TOKEN_FILE_ENV
+from engine.server.cpu_affinity import format_cpus, split_cores, usable_cores
 from engine.server.launcher import EngineProcess, EngineSpec, launch, stop_engines, wait_healthy
 from pyrouter.server import initial_policy, serve_router
 
@@ -43,18 +45,38 @@ _ROUTER_GUARD_FLAGS = ("admin_port", "admin_host", "engine_allow", "max_body_byt
                        "rate_limit_burst", "max_inflight_per_caller")
 
 
-def engine_specs(args: argparse.Namespace, roles: list[str]) -> list[EngineSpec]:
-    """One spec per role; the runtime flags (model, dtype, pool, chunk) go to every engine."""
+def engine_cores(args: argparse.Namespace, engines: int) -> list[list[int]] | None:
+    """Each engine's cores under --cpu-affinity (None: unpinned). ValueError for `on` with
+    fewer usable cores than engines."""
+    mode = getattr(args, "cpu_affinity", "auto")
+    if mode == "off":
+        return None
+    cores = usable_cores()
+    groups = split_cores(cores, engines)
+    if groups is None and mode == "on":
+        raise ValueError(f"--cpu-affinity on: {len(cores)} usable core(s) for {engines} "
+                         "engines; each engine needs at least one of its own")
+    return groups
+
+
+def engine_specs(args: argparse.Namespace, roles: list[str],
+                 cores: list[list[int]] | None = None) -> list[EngineSpec]:
+    """One spec per role; the runtime flags (model, dtype, pool, chunk) go to every engine.
+    With `cores`, engine i is pinned to cores[i] and runs that many torch threads."""
     threads = max(1, (os.cpu_count() or 1) // len(roles))
-    if os.environ.get("SWITCHYARD_TORCH_THREADS"):
-        threads = int(os.environ["SWITCHYARD_TORCH_THREADS"])
-    return [EngineSpec(f"engine-{i}", role=role, mock=bool(getattr(args, "mock_engines", False)),
-                       model=args.model, device=args.device, mode=args.mode, dtype=args.dtype,
-                       kv_memory=args.kv_memory,
-                       num_pages=args.num_pages, page_size=args.page_size,
-                       chunk_size=args.chunk_size, latency_profile=args.latency_profile,
-                       threads=threads, metrics_port=0)
-            for i, role in enumerate(roles)]
+    fixed_threads = os.environ.get("SWITCHYARD_TORCH_THREADS")
+    specs = []
+    for i, role in enumerate(roles):
+        cpus = cores[i] if cores is not None else None
+        engine_threads = int(fixed_threads) if fixed_threads else (
+            len(cpus) if cpus is not None else threads)
+        specs.append(EngineSpec(
+            f"engine-{i}", role=role, mock=bool(getattr(args, "mock_engines", False)),
+            model=args.model, device=args.device, mode=args.mode, dtype=args.dtype,
+            kv_memory=args.kv_memory, num_pages=args.num_pages, page_size=args.page_size,
+            chunk_size=args.chunk_size, latency_profile=args.latency_profile,
+            threads=engine_threads, cpus=cpus, metrics_port=0))
+    return specs
 
 
 def deployment_token(log_dir: Path) -> None:
@@ -142,7 +164,15 @@ async def _serve(args: argparse.Namespace, log_dir: Path) -> int:
     keeper: EngineKeeper | None = None
     keeper_task: asyncio.Task[None] | None = None
     try:
-        specs = engine_specs(args, roles)
+        try:
+            cores = engine_cores(args, len(roles))
+        except ValueError as exc:
+            print(f"switchyard serve: {exc}", file=sys.stderr, flush=True)
+            return 2
+        print("engine cores: " + ("unpinned" if cores is None else "; ".join(
+            f"engine-{i} on {format_cpus(c)}" for i, c in enumerate(cores))
+            + " (the router unpinned)"), flush=True)
+        specs = engine_specs(args, roles, cores)
         for spec in specs:
             engines.append(launch(spec, log_dir, die_with_parent=True))
 

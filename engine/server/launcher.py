@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.server.client import EngineClient
+from engine.server.cpu_affinity import CPUS_ENV, format_cpus
 from engine.server.parent_death import PARENT_PID_ENV
 
 REPO = Path(__file__).resolve().parents[2]  # run from the checkout the package lives in
@@ -48,6 +49,7 @@ class EngineSpec:
     chunk_size: int | None = None
     latency_profile: str | None = None  # off | auto | force (None: the engine's default)
     threads: int | None = None      # torch threads (SWITCHYARD_TORCH_THREADS); None: inherit
+    cpus: list[int] | None = None   # cores the engine pins itself to (cpu_affinity.py); None: any
     port: int = 0                   # 0: a free port
     metrics_port: int | None = None  # Prometheus /metrics (None: none; 0: a free port)
     host: str = "127.0.0.1"
@@ -122,6 +124,8 @@ def launch(spec: EngineSpec, log_dir: Path, die_with_parent: bool = False) -> En
         env[PARENT_PID_ENV] = str(os.getpid())
     if spec.threads is not None:
         env["SWITCHYARD_TORCH_THREADS"] = str(spec.threads)
+    if spec.cpus is not None:
+        env[CPUS_ENV] = format_cpus(spec.cpus)
     # Appended, not truncated: an engine restarted on the same name (switchyard serve) keeps
     # the log of the run that died, which says why.
     with open(log_path, "ab") as log:

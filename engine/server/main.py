@@ -9,6 +9,7 @@ SWITCHYARD_TRANSFER_PORT (default: any free port), SWITCHYARD_ADVERTISE_HOST (ad
 for this engine's transfer listener when bound to 0.0.0.0), SWITCHYARD_KV_TRANSPORT (force
 shm|tcp for this engine's sends), SWITCHYARD_LEASE_S, SWITCHYARD_TORCH_THREADS,
 SWITCHYARD_LATENCY_PROFILE (off|auto|force when --latency-profile is not given),
+SWITCHYARD_ENGINE_CPUS (engine/server/cpu_affinity.py: the cores this engine is pinned to),
 SWITCHYARD_DRAIN_S (engine/server/drain.py: how long a SIGTERM waits for the work in flight),
 SWITCHYARD_METRICS_PORT (Prometheus /metrics when --metrics-port is not given), tracing's
 SWITCHYARD_TRACE_FILE / OTEL_* (switchyard_telemetry/provider.py),
@@ -28,6 +29,7 @@ import socket
 import time
 from typing import Any
 
+from engine.server.cpu_affinity import pin_if_asked
 from engine.server.drain import drain_seconds, wait_idle
 from engine.server.parent_death import die_with_parent_if_asked
 
@@ -174,6 +176,7 @@ async def serve_async(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     die_with_parent_if_asked()
+    pin_if_asked()  # before torch and gRPC start their threads
     if getattr(args, "mock", False):
         from engine.mock import serve
 
