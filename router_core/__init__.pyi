@@ -85,6 +85,8 @@ class EngineLoad:
     prefill_chunk_size: int       # prefill token budget per step; 0 = not reported (one step)
     inflight: int                 # router-side: requests dispatched and not finished
     router_tokens: int            # router-side: tokens dispatched that the latest Stats can't include yet
+    router_prefill_tokens: int    # router-side, as router_tokens: their prefill (also sends')
+    router_seqs: int              # router-side, as router_tokens: generations (decodes to come)
 
 @final
 class EngineTable:
@@ -104,7 +106,11 @@ class EngineTable:
         = no model yet: predicted times are NaN). ValueError for an unknown or repeated term or a
         non-finite coefficient, or a non-finite/negative decode_step_ms."""
     def on_dispatch(self, engine_id: int, prefill_tokens: int, decode_tokens: int) -> None:
-        """inflight += 1, router_tokens += prefill + decode."""
+        """inflight += 1, router_tokens += prefill + decode, router_prefill_tokens += prefill,
+        router_seqs += 1 when decode > 0."""
+    def on_prefill_dispatch(self, engine_id: int, prefill_tokens: int) -> None:
+        """Prefill work that is no generation (a RemoteSend's K/V): router_prefill_tokens +=
+        prefill_tokens until the next Stats covers it; nothing in flight."""
     def on_complete(self, engine_id: int) -> None:
         """The request ended: inflight -= 1. Its tokens leave router_tokens with the engine's next
         Stats (which covers them), so no request is counted on both sides."""
@@ -182,6 +188,8 @@ class EnginePrediction:
     queue_ms: float               # time to get through those (chunked, decodes riding along)
     ttft_ms: float                # queue_ms + prefill_ms
     decode_step_ms: float         # one decode step with this request added to the running decodes
+    decode_step_now_ms: float     # one decode step of the running decodes alone
+    backlog_step_ms: float        # a step with a full prefill chunk beside the decodes (+ this one)
     tpot_slack_ms: float          # tpot_slo_ms - decode_step_ms; inf without an SLO (may be < 0)
     new_pages: int                # KV pages this request allocates (prompt + 1 token, less cached)
     kv_use: float                 # (pages used + new_pages) / pages total (0 when total unknown)

@@ -100,6 +100,8 @@ class EngineHandle:
         hold = req.scope.hold(self, req.engine_request_id)
         hold.sends += 1
         try:
+        # The send's prefill is queued work on this engine until its next Stats says so.
+        self.core.table.on_prefill_dispatch(self.num, end - begin)
             resp = await self.client.remote_send(req.engine_request_id, req.tokens, kv.kv_addr,
                                                  kv.dst_address, begin, end,
                                                  metadata=req.timeline.verb_metadata(timing))

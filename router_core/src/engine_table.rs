@@ -70,8 +70,23 @@ pub struct EngineLoad {
     /// include yet (sent after that Stats was asked for). Added to `unfinished_tokens`, it is
     /// the engine's load with no request counted twice.
     pub router_tokens: u64,
-    /// router_tokens at the moment the pending Stats was asked for: what its answer covers.
-    stats_mark: u64,
+    /// Router-side, as `router_tokens`: prefill tokens dispatched (generations and KV sends)
+    /// that the latest Stats cannot include yet — the queue the engine will report next.
+    pub router_prefill_tokens: u64,
+    /// Router-side, as `router_tokens`: generations dispatched that the latest Stats cannot
+    /// include yet — decodes the engine will be running by its next Stats.
+    pub router_seqs: u64,
+    /// The router-side counts at the moment the pending Stats was asked for: what its answer
+    /// covers.
+    stats_mark: Pending,
+}
+
+/// Router-side counts since a Stats was asked for (see `EngineLoad::router_tokens`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Pending {
+    tokens: u64,
+    prefill_tokens: u64,
+    seqs: u64,
 }
 
 impl EngineLoad {
@@ -92,7 +107,9 @@ impl EngineLoad {
             prefill_chunk_size: 0,
             inflight: 0,
             router_tokens: 0,
-            stats_mark: 0,
+            router_prefill_tokens: 0,
+            router_seqs: 0,
+            stats_mark: Pending::default(),
         }
     }
 
@@ -100,6 +117,25 @@ impl EngineLoad {
     pub fn decode_batch(&self) -> DecodeBatch {
         self.latency
             .decode_batch(self.running_decodes, self.decode_context_tokens)
+    }
+
+    /// Prefill tokens the engine has queued, counting what the router dispatched since its
+    /// latest Stats (without them, every request in a poll interval sees the same idle engine
+    /// and they all herd onto it).
+    pub fn pending_prefill_tokens(&self) -> u64 {
+        self.queued_prefill_tokens
+            .saturating_add(self.router_prefill_tokens)
+    }
+
+    /// The decodes the engine will be running once what the router dispatched since its latest
+    /// Stats has prefilled: those it reported plus the router's new ones, each with the mean
+    /// context of the prefill dispatched with them.
+    pub fn pending_decode_batch(&self) -> DecodeBatch {
+        self.latency.decode_batch(
+            self.running_decodes.saturating_add(self.router_seqs),
+            self.decode_context_tokens
+                .saturating_add(self.router_prefill_tokens),
+        )
     }
 
     /// Predicted time of prefilling `prefill_tokens` on top of `cached_tokens` already in KV,
@@ -203,15 +239,23 @@ impl EngineTable {
         row.latency = latency;
         row.prefill_chunk_size = stats.prefill_chunk_size;
         // The engine now counts everything dispatched before the Stats was asked for.
-        row.router_tokens = row.router_tokens.saturating_sub(row.stats_mark);
-        row.stats_mark = 0;
+        let mark = std::mem::take(&mut row.stats_mark);
+        row.router_tokens = row.router_tokens.saturating_sub(mark.tokens);
+        row.router_prefill_tokens = row
+            .router_prefill_tokens
+            .saturating_sub(mark.prefill_tokens);
+        row.router_seqs = row.router_seqs.saturating_sub(mark.seqs);
         Ok(())
     }
 
     /// A Stats request is about to go out: its answer will include the work dispatched so far.
     pub fn stats_requested(&mut self, engine_id: u32) -> Result<()> {
         let row = self.row_mut(engine_id)?;
-        row.stats_mark = row.router_tokens;
+        row.stats_mark = Pending {
+            tokens: row.router_tokens,
+            prefill_tokens: row.router_prefill_tokens,
+            seqs: row.router_seqs,
+        };
         Ok(())
     }
 
@@ -227,6 +271,18 @@ impl EngineTable {
         row.router_tokens = row
             .router_tokens
             .saturating_add(prefill_tokens + decode_tokens);
+        row.router_prefill_tokens = row.router_prefill_tokens.saturating_add(prefill_tokens);
+        if decode_tokens > 0 {
+            row.router_seqs += 1;
+        }
+        Ok(())
+    }
+
+    /// The router asked the engine for prefill work that is no generation (a `RemoteSend`'s
+    /// K/V): part of its queue until the next Stats covers it, nothing in flight.
+    pub fn on_prefill_dispatch(&mut self, engine_id: u32, prefill_tokens: u64) -> Result<()> {
+        let row = self.row_mut(engine_id)?;
+        row.router_prefill_tokens = row.router_prefill_tokens.saturating_add(prefill_tokens);
         Ok(())
     }
 
@@ -336,12 +392,19 @@ mod tests {
             (1, 52),
             "until Stats, the router counts"
         );
+        t.on_prefill_dispatch(1, 7).unwrap(); // a send's prefill: queued, not in flight
+        let row = t.get(1).unwrap();
+        assert_eq!((row.router_prefill_tokens, row.router_seqs), (38, 2));
+        assert_eq!(row.pending_prefill_tokens(), 10 + 38);
+        assert_eq!(row.pending_decode_batch().seqs, 4 + 2);
         t.update_stats(1, &stats(4, 8.0, vec![])).unwrap();
         assert_eq!(
             t.get(1).unwrap().router_tokens,
             2,
             "the engine now counts the first 50"
         );
+        let row = t.get(1).unwrap();
+        assert_eq!((row.router_prefill_tokens, row.router_seqs), (8, 1));
         t.on_complete(1).unwrap();
         t.on_complete(1).unwrap();
         assert_eq!(t.get(1).unwrap().inflight, 0);

@@ -6,13 +6,18 @@
 //!
 //! ```text
 //! prefill_tokens = L - min(M, L - 1)          (the engine always computes the last token)
-//! queue_ms       = the engine's queued prefill tokens, chunked, decodes riding along
+//! queue_ms       = the engine's queued prefill tokens (its Stats plus what the router sent
+//!                  since), chunked, decodes riding along
 //! prefill_ms     = this request's prefill after the queue, chunked at the engine's chunk
 //!                  size on top of its cached prefix, decodes riding along
 //! ttft_ms        = queue_ms + prefill_ms
 //! prefill_step_ms= the longest step of that prefill (the step time the engine's running
 //!                  decodes see meanwhile: their TPOT under interference)
 //! decode_step_ms = a decode step with this request added to the running decodes
+//! decode_step_now_ms = a decode step of the running decodes alone (what this request's
+//!                  decode adds to theirs is the difference)
+//! backlog_step_ms= a step carrying a full chunk of another prefill beside the decodes with this
+//!                  request added: every step's time while the engine has prefills queued
 //! tpot_slack_ms  = tpot_slo_ms - decode_step_ms   (inf without an SLO)
 //! kv_use         = (pages requests hold + pages this request allocates) / pages total
 //!                  (pages only the prefix cache holds are free on demand, so not counted)
@@ -72,6 +77,8 @@ pub struct EnginePrediction {
     pub queue_ms: f64,
     pub ttft_ms: f64,
     pub decode_step_ms: f64,
+    pub decode_step_now_ms: f64,
+    pub backlog_step_ms: f64,
     pub tpot_slack_ms: f64,
     pub new_pages: u64,
     pub kv_use: f64,
@@ -91,10 +98,13 @@ pub fn predict_engine(
     let cached = matched_tokens.min(tokens.saturating_sub(1));
     let prefill_tokens = tokens - cached;
     let chunk = load.prefill_chunk_size;
-    let decode = load.decode_batch();
+    // What the router dispatched since the engine's latest Stats counts as queued and decoding
+    // (engine_table.rs, `router_prefill_tokens`).
+    let queued_prefill_tokens = load.pending_prefill_tokens();
+    let decode = load.pending_decode_batch();
     let model = &load.latency;
 
-    let (queue_steps, queue_work) = queued_prefill(load.queued_prefill_tokens, chunk, decode);
+    let (queue_steps, queue_work) = queued_prefill(queued_prefill_tokens, chunk, decode);
     let queue_ms = model.time_ms(&queue_work);
     let run = chunked_prefill(cached, prefill_tokens, chunk, decode, queue_steps);
     let prefill_ms = model.time_ms(&run.total);
@@ -104,15 +114,17 @@ pub fn predict_engine(
         .map(|w| model.time_ms(w))
         .fold(0.0, f64::max);
     // Once prefilled, the request decodes reading its tokens plus the one being generated.
-    let with_request = StepWork::one_step(
-        &[],
-        &DecodeBatch {
-            seqs: decode.seqs + 1,
-            context: decode.context.saturating_add(tokens + 1),
-            ..decode
-        },
-    );
+    let with_request_batch = DecodeBatch {
+        seqs: decode.seqs + 1,
+        context: decode.context.saturating_add(tokens + 1),
+        ..decode
+    };
+    let with_request = StepWork::one_step(&[], &with_request_batch);
     let decode_step_ms = model.time_ms(&with_request);
+    let backlog_chunk = if chunk == 0 { prefill_tokens } else { chunk };
+    let backlog_step_ms =
+        model.time_ms(&StepWork::one_step(&[(0, backlog_chunk)], &with_request_batch));
+    let decode_step_now_ms = model.time_ms(&StepWork::one_step(&[], &decode));
     let tpot_slack_ms = params
         .tpot_slo_ms
         .map_or(f64::INFINITY, |slo| slo - decode_step_ms);
@@ -136,10 +148,12 @@ pub fn predict_engine(
         } else {
             f64::NAN
         },
-        queued_prefill_tokens: load.queued_prefill_tokens,
+        queued_prefill_tokens,
         queue_ms,
         ttft_ms: queue_ms + prefill_ms,
         decode_step_ms,
+        decode_step_now_ms,
+        backlog_step_ms,
         tpot_slack_ms,
         new_pages,
         kv_use,
@@ -246,6 +260,8 @@ mod tests {
                 assert!(near(p.prefill_step_ms, worst));
                 assert!(near(p.ttft_ms, queue + prefill));
                 assert!(near(p.decode_step_ms, decode));
+                assert!(p.decode_step_now_ms <= p.decode_step_ms);
+                assert!(p.backlog_step_ms > p.decode_step_ms);
                 assert!(near(p.tpot_slack_ms, 50.0 - decode));
                 assert_eq!(p.prefill_tokens, tokens - matched.min(tokens - 1));
             }

@@ -145,3 +145,28 @@ def test_per_call_weights_do_not_touch_the_default() -> None:
     for bad in ({"prefill_weight": -1.0}, {"kv_weight": math.nan}, {"queue_weight": math.inf}):
         with pytest.raises(ValueError):
             router_core.ScoreWeights(**bad)
+
+
+def test_work_dispatched_since_the_last_stats_is_queued_in_predictions() -> None:
+    # Without it every request of a poll interval sees the same idle engine and they herd.
+    core = _core([(0, 2, 100, 256), (0, 2, 100, 256)])
+    prompt = list(range(3000, 3300))
+    before = {p.engine_id: p for p in core.predict(prompt)}
+    core.table.on_dispatch(0, 500, 16)       # a generation of 500 prompt tokens
+    core.table.on_prefill_dispatch(0, 200)   # a RemoteSend's 200 tokens of K/V
+    after = {p.engine_id: p for p in core.predict(prompt)}
+    assert after[0].queued_prefill_tokens == 700 and after[1].queued_prefill_tokens == 0
+    assert after[0].queue_ms > 0 and after[0].ttft_ms > before[0].ttft_ms
+    assert after[1].ttft_ms == before[1].ttft_ms
+    # the dispatched generation decodes next to ours: one more sequence in the step
+    assert after[0].decode_step_ms > before[0].decode_step_ms
+    assert after[0].decode_step_now_ms < after[0].decode_step_ms
+    load = core.table.get(0)
+    assert (load.router_prefill_tokens, load.router_seqs) == (700, 1)
+    # The next Stats covers what was dispatched before it was asked for: gone from the router.
+    core.table.stats_requested(0)
+    core.table.update_stats(0, 700, 3, 0, 30, 100, 0.0, latency_model=MODEL,
+                            prefill_chunk_size=256, decode_context_tokens=100)
+    load = core.table.get(0)
+    assert (load.router_prefill_tokens, load.router_seqs) == (0, 0)
+    assert {p.engine_id: p for p in core.predict(prompt)}[0].queued_prefill_tokens == 700

@@ -32,6 +32,8 @@ pub struct PyEngineLoad {
     prefill_chunk_size: u64,
     inflight: u64,
     router_tokens: u64,
+    router_prefill_tokens: u64,
+    router_seqs: u64,
 }
 
 impl From<&EngineLoad> for PyEngineLoad {
@@ -53,6 +55,8 @@ impl From<&EngineLoad> for PyEngineLoad {
             prefill_chunk_size: row.prefill_chunk_size,
             inflight: row.inflight,
             router_tokens: row.router_tokens,
+            router_prefill_tokens: row.router_prefill_tokens,
+            router_seqs: row.router_seqs,
         }
     }
 }
@@ -148,6 +152,17 @@ impl PyEngineTable {
     ) -> PyResult<()> {
         Ok(py.allow_threads(|| {
             lock(&self.inner).on_dispatch(engine_id, prefill_tokens, decode_tokens)
+        })?)
+    }
+
+    fn on_prefill_dispatch(
+        &self,
+        py: Python<'_>,
+        engine_id: u32,
+        prefill_tokens: u64,
+    ) -> PyResult<()> {
+        Ok(py.allow_threads(|| {
+            lock(&self.inner).on_prefill_dispatch(engine_id, prefill_tokens)
         })?)
     }
 
