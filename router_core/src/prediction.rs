@@ -122,8 +122,10 @@ pub fn predict_engine(
     let with_request = StepWork::one_step(&[], &with_request_batch);
     let decode_step_ms = model.time_ms(&with_request);
     let backlog_chunk = if chunk == 0 { prefill_tokens } else { chunk };
-    let backlog_step_ms =
-        model.time_ms(&StepWork::one_step(&[(0, backlog_chunk)], &with_request_batch));
+    let backlog_step_ms = model.time_ms(&StepWork::one_step(
+        &[(0, backlog_chunk)],
+        &with_request_batch,
+    ));
     let decode_step_now_ms = model.time_ms(&StepWork::one_step(&[], &decode));
     let tpot_slack_ms = params
         .tpot_slo_ms

@@ -161,9 +161,7 @@ impl PyEngineTable {
         engine_id: u32,
         prefill_tokens: u64,
     ) -> PyResult<()> {
-        Ok(py.allow_threads(|| {
-            lock(&self.inner).on_prefill_dispatch(engine_id, prefill_tokens)
-        })?)
+        Ok(py.allow_threads(|| lock(&self.inner).on_prefill_dispatch(engine_id, prefill_tokens))?)
     }
 
     fn on_complete(&self, py: Python<'_>, engine_id: u32) -> PyResult<()> {
