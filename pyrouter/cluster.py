@@ -16,6 +16,7 @@ from pyrouter.degrade import degraded_note, serves
 from pyrouter.engines.handle import EngineHandle
 from pyrouter.errors import NoCapacity
 from pyrouter.outcomes import RecentOutcomes
+from pyrouter.planning.prediction_feedback import PredictionFeedback
 from pyrouter.policy_registry import ActivePolicy
 from pyrouter.request import RouterRequest, SloSpec
 from router_core import EngineLoad, EnginePrediction, RouterCore, ScoreResult, ScoreWeights
@@ -39,19 +40,21 @@ class EngineDirectory(Protocol):
 
 class ClusterView:
     def __init__(self, engines: EngineDirectory, active: ActivePolicy,
-                 outcomes: RecentOutcomes | None = None, events: EventSink | None = None
-                 ) -> None:
+                 outcomes: RecentOutcomes | None = None, events: EventSink | None = None,
+                 feedback: PredictionFeedback | None = None) -> None:
         self._engines = engines
         self.policy = active
         # Recently finished requests (latency, SLO met, pattern): feedback for adaptive policies.
         self.outcomes = outcomes if outcomes is not None else RecentOutcomes()
+        # The latency model's closed loop: how far predictions were off, per engine and pattern.
+        self.feedback = feedback if feedback is not None else PredictionFeedback()
         self._events = events
         weights = {k: float(v) for k, v in active.params.items() if k in _WEIGHTS}
         self.weights: ScoreWeights | None = ScoreWeights(**weights) if weights else None
 
     def sub(self, active: ActivePolicy) -> ClusterView:
         """A view for another policy run on this one's behalf (adaptive's sub-policies)."""
-        return ClusterView(self._engines, active, self.outcomes, self._events)
+        return ClusterView(self._engines, active, self.outcomes, self._events, self.feedback)
 
     def note_event(self, kind: str, detail: str) -> None:
         """Record a decision worth counting (a role switch, a pattern switch)."""

@@ -28,6 +28,7 @@ from pyrouter.errors import (
 )
 from pyrouter.migration import LiveMigration, continue_on_target
 from pyrouter.outcomes import Outcome, RecentOutcomes, slo_met
+from pyrouter.planning.prediction_feedback import PredictionFeedback
 from pyrouter.policy_registry import ActivePolicy
 from pyrouter.request import RouteNote, RouterRequest
 from pyrouter.session import PolicySession, SegmentEnd
@@ -345,8 +346,8 @@ class Dispatcher:
 
     async def _attempt(self, req: RouterRequest, active: ActivePolicy) -> RequestRun:
         started_at = len(req.scope.verbs)
-        session = PolicySession(active, req, ClusterView(self.engines, active, self.outcomes, self.events),
-                                self.policy_timeout_s)
+        view = ClusterView(self.engines, active, self.outcomes, self.events, self.feedback)
+        session = PolicySession(active, req, view, self.policy_timeout_s)
         try:
             stream = await session.first()
             if not req.route.pattern:
@@ -372,3 +373,7 @@ class Dispatcher:
             if error is exc:
                 raise
             raise error from exc
+        # Predictions against outcomes (the latency model's closed loop; metrics set its sink).
+        self.feedback = PredictionFeedback()
+        if ok and req.predicted is not None:
+            self.feedback.observe(req.predicted, ttft, tpot)

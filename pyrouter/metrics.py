@@ -23,6 +23,8 @@ TOKEN_LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,
 E2E_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0,
                30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0)
 REQUEST_LABELS = ("pattern", "engine", "role")
+# actual / predicted: 1 is exact; symmetric in log space around it.
+PREDICTION_RATIO_BUCKETS = (0.25, 0.4, 0.5, 0.67, 0.8, 0.9, 1.0, 1.11, 1.25, 1.5, 2.0, 2.5, 4.0)
 
 
 class RouterMetrics:
@@ -57,6 +59,10 @@ class RouterMetrics:
                                        "Policy decisions that change how later requests run "
                                        "(adaptive pattern switches, slo_mux role switches)",
                                        ["kind", "switch", "reason"], registry=r)
+        self.prediction_error = Histogram(
+            "switchyard:prediction_error_ratio", "What happened / what the policy predicted, "
+            "per finished request (kind = ttft | tpot; the latency model's closed loop)",
+            ["kind", "pattern"], buckets=PREDICTION_RATIO_BUCKETS, registry=r)
         self.policy_errors = Counter("switchyard:policy_errors", "Requests failed by a policy "
                                      "bug", ["policy"], registry=r)
         # Set when /metrics is scraped (from RouterState), not twice per request.
@@ -78,6 +84,9 @@ class RouterMetrics:
         """A policy event: `detail` is "<from>-><to> (<reason>)" (pyrouter/planning/)."""
         switch, _, reason = detail.partition(" (")
         self.child(self.policy_switches, kind, switch, reason.rstrip(")")).inc()
+
+    def observe_prediction_error(self, kind: str, pattern: str, ratio: float) -> None:
+        self.child(self.prediction_error, kind, pattern).observe(ratio)
 
     def count_selection(self, policy: str, pattern: str) -> None:
         self.child(self.pattern_selections, policy, pattern).inc()

@@ -15,6 +15,7 @@ from pyrouter.scope import RequestScope
 from pyrouter.timeline import RequestTimeline
 
 if TYPE_CHECKING:
+    from pyrouter.planning.prediction_feedback import PredictedOutcome
     from router_core import EnginePrediction
 
 
@@ -70,6 +71,9 @@ class RouterRequest:
     matched_by_engine: dict[str, int] | None = None
     # router_core's predictions per engine id, when the policy asked (cluster.predict).
     predictions: dict[str, EnginePrediction] | None = None
+    # What the policy predicted for the placement it chose (compared with what happened when
+    # the request ends: the latency model's closed loop).
+    predicted: PredictedOutcome | None = None
     # Every reservation, send and generation on any engine, and the router's counts.
     scope: RequestScope = field(default_factory=RequestScope)
     prompt_len: int = 0  # set from tokens at construction

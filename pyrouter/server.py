@@ -94,9 +94,9 @@ async def build_state(args: argparse.Namespace) -> RouterState:
     slot = PolicySlot(initial_policy(args.policy, args.policy_file))
     timeout_s = float(getattr(args, "policy_timeout_s", None) or 300.0)
     metrics = RouterMetrics()
-    return RouterState(config, tokenizer, engines, slot,
-                       Dispatcher(engines, slot, policy_timeout_s=timeout_s,
-                                  events=metrics.count_event),
+    dispatcher = Dispatcher(engines, slot, policy_timeout_s=timeout_s, events=metrics.count_event)
+    dispatcher.feedback.sink = metrics.observe_prediction_error
+    return RouterState(config, tokenizer, engines, slot, dispatcher,
                        DetokenizerVocab.from_tokenizer_json(tokenizer.to_json()),
                        metrics=metrics, limiter=CallerLimiter(config.rate))
 

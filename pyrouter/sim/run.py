@@ -53,6 +53,9 @@ class SimRun:
     engine_busy: dict[str, float]  # engine id -> fraction of the run's duration spent stepping
 
 
+    # The latency model's closed loop: "kind/pattern" -> requests and median |error| of the
+    # predictions a policy placed requests by (empty for policies that predict nothing).
+    prediction_error: dict[str, dict[str, float | int]] = field(default_factory=dict)
 def roles_for(cfg: SimConfig, policy: str) -> list[str]:
     if cfg.roles:
         return list(cfg.roles)
@@ -111,10 +114,9 @@ async def _simulate(cfg: SimConfig, policy: str, params: dict[str, Any],
 
         out = await drive(dispatcher, req, counters, on_tokens=first_chunk)
         end = loop.time()
+        # The last attempt's engine-side id (a retried request's earlier attempts produced
+        # nothing: retries happen only before the first token).
         times = cluster.tokens.pop(req.engine_request_id)
-        for attempt in range(dispatcher.retries + 1):  # earlier attempts produced nothing
-            cluster.tokens.pop(f"{req.request_id}-r{attempt}")
-        cluster.tokens.pop(req.request_id)
         records[index] = _record(index, item, sent, start, out, times, end, cached, cfg.slo)
         last_end = max(last_end, end)
         bar.update(1)
@@ -130,7 +132,8 @@ async def _simulate(cfg: SimConfig, policy: str, params: dict[str, Any],
     duration = max(last_end - start, 1e-9)
     busy = {eid: cluster.sim(eid).busy_s / duration for eid in cluster.engines}
     await cluster.stop()
-    return SimRun([r for r in records if r is not None], duration, 0.0, busy)
+    return SimRun([r for r in records if r is not None], duration, 0.0, busy,
+                  dispatcher.feedback.summary())
 
 
 def simulate(cfg: SimConfig, policy: str, items: Sequence[WorkItem],
@@ -151,7 +154,8 @@ def run_summary(run: SimRun, policy: str, rate: float | None, burstiness: float,
             "time_scale": time_scale if rate is None else None, "salt": salt,
             "interrupted": False, **summarize(run.records, run.duration_s, bool(slo)),
             "simulated": True, "wall_s": run.wall_s,
-            "engine_busy": {k: round(v, 4) for k, v in run.engine_busy.items()}}
+            "engine_busy": {k: round(v, 4) for k, v in run.engine_busy.items()},
+            "prediction_error": run.prediction_error}
 
 
 @dataclass(slots=True)

@@ -22,6 +22,7 @@ from pyrouter.cluster import ClusterView
 from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.handle import EngineHandle
 from pyrouter.outcomes import RecentOutcomes
+from pyrouter.planning.prediction_feedback import PredictionFeedback
 from pyrouter.policy_registry import ActivePolicy, PolicySpec, get_policy
 from pyrouter.request import RouterRequest, SloSpec
 from pyrouter.scope import RouterCounters
@@ -59,6 +60,7 @@ class FakeCluster:
         self.engines: dict[str, EngineHandle] = {}
         self.counters = RouterCounters()
         self.outcomes = RecentOutcomes()  # kept across runs, as a router's dispatcher keeps it
+        self.feedback = PredictionFeedback()  # likewise
         self.policy_timeout_s = policy_timeout_s
         self._clients: dict[str, FakeEngineClient] = {}
         self._slot: PolicySlot | None = None  # kept across runs, as a router keeps its policy
@@ -147,6 +149,6 @@ class FakeCluster:
                 active.spec, active.params):
             self._slot = PolicySlot(active)  # a switch: fresh policy state, like PUT /admin/policy
         dispatcher = Dispatcher(self, self._slot, policy_timeout_s=self.policy_timeout_s)
-        dispatcher.outcomes = self.outcomes
+        dispatcher.outcomes, dispatcher.feedback = self.outcomes, self.feedback
         return await drive(dispatcher, req, self.counters, disconnect_after, stop_after,
                            on_tokens)
