@@ -13,7 +13,8 @@ import asyncio
 import os
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from tqdm import tqdm
@@ -30,6 +31,7 @@ from pyrouter.request import RouterRequest, SloSpec
 from pyrouter.scope import RouterCounters
 from pyrouter.sim.clock import real_perf_counter, run_virtual
 from pyrouter.sim.cluster import SimCluster
+from pyrouter.sim.parallel import in_processes
 from pyrouter.sim.profile import HardwareProfile
 from pyrouter.testing.drive import FakeRun, drive
 
@@ -170,26 +172,49 @@ class SweepSpec:
     params: dict[str, dict[str, Any]] = field(default_factory=dict)  # per policy
 
 
-def sweep(cfg: SimConfig, workload: Workload, spec: SweepSpec, result_dir: str = "",
-          on_run: Callable[[dict[str, Any]], None] = lambda _: None) -> list[dict[str, Any]]:
-    """policies x rates, each a fresh cluster (no run inherits another's cache); one JSONL of
-    records per run in `result_dir` when given."""
-    runs: list[dict[str, Any]] = []
+@dataclass(frozen=True, slots=True)
+class SweepRun:
+    """One run of a sweep: its policy, its rate (None: the trace's timestamps), its salt."""
+
+    policy: str
+    rate: float | None
+    salt: int
+
+
+def sweep_runs(spec: SweepSpec) -> list[SweepRun]:
+    """policies x rates in order; run k uses salt + k."""
     rates: list[float | None] = list(spec.rates) or [None]
-    for policy in spec.policies:
-        for rate in rates:
-            salt = spec.salt + len(runs)
-            arrivals = None if rate is None else ArrivalProcess(rate, spec.burstiness)
-            items = schedule(workload, spec.num_prompts, salt, arrivals, spec.time_scale,
-                             spec.seed)
-            label = f"{policy}@{rate_label(rate, spec.time_scale)}"
-            run = simulate(cfg, policy, items, spec.params.get(policy), label)
-            summary = run_summary(run, policy, rate, spec.burstiness, spec.time_scale, salt,
-                                  cfg.slo)
-            if result_dir:
-                name = label.replace("@", "_at_").replace(" ", "_")
-                summary["records_file"] = os.path.join(result_dir, f"{name}.jsonl")
-                write_jsonl(summary["records_file"], [r.to_json() for r in run.records])
-            runs.append(summary)
-            on_run(summary)
+    pairs = [(policy, rate) for policy in spec.policies for rate in rates]
+    return [SweepRun(policy, rate, spec.salt + k) for k, (policy, rate) in enumerate(pairs)]
+
+
+def run_one(cfg: SimConfig, workload: Workload, spec: SweepSpec, result_dir: str,
+            job: SweepRun) -> dict[str, Any]:
+    """One run of a sweep, simulated and summarised (its JSONL written when `result_dir`)."""
+    arrivals = None if job.rate is None else ArrivalProcess(job.rate, spec.burstiness)
+    items = schedule(workload, spec.num_prompts, job.salt, arrivals, spec.time_scale, spec.seed)
+    label = f"{job.policy}@{rate_label(job.rate, spec.time_scale)}"
+    run = simulate(cfg, job.policy, items, spec.params.get(job.policy), label)
+    summary = run_summary(run, job.policy, job.rate, spec.burstiness, spec.time_scale, job.salt,
+                          cfg.slo)
+    if result_dir:
+        name = label.replace("@", "_at_").replace(" ", "_")
+        summary["records_file"] = os.path.join(result_dir, f"{name}.jsonl")
+        write_jsonl(summary["records_file"], [r.to_json() for r in run.records])
+    return summary
+
+
+def sweep(cfg: SimConfig, workload: Workload, spec: SweepSpec, result_dir: str = "",
+          on_run: Callable[[dict[str, Any]], None] = lambda _: None,
+          jobs: int = 1) -> list[dict[str, Any]]:
+    """policies x rates, each a fresh cluster (no run inherits another's cache); one JSONL of
+    records per run in `result_dir` when given. `jobs` > 1 runs that many at once, each in its
+    own process (pyrouter/sim/parallel.py): the same results, in the same order, sooner."""
+    todo = sweep_runs(spec)
+    if jobs > 1 and len(todo) > 1:
+        cfg = replace(cfg, progress=False)  # one bar per run would interleave
+    runs: list[dict[str, Any]] = []
+    for summary in in_processes(partial(run_one, cfg, workload, spec, result_dir), todo, jobs):
+        runs.append(summary)
+        on_run(summary)
     return runs

@@ -97,7 +97,7 @@ def items(plan: Plan, group: Group, rate: float) -> list[WorkItem]:
 
 
 def run_policy(plan: Plan, group: Group, rate: float, policy: str) -> dict[str, Any]:
-    """One simulated run: its row of summary.json (bench simulate's), tagged with its cell."""
+    """One simulated run: its summary row, as `bench simulate` writes it."""
     slo = plan.slo(group.profile)
     cfg = SimConfig(profile(group.profile), group.engines, plan.roles_for(group.engines, policy),
                     slo, plan.coalesce, plan.policy_timeout_s, progress=False)
