@@ -72,6 +72,12 @@ class StepShape:
         return sum(n for _, n in self.prefill_chunks)
 
     def features(self, knee: float = math.inf) -> dict[str, float]:
+        if not self.prefill_chunks:  # most steps decode only: nothing to sum over
+            return {"const": 1.0, "prefill_tokens": 0.0, "prefill_seqs": 0.0,
+                    "prefill_attention": 0.0, "prefill_context": 0.0,
+                    "decode_seqs": float(self.decode_seqs),
+                    "decode_context": float(self.decode_context),
+                    HINGE: max(0.0, self.decode_context - knee)}
         chunks = [(float(c), float(n)) for c, n in self.prefill_chunks if n > 0]
         return {
             "const": 1.0,

@@ -3,6 +3,10 @@
 A page is owned by requests (their page tables), reservations and the prefix cache, each holding
 one reference. A page returns to the free list when its last reference is dropped. Dropping a
 reference that does not exist is a bookkeeping bug, so it is an AssertionError, not user error.
+
+The pool also knows which pages the prefix cache holds, and keeps count of those whose only
+owner is the cache (`num_cache_only`: what eviction could free, reported in every Stats) as
+references come and go, so the count costs nothing to read however large the cache.
 """
 from __future__ import annotations
 
@@ -21,6 +25,8 @@ class PagePool:
         self._refcount = [0] * num_pages
         # Pop from the end; low page ids are handed out first, which keeps tests readable.
         self._free = list(range(num_pages - 1, -1, -1))
+        self._cached = bytearray(num_pages)  # 1: the prefix cache holds one of its references
+        self.num_cache_only = 0  # cached pages with no other owner
 
     @property
     def num_free(self) -> int:
@@ -32,6 +38,15 @@ class PagePool:
 
     def refcount(self, page: int) -> int:
         return self._refcount[page]
+
+    def set_cached(self, pages: Iterable[int], cached: bool) -> None:
+        """The prefix cache took (True) or is about to drop (False) its reference to `pages`."""
+        flag = int(cached)
+        for page in pages:
+            if self._cached[page] != flag:
+                self._cached[page] = flag
+                if self._refcount[page] == 1:
+                    self.num_cache_only += 1 if cached else -1
 
     def alloc(self, n: int) -> list[int]:
         """n fresh pages, each with one reference. All-or-nothing."""
@@ -45,13 +60,22 @@ class PagePool:
         return pages
 
     def incref(self, pages: Iterable[int]) -> None:
+        refcount, cached = self._refcount, self._cached
         for page in pages:
-            assert self._refcount[page] > 0, f"incref of free page {page}"
-            self._refcount[page] += 1
+            refs = refcount[page]
+            assert refs > 0, f"incref of free page {page}"
+            refcount[page] = refs + 1
+            if refs == 1 and cached[page]:
+                self.num_cache_only -= 1
 
     def decref(self, pages: Iterable[int]) -> None:
+        refcount, cached = self._refcount, self._cached
         for page in pages:
-            assert self._refcount[page] > 0, f"double free of page {page}"
-            self._refcount[page] -= 1
-            if self._refcount[page] == 0:
+            refs = refcount[page] - 1
+            assert refs >= 0, f"double free of page {page}"
+            refcount[page] = refs
+            if refs == 1:
+                if cached[page]:
+                    self.num_cache_only += 1
+            elif refs == 0:
                 self._free.append(page)

@@ -118,10 +118,18 @@ class RadixPrefixCache:
         hashes = self.hashes(tokens)[:len(pages)]
         now = self._tick()
         stored: list[int] = []
+        taken: list[int] = []  # the new nodes' pages: one reference each, taken at the end
         parent: int | None = None
         node: _Node | None = None
         for i, block_hash in enumerate(hashes):
             node = self._nodes.get(block_hash)
+            if node is not None and node.page == pages[i]:
+                # The caller's own page is the cached one (it matched it, or stored it before):
+                # the same KV, so the same tokens; no compare. A finishing request re-offers its
+                # whole prompt, already cached at its first token: this is most blocks.
+                node.last_access = now
+                parent = block_hash
+                continue
             block = tuple(tokens[i * self.page_size:(i + 1) * self.page_size])
             if node is not None:
                 if node.tokens != block:
@@ -129,12 +137,14 @@ class RadixPrefixCache:
                     break  # hash collision: keep the existing block, cache nothing below it
                 node.last_access = now
             else:
-                self.pool.incref([pages[i]])
+                taken.append(pages[i])
                 node = self._nodes[block_hash] = _Node(block_hash, parent, pages[i], block, now)
                 if parent is not None:
                     self._nodes[parent].num_children += 1
                 stored.append(block_hash)
             parent = block_hash
+        self.pool.incref(taken)
+        self.pool.set_cached(taken, True)
         if node is not None:
             self._touch_leaf(node)
             self._compact()
@@ -163,6 +173,7 @@ class RadixPrefixCache:
                 held.append(entry)
                 continue
             del self._nodes[node.block_hash]
+            self.pool.set_cached([node.page], False)
             self.pool.decref([node.page])
             evicted.append(node.block_hash)
             if node.parent is not None:
@@ -183,8 +194,9 @@ class RadixPrefixCache:
         return self.pool.alloc(n)
 
     def num_evictable(self) -> int:
-        """Pages that evict() could free right now (whole unreferenced chains count)."""
-        return sum(1 for node in self._nodes.values() if self.pool.refcount(node.page) == 1)
+        """Pages that evict() could free right now (whole unreferenced chains count): kept
+        by the pool as references come and go (every Stats answer asks)."""
+        return self.pool.num_cache_only
 
     def clear(self) -> int:
         """Evict everything evictable (tests use it to check the pool's accounting)."""

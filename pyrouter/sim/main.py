@@ -17,6 +17,9 @@ import os
 import sys
 from typing import Any
 
+from tqdm import tqdm
+
+from engine.server.cpu_affinity import usable_cores
 from pyrouter.bench.serve.main import _names, _rates
 from pyrouter.bench.serve.report import header_lines, slo_capacity, table, write_summary
 from pyrouter.bench.serve.request_body import Slo
@@ -68,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "token's time is kept)")
     p.add_argument("--policy-timeout-s", type=float, default=300.0,
                    help="the router's --policy-timeout-s, in virtual seconds")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="runs simulated at once, each in its own process (default: one per "
+                   "usable core); the results are the same whatever the number")
     p.add_argument("--result-dir", default=None)
     p.add_argument("--plot", action="store_true", help="also write PNG plots to the result dir")
     p.add_argument("--no-progress", action="store_true")
@@ -85,6 +91,8 @@ def _check(a: argparse.Namespace) -> tuple[SimConfig, Workload]:
         raise ValueError("--roles: each role is any, prefill or decode")
     if a.coalesce < 1:
         raise ValueError("--coalesce must be >= 1")
+    if a.jobs is not None and a.jobs < 1:
+        raise ValueError("--jobs must be >= 1")
     if not a.policy_timeout_s > 0:
         raise ValueError("--policy-timeout-s must be > 0")
     if not isinstance(a.policy_params, dict):
@@ -140,11 +148,17 @@ def run(args: argparse.Namespace) -> int:
     began = real_perf_counter()
     spec = SweepSpec(a.policies, a.rates, a.num_prompts, a.burstiness, a.time_scale, a.seed,
                      a.salt, a.policy_params)
+    jobs = a.jobs or len(usable_cores())
+    total = len(a.policies) * max(1, len(a.rates))
+    bar = tqdm(total=total, desc="runs", unit="run", file=sys.stderr, dynamic_ncols=True,
+               disable=a.no_progress or min(jobs, total) <= 1)  # else: a bar per run
     try:
-        runs = sweep(cfg, workload, spec, result_dir)
+        runs = sweep(cfg, workload, spec, result_dir, lambda _: bar.update(1), jobs)
     except KeyboardInterrupt:
         print("interrupted: no summary", file=sys.stderr)
         return 130
+    finally:
+        bar.close()
     wall_s = real_perf_counter() - began
     print(table(runs))
     if cfg.slo and a.rates:
@@ -153,10 +167,12 @@ def run(args: argparse.Namespace) -> int:
               + ", ".join(f"{p} {'-' if c is None else f'{c:g} req/s'}"
                           for p, c in caps.items()))
     meta["wall_s"] = wall_s
+    meta["jobs"] = min(jobs, total)
     summary_path = os.path.join(result_dir, "summary.json")
     write_summary(summary_path, meta, runs)
-    print(f"simulated {len(runs)} run(s) of {a.num_prompts} requests in {wall_s:.1f} s; wrote "
-          f"{summary_path} and one JSONL per run")
+    print(f"simulated {len(runs)} run(s) of {a.num_prompts} requests in {wall_s:.1f} s "
+          f"({len(runs) * a.num_prompts / wall_s:.0f} requests/s, {meta['jobs']} process(es)); "
+          f"wrote {summary_path} and one JSONL per run")
     if a.plot:
         from pyrouter.bench.plot import plot_summaries
 

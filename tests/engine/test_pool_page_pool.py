@@ -40,3 +40,20 @@ def test_bad_sizes() -> None:
         PagePool(0)
     with pytest.raises(ValueError):
         PagePool(2).alloc(-1)
+
+
+def test_cache_only_count_follows_references() -> None:
+    pool = PagePool(4)
+    a, b = pool.alloc(2)
+    pool.incref([a, b])  # the cache's reference
+    pool.set_cached([a, b], True)
+    assert pool.num_cache_only == 0  # the request still holds both
+    pool.decref([a])  # the request lets a go
+    assert pool.num_cache_only == 1
+    pool.incref([a])  # another request matches it
+    assert pool.num_cache_only == 0
+    pool.decref([a, b])
+    assert pool.num_cache_only == 2
+    pool.set_cached([a], False)  # evicted: the cache drops its reference
+    pool.decref([a])
+    assert pool.num_cache_only == 1 and pool.num_free == 3

@@ -144,3 +144,30 @@ def test_lazy_lru_heap_evicts_exactly_what_a_full_scan_would() -> None:
             assert cache.evict(n) == len(expected)
             assert before - set(cache._nodes) == set(expected)
     assert len(cache._lru) <= 2 * len(cache) + 64 + 64  # outdated entries stay bounded
+
+
+def test_num_evictable_counts_every_cached_page_only_the_cache_holds() -> None:
+    """The count kept at C speed agrees with a scan of the nodes through stores, pins, releases
+    and evictions (shared prefixes included)."""
+    import random
+
+    rng = random.Random(7)
+    cache = _cache(num_pages=24)
+    pinned: list[list[int]] = []
+
+    def scan() -> int:
+        return sum(1 for n in cache._nodes.values() if cache.pool.refcount(n.page) == 1)
+
+    for _ in range(300):
+        action = rng.random()
+        tokens = [rng.randrange(3) for _ in range(rng.randrange(4, 13))]
+        if action < 0.4 and cache.pool.num_free + cache.num_evictable() >= 4:
+            _store(cache, tokens)
+        elif action < 0.7:
+            pages, _ = cache.match(tokens)
+            pinned.append(pages)
+        elif pinned:
+            cache.release(pinned.pop(rng.randrange(len(pinned))))
+        else:
+            cache.evict(rng.randrange(1, 4))
+        assert cache.num_evictable() == scan()
