@@ -179,3 +179,23 @@ def test_bad_input_is_a_clear_error(args: list[str], message: str,
                                     tmp_path: os.PathLike[str]) -> None:
     assert run(argparse.Namespace(rest=[*args, "--result-dir", str(tmp_path)])) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_failing_policy_is_reported_and_the_others_still_count(
+        tmp_path: os.PathLike[str], capsys: pytest.CaptureFixture[str]) -> None:
+    source = os.path.join(tmp_path, "broken.py")
+    with open(source, "w", encoding="utf-8") as f:
+        f.write("from pyrouter.policy_registry import policy\n\n\n"
+                "@policy('broken_for_tests')\n"
+                "async def broken_for_tests(req, cluster):\n"
+                "    raise RuntimeError('no engine for you')\n")
+    assert run(argparse.Namespace(rest=[
+        "--profiles", "local-smollm2-cpu", "--workloads", "sonnet-short", "--engines", "2",
+        "--loads", "1", "--policies", "round_robin,broken_for_tests", "--policy-file", source,
+        "--num-prompts", "10", "--jobs", "1", "--slo", "500,100", "--no-plot",
+        "--result-dir", str(tmp_path)])) == 0  # failed requests are figures, not a crash
+    out = capsys.readouterr().out
+    assert "FAILED REQUESTS broken_for_tests: 10 in 1 cells" in out and "no engine for you" in out
+    cell = _summary(str(tmp_path))["cells"][0]
+    assert cell["attainment_pct"]["broken_for_tests"] == 0.0
+    assert cell["best_fixed"] == ["round_robin"] and cell["attainment_pct"]["round_robin"] > 0

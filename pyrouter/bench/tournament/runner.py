@@ -180,11 +180,36 @@ def run_tournament(plan: Plan, cells: list[Cell], policies: list[str], jobs: int
     capacity is known; progress lines to `log`. A run that raises (a policy's bug) is recorded
     with no figures and the rest go on; a search that raises drops its group's cells."""
     results = Results()
-    groups = sorted({c.group for c in cells})
     total = len(cells) * len(policies)
     pending: dict[Future[Any], tuple[str, Any]] = {}
-    with executor(jobs, plan) as pool:
-        for group in groups:
+    pool = executor(jobs, plan)
+
+    def finished(kind: str, key: Any, result: dict[str, Any]) -> None:
+        if kind == "capacity":
+            results.capacities[key] = result
+            log(f"capacity {key.label}: {result['rate']:.4g} req/s ({result['basis']}; "
+                f"{len(result['probes'])} probes)")
+            for cell in (c for c in cells if c.group == key):
+                for policy in policies:
+                    future = pool.submit(run_policy, plan, key, cell.load * result["rate"],
+                                         policy)
+                    pending[future] = ("run", (cell, policy))
+            return
+        results.runs[key] = result
+        attained = result.get("slo_attainment")
+        log(f"[{len(results.runs)}/{total}] {key[0].label} {key[1]}: "
+            f"{'-' if attained is None else f'{attained:.1%}'} ({result['wall_s']:.1f} s)")
+
+    def failed(kind: str, key: Any, exc: Exception) -> None:
+        what = key.label if kind == "capacity" else f"{key[0].label} {key[1]}"
+        results.errors.append(f"{kind} {what}: {type(exc).__name__}: {exc}")
+        log(f"FAILED {results.errors[-1]}")
+        if kind == "run":
+            results.runs[key] = {"policy": key[1], "error": str(exc), "slo_attainment": None,
+                                 "goodput": None}
+
+    try:
+        for group in sorted({c.group for c in cells}):
             pending[pool.submit(run_capacity, plan, group)] = ("capacity", group)
         while pending:
             done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
@@ -193,27 +218,9 @@ def run_tournament(plan: Plan, cells: list[Cell], policies: list[str], jobs: int
                 try:
                     result = future.result()
                 except Exception as exc:  # noqa: BLE001 - reported; the other runs still count
-                    what = key.label if kind == "capacity" else f"{key[0].label} {key[1]}"
-                    results.errors.append(f"{kind} {what}: {type(exc).__name__}: {exc}")
-                    log(f"FAILED {results.errors[-1]}")
-                    if kind == "run":
-                        results.runs[key] = {"policy": key[1], "error": str(exc),
-                                             "slo_attainment": None, "goodput": None}
-                    continue
-                if kind == "capacity":
-                    results.capacities[key] = result
-                    log(f"capacity {key.label}: {result['rate']:.4g} req/s "
-                        f"({result['basis']}; {len(result['probes'])} probes)")
-                    for cell in (c for c in cells if c.group == key):
-                        rate = cell.load * result["rate"]
-                        for policy in policies:
-                            pending[pool.submit(run_policy, plan, key, rate, policy)] = (
-                                "run", (cell, policy))
+                    failed(kind, key, exc)
                 else:
-                    results.runs[key] = result
-                    cell, policy = key
-                    attained = result.get("slo_attainment")
-                    log(f"[{len(results.runs)}/{total}] {cell.label} {policy}: "
-                        f"{'-' if attained is None else f'{attained:.1%}'} "
-                        f"({result['wall_s']:.1f} s)")
+                    finished(kind, key, result)
+    finally:  # Ctrl-C: the queued runs are dropped, not waited for
+        pool.shutdown(wait=True, cancel_futures=True)
     return results
