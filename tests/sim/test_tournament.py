@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from pyrouter.bench.tournament import runner
 from pyrouter.bench.tournament.capacity import find_capacity
 from pyrouter.bench.tournament.cells import Cell, Group
 from pyrouter.bench.tournament.main import run
@@ -199,3 +200,27 @@ def test_a_failing_policy_is_reported_and_the_others_still_count(
     cell = _summary(str(tmp_path))["cells"][0]
     assert cell["attainment_pct"]["broken_for_tests"] == 0.0
     assert cell["best_fixed"] == ["round_robin"] and cell["attainment_pct"]["round_robin"] > 0
+
+
+def test_a_run_that_raises_is_listed_and_the_exit_status_says_so(
+        tmp_path: os.PathLike[str], capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    real = runner.run_policy
+
+    def run_policy(plan: Any, group: Any, rate: float, policy: str) -> dict[str, Any]:
+        if policy == "least_load":  # round_robin still finds the capacity
+            raise RuntimeError("simulator bug")
+        return real(plan, group, rate, policy)
+
+    monkeypatch.setattr(runner, "run_policy", run_policy)
+    assert run(argparse.Namespace(rest=[
+        "--profiles", "local-smollm2-cpu", "--workloads", "sonnet-short", "--engines", "2",
+        "--loads", "1", "--policies", "round_robin,least_load", "--num-prompts", "10",
+        "--jobs", "1", "--slo", "500,100", "--no-plot", "--result-dir", str(tmp_path)])) == 1
+    out = capsys.readouterr().out
+    assert "FAILED run local sonnet-short x2 @1 least_load: RuntimeError: simulator bug" in out
+    body = _summary(str(tmp_path))
+    assert body["errors"] == ["run local sonnet-short x2 @1 least_load: RuntimeError: "
+                              "simulator bug"]
+    assert body["cells"][0]["attainment_pct"]["least_load"] is None
+    assert body["cells"][0]["best_fixed"] == ["round_robin"]

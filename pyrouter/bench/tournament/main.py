@@ -23,6 +23,7 @@ import os
 import sys
 from typing import Any
 
+from engine.server.cpu_affinity import usable_cores
 from pyrouter.bench.serve.main import _names, _rates
 from pyrouter.bench.serve.request_body import Slo
 from pyrouter.bench.tournament.cells import (
@@ -75,8 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "does everything); 'own': each policy's own roles, as `switchyard serve "
                    "--policy P` starts them")
     p.add_argument("--num-prompts", type=int, default=300, help="requests per run")
-    p.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)),
-                   help="worker processes (default: this machine's cores; 1: in this process)")
+    p.add_argument("--jobs", type=int, default=len(usable_cores()),
+                   help="runs side by side, each in a forked process (default: one per usable "
+                   "core; 1: all in this process)")
     p.add_argument("--slo", action="append", default=[], metavar="[PROFILE=]TTFT_MS,TPOT_MS",
                    help="SLO for one profile or all (default: h100 1000,50; local 2000,200)")
     p.add_argument("--length-scale", action="append", default=[], metavar="[PROFILE=]X",
@@ -142,14 +144,14 @@ def _check(a: argparse.Namespace) -> Plan:
         raise ValueError("--roles: 'own', or roles each any, prefill or decode")
     if not isinstance(a.policy_params, dict) or set(a.policy_params) - set(a.policies):
         raise ValueError("--policy-params must be a JSON object of policies in --policies")
-    for source in a.policy_file:
+    for source in a.policy_file:  # loaded here, inherited by the forked runs
         load_policy_source(source)
     for name in [*a.policies, a.capacity_policy]:
         get_policy(name).check_params(a.policy_params.get(name) or {})
     settings = _settings(a)
     plan = Plan(settings, a.num_prompts, a.seed, a.salt, tuple(a.roles), a.policy_params,
-                tuple(a.policy_file), a.capacity_policy, a.attainment_target,
-                a.capacity_tolerance, a.coalesce, a.policy_timeout_s)
+                a.capacity_policy, a.attainment_target, a.capacity_tolerance, a.coalesce,
+                a.policy_timeout_s)
     for cell in grid(a.profiles, a.workloads, a.engines[:1], a.loads[:1]):
         plan.slo(cell.group.profile)
         size = workload(plan, cell.group).size()  # builds it: bad sizes fail here, not later

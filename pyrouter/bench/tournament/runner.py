@@ -1,7 +1,7 @@
 """Runs the tournament's simulations: one capacity search per cell group, then every policy in
-every cell, inline (--jobs 1) or in worker processes. A run is a fresh simulated cluster in
-virtual time, a function of its inputs only, so where and in which order it runs does not
-change its figures; results are keyed, never ordered by completion.
+every cell, in this process (--jobs 1) or side by side in forked ones (pyrouter/sim/parallel.py,
+as `bench simulate --jobs`). A run is a fresh simulated cluster in virtual time, a function of
+its inputs only, so where it runs does not change its figures.
 
 Every policy in a cell gets the same items: the group's workload at one salt, Poisson arrivals
 from one seed at the cell's rate (offsets from one seed scale with 1 / rate, so the loads of a
@@ -9,11 +9,10 @@ group see the same arrival pattern, stretched).
 """
 from __future__ import annotations
 
-import multiprocessing
 import sys
-from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from engine.core.latency_model import StepShape
@@ -22,7 +21,8 @@ from pyrouter.bench.tournament.capacity import find_capacity
 from pyrouter.bench.tournament.cells import Cell, Group, ProfileSetting
 from pyrouter.bench.tournament.workloads import build_tournament_workload
 from pyrouter.bench.workloads import ArrivalProcess, RealVocabulary, WorkItem, Workload, schedule
-from pyrouter.policy_registry import get_policy, load_policy_source
+from pyrouter.policy_registry import get_policy
+from pyrouter.sim.parallel import in_processes
 from pyrouter.sim.profile import HardwareProfile, load_profile
 from pyrouter.sim.run import SimConfig, run_summary, simulate
 
@@ -42,7 +42,6 @@ class Plan:
     salt: int = 0
     roles: tuple[str, ...] = ("any",)  # ("own",): each policy's own; else cycled to N engines
     policy_params: dict[str, dict[str, Any]] = field(default_factory=dict)
-    policy_files: tuple[str, ...] = ()
     capacity_policy: str = "round_robin"
     target: float = 0.9
     tolerance: float = 0.05
@@ -64,11 +63,6 @@ class Plan:
 _vocab: RealVocabulary | None = None
 _workloads: dict[tuple[Any, ...], Workload] = {}
 _profiles: dict[str, HardwareProfile] = {}
-
-
-def init_worker(policy_files: Iterable[str]) -> None:
-    for source in policy_files:
-        load_policy_source(source)
 
 
 def profile(name: str) -> HardwareProfile:
@@ -145,27 +139,6 @@ def run_capacity(plan: Plan, group: Group) -> dict[str, Any]:
             "probes": [list(p) for p in found.probes]}
 
 
-class InlineExecutor(Executor):
-    """--jobs 1: every task runs in this process when submitted (a finished Future)."""
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        future: Future[Any] = Future()
-        try:
-            future.set_result(fn(*args, **kwargs))
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller like a pool does
-            future.set_exception(exc)
-        return future
-
-
-def executor(jobs: int, plan: Plan) -> Executor:
-    if jobs <= 1:
-        init_worker(plan.policy_files)
-        return InlineExecutor()
-    # spawn: a fresh interpreter per worker, nothing inherited from this process's threads.
-    return ProcessPoolExecutor(jobs, multiprocessing.get_context("spawn"), init_worker,
-                               (plan.policy_files,))
-
-
 @dataclass(slots=True)
 class Results:
     capacities: dict[Group, dict[str, Any]] = field(default_factory=dict)
@@ -173,54 +146,52 @@ class Results:
     errors: list[str] = field(default_factory=list)  # runs and searches that raised
 
 
+def _guarded(fn: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+    """fn(*args), or {"error": ...} when it raises (a policy's bug): the other runs still count."""
+    try:
+        return fn(*args)
+    except Exception as exc:  # noqa: BLE001 - reported by the caller
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def _search(plan: Plan, group: Group) -> dict[str, Any]:
+    return _guarded(run_capacity, plan, group)
+
+
+def _run(plan: Plan, job: tuple[Cell, str, float]) -> dict[str, Any]:
+    cell, policy, rate = job
+    return _guarded(run_policy, plan, cell.group, rate, policy)
+
+
 def run_tournament(plan: Plan, cells: list[Cell], policies: list[str], jobs: int,
                    log: Callable[[str], None] = lambda line: print(line, file=sys.stderr)
                    ) -> Results:
-    """Capacities first (one search per group, in parallel), each group's cells as soon as its
-    capacity is known; progress lines to `log`. A run that raises (a policy's bug) is recorded
-    with no figures and the rest go on; a search that raises drops its group's cells."""
+    """Every group's capacity, then every policy in every cell whose group has one; progress
+    lines to `log`. A run that raises is recorded with no figures, a search that raises drops
+    its group's cells; both are listed in `errors`."""
     results = Results()
-    total = len(cells) * len(policies)
-    pending: dict[Future[Any], tuple[str, Any]] = {}
-    pool = executor(jobs, plan)
-
-    def finished(kind: str, key: Any, result: dict[str, Any]) -> None:
-        if kind == "capacity":
-            results.capacities[key] = result
-            log(f"capacity {key.label}: {result['rate']:.4g} req/s ({result['basis']}; "
-                f"{len(result['probes'])} probes)")
-            for cell in (c for c in cells if c.group == key):
-                for policy in policies:
-                    future = pool.submit(run_policy, plan, key, cell.load * result["rate"],
-                                         policy)
-                    pending[future] = ("run", (cell, policy))
-            return
-        results.runs[key] = result
-        attained = result.get("slo_attainment")
-        log(f"[{len(results.runs)}/{total}] {key[0].label} {key[1]}: "
-            f"{'-' if attained is None else f'{attained:.1%}'} ({result['wall_s']:.1f} s)")
-
-    def failed(kind: str, key: Any, exc: Exception) -> None:
-        what = key.label if kind == "capacity" else f"{key[0].label} {key[1]}"
-        results.errors.append(f"{kind} {what}: {type(exc).__name__}: {exc}")
-        log(f"FAILED {results.errors[-1]}")
-        if kind == "run":
-            results.runs[key] = {"policy": key[1], "error": str(exc), "slo_attainment": None,
-                                 "goodput": None}
-
-    try:
-        for group in sorted({c.group for c in cells}):
-            pending[pool.submit(run_capacity, plan, group)] = ("capacity", group)
-        while pending:
-            done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
-            for future in sorted(done, key=lambda f: repr(pending[f][1])):
-                kind, key = pending.pop(future)
-                try:
-                    result = future.result()
-                except Exception as exc:  # noqa: BLE001 - reported; the other runs still count
-                    failed(kind, key, exc)
-                else:
-                    finished(kind, key, result)
-    finally:  # Ctrl-C: the queued runs are dropped, not waited for
-        pool.shutdown(wait=True, cancel_futures=True)
+    groups = sorted({c.group for c in cells})
+    for group, found in zip(groups, in_processes(partial(_search, plan), groups, jobs),
+                            strict=True):
+        if "error" in found:
+            results.errors.append(f"capacity {group.label}: {found['error']}")
+            log(f"FAILED {results.errors[-1]}")
+            continue
+        results.capacities[group] = found
+        log(f"capacity {group.label}: {found['rate']:.4g} req/s ({found['basis']}; "
+            f"{len(found['probes'])} probes)")
+    todo = [(cell, policy, cell.load * results.capacities[cell.group]["rate"])
+            for cell in cells if cell.group in results.capacities for policy in policies]
+    for (cell, policy, _), run in zip(todo, in_processes(partial(_run, plan), todo, jobs),
+                                      strict=True):
+        if "error" in run:
+            results.errors.append(f"run {cell.label} {policy}: {run['error']}")
+            log(f"FAILED {results.errors[-1]}")
+            run = {"policy": policy, "requests": plan.num_prompts, **run,
+                   "slo_attainment": None, "goodput": None}
+        else:
+            attained = run.get("slo_attainment")
+            log(f"[{len(results.runs) + 1}/{len(todo)}] {cell.label} {policy}: "
+                f"{'-' if attained is None else f'{attained:.1%}'} ({run['wall_s']:.1f} s)")
+        results.runs[(cell, policy)] = run
     return results
