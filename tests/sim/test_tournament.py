@@ -174,6 +174,9 @@ def test_worker_processes_give_the_same_figures(tmp_path: os.PathLike[str]) -> N
     (["--slo", "other=1000,50"], "not in --profiles"),
     (["--roles", "any,sideways"], "--roles"),
     (["--engines", "2,0"], "--engines: counts >= 1"),
+    (["--profiles", "local-smollm2-cpu", "--length-scale", "local-smollm2-cpu=0.1"],
+     "sonnet input mean must be >="),  # 5.5 tokens: shorter than the instruction
+    (["--length-scale", "-1"], "--length-scale '-1' must be > 0"),
 ])
 def test_bad_input_is_a_clear_error(args: list[str], message: str,
                                     capsys: pytest.CaptureFixture[str],

@@ -102,28 +102,33 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _slo(setting: ProfileSetting, value: str) -> ProfileSetting:
+    try:
+        ttft, tpot = (float(x) for x in value.split(","))
+    except ValueError:
+        raise ValueError(f"--slo {value!r}: expected [PROFILE=]TTFT_MS,TPOT_MS") from None
+    return ProfileSetting(Slo(ttft, tpot), setting.sizing)
+
+
+def _length_scale(setting: ProfileSetting, value: str) -> ProfileSetting:
+    factor = float(value)
+    if not factor > 0:
+        raise ValueError(f"--length-scale {value!r} must be > 0")
+    return ProfileSetting(setting.slo, setting.sizing.times(factor))
+
+
 def _settings(a: argparse.Namespace) -> dict[str, ProfileSetting]:
+    """Each profile's SLO and sizing: the defaults, then --slo and --length-scale in order."""
     settings = {name: DEFAULT_SETTINGS.get(name, ProfileSetting(None, Sizing()))
                 for name in a.profiles}
-    for text in a.slo:
-        name, value = _per_profile(text)
-        try:
-            ttft, tpot = (float(x) for x in value.split(","))
-        except ValueError:
-            raise ValueError(f"--slo {text!r}: expected [PROFILE=]TTFT_MS,TPOT_MS") from None
-        for key in ([name] if name else list(settings)):
-            if key not in settings:
-                raise ValueError(f"--slo names {key!r}, not in --profiles")
-            settings[key] = ProfileSetting(Slo(ttft, tpot), settings[key].sizing)
-    for text in a.length_scale:
-        name, value = _per_profile(text)
-        factor = float(value)
-        if not factor > 0:
-            raise ValueError(f"--length-scale {text!r} must be > 0")
-        for key in ([name] if name else list(settings)):
-            if key not in settings:
-                raise ValueError(f"--length-scale names {key!r}, not in --profiles")
-            settings[key] = ProfileSetting(settings[key].slo, settings[key].sizing.times(factor))
+    for option, texts, change in (("--slo", a.slo, _slo),
+                                  ("--length-scale", a.length_scale, _length_scale)):
+        for text in texts:
+            name, value = _per_profile(text)
+            for key in ([name] if name else list(settings)):
+                if key not in settings:
+                    raise ValueError(f"{option} names {key!r}, not in --profiles")
+                settings[key] = change(settings[key], value)
     return settings
 
 
