@@ -49,6 +49,7 @@ class SendResult:
     transport: str
     total_ms: float
     cached_on_sender: int
+    tail_ms: float = 0.0  # the transfer's exposed part: the sender's prefill done -> all landed
 
 
 @dataclass(eq=False)
@@ -99,9 +100,9 @@ class EngineHandle:
         timing = req.scope.enter(self, "remote_send", req.engine_request_id)
         hold = req.scope.hold(self, req.engine_request_id)
         hold.sends += 1
-        try:
         # The send's prefill is queued work on this engine until its next Stats says so.
         self.core.table.on_prefill_dispatch(self.num, end - begin)
+        try:
             resp = await self.client.remote_send(req.engine_request_id, req.tokens, kv.kv_addr,
                                                  kv.dst_address, begin, end,
                                                  metadata=req.timeline.verb_metadata(timing))
@@ -117,7 +118,8 @@ class EngineHandle:
             timing[3] = time.perf_counter()
         hold.sends -= 1  # answered: the sender has finished with it
         hold.settle()
-        return SendResult(resp.bytes_sent, resp.transport, resp.total_ms, resp.cached_on_sender)
+        return SendResult(resp.bytes_sent, resp.transport, resp.total_ms, resp.cached_on_sender,
+                          resp.tail_ms)
 
     def start_generate(self, req: RouterRequest, begin: int = 0,
                        max_new_tokens_here: int | None = None,

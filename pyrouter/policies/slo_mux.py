@@ -2,8 +2,9 @@
 
 A request goes straight to a multiplexing engine (prefill and decode colocated) when its prefill
 fits that engine's TPOT slack this iteration, KV stays under the watermark and its TTFT SLO
-holds (pyrouter/planning/slo_fit.py); otherwise a prefill engine prefills it and a multiplexing
-engine decodes it (KV crosses, as in pd). Roles switch at run time: a prefill engine turns
+holds (pyrouter/planning/slo_fit.py) — and so may a prefill engine that passes the same tests,
+so that where decodes have slack slo_mux runs as data parallel; otherwise a prefill engine
+prefills it and a multiplexing engine decodes it (KV crosses, as in pd). Roles switch at run time: a prefill engine turns
 multiplexing when every multiplexing engine is over the KV watermark, a multiplexing engine
 turns prefill when prefills keep waiting past their TTFT slack. The request's own `slo` wins
 over the `ttft_ms` / `tpot_ms` parameters.
@@ -13,8 +14,10 @@ from __future__ import annotations
 import logging
 
 from pyrouter.cluster import ClusterView
-from pyrouter.engines.handle import EngineHandle, GenerationStream
-from pyrouter.errors import NoCapacity, TransferFailed
+from pyrouter.degrade import serves
+from pyrouter.engines.handle import GenerationStream
+from pyrouter.errors import NoCapacity
+from pyrouter.planning.disaggregate import disaggregate
 from pyrouter.planning.slo_fit import MUX, PREFILL, MuxRoles, mux_fit
 from pyrouter.policy_registry import policy
 from pyrouter.request import RouterRequest
@@ -50,10 +53,14 @@ async def route(req: RouterRequest, cluster: ClusterView) -> GenerationStream:
     tpot_ms = float(slo.tpot_ms or cluster.params["tpot_ms"])
     preds = cluster.predict(req)
     mux = [engines[e] for e in roles.of(MUX)]
+    # A prefill engine that can decode takes a request whole too when it fits there (its queue
+    # is short, its decodes have slack): colocating beats a transfer, so wherever decodes have
+    # slack slo_mux is data parallel, and it disaggregates only what fits nowhere.
+    colocate = mux + [engines[e] for e in roles.of(PREFILL) if serves(engines[e].role, "decode")]
     fits = {e.id: mux_fit(preds[e.id], cluster.load(e).running_decodes, ttft_ms, tpot_ms,
-                          float(cluster.params["tpot_margin"])) for e in mux}
-    fitting = [e for e in mux if fits[e.id] is None]
-    if fitting:  # path 2: straight to a multiplexing engine, prefill next to its decodes
+                          float(cluster.params["tpot_margin"])) for e in colocate}
+    fitting = [e for e in colocate if fits[e.id] is None]
+    if fitting:  # path 2: straight to an engine with slack, prefill next to its decodes
         engine = min(fitting, key=lambda e: (preds[e.id].ttft_ms, -preds[e.id].matched_tokens,
                                              e.num))
         req.note_route("slo_mux", path="mux", engine=engine.id,
@@ -73,25 +80,11 @@ async def route(req: RouterRequest, cluster: ClusterView) -> GenerationStream:
         return decode.start_generate(req)
     prefill = min(candidates, key=lambda e: (preds[e.id].ttft_ms, e.num))
     roles.late.append(preds[prefill.id].ttft_ms > ttft_ms)
-    begin = await _disaggregate(req, prefill, decode)
+    begin = (await disaggregate(req, prefill, decode)).begin
     req.note_route("slo_mux", path="pd", prefill=prefill.id, decode=decode.id,
                    decode_start=begin, reason=why)
     _switch_roles(cluster, roles, req)
     return decode.start_generate(req, begin=begin)
-
-
-async def _disaggregate(req: RouterRequest, prefill: EngineHandle, decode: EngineHandle) -> int:
-    end = len(req.tokens) - 1
-    if end <= 0:
-        return 0
-    kv = await decode.prep_recv(req, end=end)
-    if kv.matched < kv.end:
-        try:
-            await prefill.remote_send(req, kv, begin=kv.matched, end=kv.end)
-        except TransferFailed:
-            req.route.params["fallback"] = "transfer_failed"
-            return kv.matched
-    return kv.end
 
 
 def _finite(value: float) -> float:

@@ -188,6 +188,7 @@ class SimEngineClient:
                 core.abort(send_id)
                 self.engine.wake()
         transfer.sender_finished()
+        computed_at = loop.time()
         if out.finish_reason != "sent":
             raise rpc_error(grpc.StatusCode.ABORTED,
                             out.error or f"send ended with {out.finish_reason}")
@@ -197,6 +198,7 @@ class SimEngineClient:
         response.bytes_sent = transfer.bytes
         response.cached_on_sender = max(0, min(cached, end) - begin)
         response.transfer_ms = (loop.time() - transfer.started) * 1e3
+        response.tail_ms = (loop.time() - computed_at) * 1e3  # exposed: after the sender's prefill
         response.total_ms = (loop.time() - t0) * 1e3
         return response
 

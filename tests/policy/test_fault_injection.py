@@ -31,7 +31,8 @@ CASES: list[tuple[str, tuple[str, ...], dict[str, Any]]] = [
     ("lead_follow", ("any", "any"), {"k": 2}),
     ("tandem", ("any", "any"), {}),
     ("slo_mux", ("prefill", "decode"), {}),
-    ("adaptive", ("any", "any"), {"start": "pd"}),
+    ("adaptive", ("any", "any"), {}),
+    ("adaptive", ("any", "any"), {"patterns": "pd"}),  # its disaggregated placements
 ]
 KINDS: list[dict[str, Any]] = [
     {"kind": "rpc", "code": grpc.StatusCode.UNAVAILABLE},

@@ -1,8 +1,13 @@
-"""Unit tests of the decision arithmetic: SLO checks over outcomes, hysteresis, role switches."""
+"""Unit tests of the decision arithmetic: SLO checks over outcomes, role switches, placements,
+the closed loop."""
 from __future__ import annotations
 
+import math
+
 from pyrouter.outcomes import Outcome, RecentOutcomes, slo_met
-from pyrouter.planning.adaptive_rules import Hysteresis
+from pyrouter.planning.interference import PrefillShare, prefill_extra_ms, tpot_under
+from pyrouter.planning.placement import DP, PD, Placement, Slo, choose
+from pyrouter.planning.prediction_feedback import PredictedOutcome, PredictionFeedback
 from pyrouter.planning.slo_fit import MUX, PREFILL, MuxRoles
 
 
@@ -25,16 +30,6 @@ def test_outcome_window_by_pattern_and_age() -> None:
     assert window.patterns() == []  # relative to the real clock: all long gone
 
 
-def test_hysteresis_needs_consecutive_votes_and_dwell() -> None:
-    h = Hysteresis("pd", needed=2, min_dwell_s=10)
-    assert h.vote("tandem", "r", now=0) is None
-    assert h.vote("slo_mux", "r", now=1) is None      # a different proposal restarts the count
-    assert h.vote("slo_mux", "r", now=2) == "pd->slo_mux (r)"
-    assert h.vote("tandem", "r", now=3) is None
-    assert h.vote("tandem", "r", now=4) is None       # won twice, but within the dwell time
-    assert h.vote("tandem", "r", now=13) == "slo_mux->tandem (r)"
-
-
 def test_role_switch_rules_and_interval() -> None:
     roles = MuxRoles()
     roles.sync({"e0": "prefill", "e1": "decode", "e2": "any"})
@@ -51,3 +46,82 @@ def test_role_switch_rules_and_interval() -> None:
     undeclared = MuxRoles()
     undeclared.sync({"e0": "any", "e1": "any", "e2": "any"})  # someone must prefill
     assert undeclared.of(PREFILL) == ["e0"] and undeclared.of(MUX) == ["e1", "e2"]
+
+
+# ---- the closed loop ----
+def _outcome(ttft: float, tpot: float, raw_ttft: float | None = None,
+             raw_tpot: float | None = None) -> PredictedOutcome:
+    return PredictedOutcome("dp", "e0", "e1", ttft, tpot,
+                            ttft if raw_ttft is None else raw_ttft,
+                            tpot if raw_tpot is None else raw_tpot)
+
+
+def test_feedback_learns_the_ratio_per_engine_pattern_and_kind() -> None:
+    fb = PredictionFeedback()
+    assert fb.correction("e0", "dp", "ttft") == 1.0
+    fb.observe(_outcome(100.0, 10.0), ttft_s=0.2, tpot_s=0.010)   # TTFT twice as long
+    assert math.isclose(fb.correction("e0", "dp", "ttft"), 2.0)   # set by the first one
+    assert math.isclose(fb.correction("e1", "dp", "tpot"), 1.0)   # TPOT was exact
+    assert fb.correction("e1", "dp", "ttft") == 1.0 and fb.correction("e0", "pd", "ttft") == 1.0
+    # learned from the raw prediction: corrected predictions that are now right keep it at 2
+    for _ in range(50):
+        fb.observe(_outcome(200.0, 10.0, raw_ttft=100.0), ttft_s=0.2, tpot_s=0.010)
+    assert math.isclose(fb.correction("e0", "dp", "ttft"), 2.0)
+    summary = fb.summary()
+    assert summary["ttft/dp"]["n"] == 51 and summary["ttft/dp"]["median_abs_error"] == 0.0
+    # absurd outcomes are clamped; failed requests (no TTFT) and NaN predictions are ignored
+    for _ in range(200):
+        fb.observe(_outcome(1.0, 10.0), ttft_s=100.0, tpot_s=None)
+    fb.observe(_outcome(math.nan, 10.0), ttft_s=1.0, tpot_s=None)
+    assert fb.correction("e0", "dp", "ttft") == 4.0
+
+
+def test_feedback_reports_each_ratio_to_its_sink() -> None:
+    seen: list[tuple[str, str, float]] = []
+    fb = PredictionFeedback(lambda kind, pattern, ratio: seen.append((kind, pattern, ratio)))
+    fb.observe(_outcome(100.0, 10.0), ttft_s=0.05, tpot_s=0.02)
+    assert seen == [("ttft", "dp", 0.5), ("tpot", "dp", 2.0)]
+
+
+# ---- interference ----
+def test_prefill_share_decays_over_the_horizon_and_slows_decodes() -> None:
+    share = PrefillShare()
+    share.note_decode_time(2.0)                      # the first sets the horizon
+    assert share.horizon_s == 2.0
+    assert share.share("e0", now=0.0) == 0.0
+    share.add("e0", now=0.0, extra_ms=1000.0)        # 1 s of extra prefill work in 2 s
+    assert math.isclose(share.share("e0", now=0.0), 0.5)
+    assert math.isclose(share.share("e0", now=2.0), 0.5 * math.exp(-1))
+    assert share.share("e1", now=0.0) == 0.0
+    assert math.isclose(share.share("e0", now=0.0, extra_ms=1000.0), 0.95)  # capped
+    assert math.isclose(tpot_under(20.0, 0.5), 40.0)
+    assert prefill_extra_ms(300.0, 4, 50.0) == 100.0
+    assert prefill_extra_ms(100.0, 4, 50.0) == 0.0
+    assert prefill_extra_ms(math.nan, 4, 50.0) == 0.0
+
+
+# ---- placement ----
+def _placement(pattern: str, prefill: str, decode: str, ttft: float, meets: bool, harm: int,
+               queue: float = 0.0, kv_ok: bool = True) -> Placement:
+    outcome = PredictedOutcome(pattern, prefill, decode, ttft, 10.0, ttft, 10.0)
+    return Placement(pattern, prefill, decode, ttft, 10.0, meets, harm, kv_ok, queue, outcome)
+
+
+def test_choose_most_within_slo_then_least_ttft_then_least_harm_on_the_longest_queue() -> None:
+    fast_harmful = _placement(DP, "e0", "e0", 100.0, True, 3)
+    slow_clean = _placement(PD, "e1", "e0", 900.0, True, 0)
+    slo = Slo(1000.0, 50.0)
+    assert choose([fast_harmful, slow_clean], slo) is slow_clean
+    dp1 = _placement(DP, "e1", "e1", 500.0, True, 0)
+    pd1 = _placement(PD, "e1", "e0", 500.0, True, 0)
+    assert choose([pd1, dp1], slo) is dp1            # a tie moves no bytes
+    doomed = [_placement(DP, "e0", "e0", 9000.0, False, 0, queue=8000.0),
+              _placement(DP, "e1", "e1", 4000.0, False, 0, queue=3000.0),
+              _placement(PD, "e1", "e0", 4100.0, False, 2, queue=3000.0)]
+    assert choose(doomed, slo) is doomed[0]          # late by queueing: onto the longest queue
+    too_long = [_placement(DP, "e0", "e0", 9000.0, False, 0, queue=1000.0),
+                _placement(DP, "e1", "e1", 8000.0, False, 0, queue=0.0)]
+    assert choose(too_long, slo) is too_long[1]      # late on any engine: soonest
+    over_kv = _placement(DP, "e0", "e0", 10.0, True, 0, kv_ok=False)
+    assert choose([over_kv, dp1], slo) is dp1
+    assert choose([over_kv], slo) is over_kv         # nothing under the watermark: still runs

@@ -1,10 +1,14 @@
 """The seeds' patterns on constructed engine states (FakeCluster): tandem's split point and chunk
-control, slo_mux's slack fit, watermark and role switches, adaptive's choices with hysteresis.
+control, slo_mux's slack fit, watermark and role switches, adaptive's per-request placements.
 Every run also gives the single-engine tokens and leaves nothing behind."""
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from pyrouter.errors import BadRequest
+from pyrouter.policy_registry import get_policy
 from pyrouter.testing import FakeCluster, FakeEngine
 
 # ms per unit: a 512-token prefill ~261 ms; a step of 8 decodes ~21 ms.
@@ -95,6 +99,14 @@ async def test_slo_mux_prefill_that_would_break_tpot_goes_to_the_prefill_engine(
     assert ("remote_send", "e0") in verbs
 
 
+async def test_slo_mux_is_data_parallel_where_decodes_have_slack() -> None:
+    # Two undeclared engines: e0 takes the prefill role, yet with slack everywhere a request
+    # runs whole on the engine with the least predicted TTFT — e0 here, its queue is empty.
+    cluster = FakeCluster([_engine(), _engine(running_decodes=2, queued_prefill_tokens=600)])
+    _, p, verbs = await _run(cluster, "slo_mux")
+    assert p["path"] == "mux" and p["engine"] == "e0" and verbs == [("start_generate", "e0")]
+
+
 async def test_slo_mux_kv_watermark_and_the_role_switch_it_triggers() -> None:
     cluster = FakeCluster([_engine(role="prefill"),
                            _engine(role="decode", kv_pages_used=990, kv_pages_total=1000)])
@@ -118,26 +130,50 @@ async def test_slo_mux_prefills_waiting_turn_a_multiplexing_engine_into_prefill(
     assert switched == ["e1:mux->prefill"]
 
 
-# ---- adaptive ----
-async def test_adaptive_moves_to_tandem_on_decode_heavy_traffic_with_hysteresis() -> None:
-    cluster = FakeCluster([_engine(), _engine()])
-    chosen = []
-    for i in range(5):
-        _, p, _ = await _run(cluster, "adaptive", PROMPT[:40] + [i], max_tokens=64, eval_s=0.0,
-                             hysteresis=2, min_dwell_s=0.0)
-        chosen.append((p["chose"], p["reason"]))
-    assert chosen[0] == ("cache_aware", "start")
-    assert chosen[-1] == ("tandem", "decode_heavy")
-    # evaluated at every request: the proposal wins at requests 0 and 1, so request 1 switches
-    assert [c for c, _ in chosen] == ["cache_aware", "tandem", "tandem", "tandem", "tandem"]
+# ---- adaptive: per-request placement from predicted outcomes ----
+async def test_adaptive_idle_engines_run_data_parallel() -> None:
+    cluster = FakeCluster([_engine(), _engine(queued_prefill_tokens=600)])
+    pattern, p, verbs = await _run(cluster, "adaptive")
+    assert (pattern, p["chose"], p["engine"], p["fits"], p["harm"]) == \
+        ("adaptive", "dp", "e0", "1", "0")  # the least predicted TTFT, no bytes moved
+    assert verbs == [("start_generate", "e0")]
+    # the prediction is kept for the closed loop: compared when the request ended
+    assert cluster.feedback.summary()["ttft/dp"]["n"] == 1
 
 
-async def test_adaptive_prefill_heavy_with_slack_multiplexes() -> None:
-    cluster = FakeCluster([_engine(role="prefill"), _engine(role="decode")])
-    prompt = list(range(8000, 9500))
-    chosen = [(await _run(cluster, "adaptive", prompt[i:] + [i], max_tokens=2, eval_s=0.0,
-                          hysteresis=1, min_dwell_s=0.0))[1]["chose"] for i in range(3)]
-    assert chosen[-1] == "slo_mux"
+async def test_adaptive_disaggregates_a_prefill_that_would_push_decodes_over_tpot() -> None:
+    # e0 and e1 decode 20 sequences at ~65 ms a step against a 100 ms TPOT SLO: a 1500-token
+    # prefill next to them (~750 ms of extra step time) would push all of them over it; the
+    # idle prefill engine computes it and the K/V crosses (only one more sequence on e0).
+    busy = {"running_decodes": 20, "decode_context_tokens": 20_000}
+    cluster = FakeCluster([_engine(**busy), _engine(**busy), _engine(role="prefill")])
+    prompt = list(range(20_000, 21_500))
+    _, p, verbs = await _run(cluster, "adaptive", prompt, tpot_ms=100.0)
+    assert (p["chose"], p["prefill"], p["decode"], p["fits"], p["harm"]) == \
+        ("pd", "e2", "e0", "1", "0")
+    assert [v for v, _ in verbs] == ["prep_recv", "remote_send", "start_generate"]
+    # allowed data parallel only, it says what that costs the running decodes
+    _, p, _ = await _run(cluster, "adaptive", prompt[1:], tpot_ms=100.0, patterns="dp")
+    assert p["chose"] == "dp" and p["harm"] == "20"
+
+
+async def test_adaptive_under_overload_keeps_the_shorter_queue_for_requests_that_fit() -> None:
+    # Neither engine can give this request its 1 s TTFT (~10 s and ~4 s of queue): it joins
+    # the longer queue, so the other engine drains for requests that can still meet theirs.
+    cluster = FakeCluster([_engine(queued_prefill_tokens=20_000),
+                           _engine(queued_prefill_tokens=8_000)])
+    _, p, _ = await _run(cluster, "adaptive", ttft_ms=1000.0)
+    assert (p["chose"], p["engine"], p["fits"]) == ("dp", "e0", "0")
+    # ...while a request that fits somewhere goes there
+    fits = FakeCluster([_engine(queued_prefill_tokens=20_000),
+                        _engine(queued_prefill_tokens=1_000)])
+    _, p, _ = await _run(fits, "adaptive", ttft_ms=1000.0)
+    assert (p["chose"], p["engine"], p["fits"]) == ("dp", "e1", "1")
+
+
+def test_adaptive_rejects_unknown_patterns() -> None:
+    with pytest.raises(BadRequest, match="patterns"):
+        get_policy("adaptive").check_params({"patterns": "dp,warp"})
 
 
 async def test_tandem_fixed_splits_for_baselines_and_experiments() -> None:

@@ -39,6 +39,7 @@ class Outcome:
     token_times_ms: list[list[float]]  # per request, from its arrival
     cluster: SimCluster
     counters: RouterCounters
+    dispatcher: Dispatcher
 
 
 def run_requests(profile: HardwareProfile, policy: str, prompts: Sequence[Sequence[int]],
@@ -74,7 +75,8 @@ def run_requests(profile: HardwareProfile, policy: str, prompts: Sequence[Sequen
         await asyncio.sleep(1.0)  # background aborts, the last polls
         await cluster.stop()
         assert loop.time() - start < 3600
-        return Outcome([r for r, _ in done], [t for _, t in done], cluster, counters)
+        return Outcome([r for r, _ in done], [t for _, t in done], cluster, counters,
+                       dispatcher)
 
     return run_virtual(main)
 

@@ -1,0 +1,216 @@
+"""Per-request placement from predicted outcomes: where should this request prefill and decode so
+that the most requests meet their SLO — this one and those already running?
+
+A placement is a (prefill engine, decode engine) pair: the same engine is data parallel
+("dp"), two engines are disaggregation ("pd": the decode engine reserves, the prefill engine
+computes and sends the K/V it lacks). For each, from router_core's predictions (queue, chunked
+prefill, decode step with and without this request; pyrouter/cluster.py `predict`), the K/V
+transfer's learned cost, the prefill share each engine already carries
+(pyrouter/planning/interference.py) and the closed loop's corrections
+(pyrouter/planning/prediction_feedback.py):
+
+  ttft  dp: queue + prefill on e    pd: queue + prefill on p + transfer (or d's queue, if longer)
+                                        + a step on d
+  tpot  a full prefill chunk's step while d works off the backlog it still has when this request
+        starts decoding, then d's decode step (this request added) / (1 - the share of d's time
+        others' prefills take)
+  harm  the decodes already running on an engine whose TPOT over their remaining life this
+        placement pushes over the SLO (the prefill engine's, by its prefill joining the backlog
+        and the share; the decode engine's, by one more sequence in every step)
+
+Choice: the most requests within SLO (this one's 1 if it meets both objectives, minus harm);
+among equals the lowest predicted TTFT (spreading load), data parallel before disaggregation at a
+tie (it moves no bytes). When no placement lets this request meet its SLO it goes where it harms
+least; among those, once some engine's queue alone is past the TTFT SLO (saturation), onto that
+longest queue: under overload this keeps the other engines short enough for the requests that
+can still meet theirs (Tropical's gain), instead of spreading lateness until every request
+misses; before that, where it runs soonest (every engine kept busy). The only parameters are the
+SLO, the KV watermark and measured costs.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from pyrouter.planning.interference import PrefillShare, prefill_extra_ms, tpot_under
+from pyrouter.planning.prediction_feedback import TPOT, TTFT, PredictedOutcome, PredictionFeedback
+from router_core import EnginePrediction
+
+DP, PD = "dp", "pd"
+
+
+@dataclass(frozen=True, slots=True)
+class EngineState:
+    """One engine as the planner sees it for this request."""
+
+    id: str
+    num: int
+    prefills: bool            # may compute a prefill (role any / prefill)
+    decodes: bool             # may decode (role any / decode)
+    running_decodes: int      # reported plus dispatched since (router_core's table)
+    pred: EnginePrediction
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    pattern: str              # DP | PD
+    prefill: str
+    decode: str
+    ttft_ms: float
+    tpot_ms: float
+    meets: bool
+    harm: int                 # running decodes this placement pushes over the TPOT SLO
+    kv_ok: bool
+    prefill_queue_ms: float
+    outcome: PredictedOutcome
+
+    @property
+    def score(self) -> int:
+        return int(self.meets) - self.harm
+
+
+@dataclass(slots=True)
+class TransferCost:
+    """Milliseconds per token a RemoteSend adds after the sender's prefill is done (its exposed
+    tail: the rest overlaps the prefill layer by layer), learned from the sends' answers (the
+    latency model does not cover the link); 0 until a send has been seen."""
+
+    ms_per_token: float = 0.0
+    seen: int = 0
+
+    def observe(self, tokens: int, total_ms: float) -> None:
+        if tokens <= 0 or not (total_ms >= 0 and math.isfinite(total_ms)):
+            return
+        alpha = max(0.1, 1.0 / (self.seen + 1))
+        self.seen += 1
+        self.ms_per_token += alpha * (total_ms / tokens - self.ms_per_token)
+
+
+@dataclass(frozen=True, slots=True)
+class Slo:
+    ttft_ms: float   # inf when the request has none
+    tpot_ms: float
+
+
+def _finite(x: float, default: float = 0.0) -> float:
+    return x if math.isfinite(x) else default
+
+
+def candidates(engines: list[EngineState], prompt_len: int, max_tokens: int, slo: Slo,
+               share: PrefillShare, transfer: TransferCost, feedback: PredictionFeedback,
+               now: float) -> list[Placement]:
+    out: list[Placement] = []
+    for p in engines:
+        for d in engines:
+            if not (p.prefills and d.decodes):
+                continue
+            out.append(_evaluate(p, d, prompt_len, max_tokens, slo, share, transfer,
+                                 feedback, now))
+    return out
+
+
+def _evaluate(p: EngineState, d: EngineState, prompt_len: int, max_tokens: int, slo: Slo,
+              share: PrefillShare, transfer: TransferCost, feedback: PredictionFeedback,
+              now: float) -> Placement:
+    pattern = DP if p.id == d.id else PD
+    pp, dp_ = p.pred, d.pred
+    extra = prefill_extra_ms(pp.prefill_ms, int(pp.prefill_steps), pp.decode_step_now_ms)
+    if pattern == DP:
+        raw_ttft = _finite(pp.ttft_ms)
+    else:
+        # The decode engine computes the last token once the K/V has landed, queued behind
+        # whatever prefill it still has then (its scheduler is first come, first served).
+        sent = max(0, prompt_len - 1 - int(dp_.matched_tokens))
+        landed = _finite(pp.ttft_ms) + transfer.ms_per_token * sent
+        raw_ttft = max(landed, _finite(dp_.queue_ms)) + _finite(dp_.decode_step_ms)
+    raw_tpot = _own_tpot(d, share.share(d.id, now), max_tokens,
+                         0.0 if pattern == DP else raw_ttft)
+    ttft = raw_ttft * feedback.correction(p.id, pattern, TTFT)
+    tpot = raw_tpot * feedback.correction(d.id, pattern, TPOT)
+    meets = ttft <= slo.ttft_ms and (max_tokens <= 1 or tpot <= slo.tpot_ms)
+
+    harm = 0
+    # The prefill engine's decodes lose the prefill's extra time.
+    harm += _pushed_over(p, share, now, extra, _finite(pp.prefill_ms), 0.0, slo, feedback)
+    # The decode engine's decodes step with one more sequence (a pd decode engine also takes
+    # no prefill; a dp one was counted above).
+    if pattern == PD:
+        harm += _pushed_over(d, share, now, 0.0, 0.0, _finite(dp_.decode_step_ms)
+                             - _finite(dp_.decode_step_now_ms), slo, feedback)
+    outcome = PredictedOutcome(pattern, p.id, d.id, ttft, tpot, raw_ttft, raw_tpot)
+    return Placement(pattern, p.id, d.id, ttft, tpot, meets, harm, bool(dp_.kv_ok),
+                     _finite(pp.queue_ms), outcome)
+
+
+def _own_tpot(d: EngineState, share: float, max_tokens: int, starts_after_ms: float) -> float:
+    """This request's TPOT decoding on `d`. Its own prefill is over before it decodes (a dp
+    request also waited out the queue ahead of it); what slows it is the others' prefills: the
+    backlog d still has when it starts (a pd request starts `starts_after_ms` from now), then
+    the share of d's time later prefills take."""
+    pred = d.pred
+    backlog_ms = max(0.0, _finite(pred.queue_ms) - starts_after_ms)
+    return _blended_tpot(_finite(pred.decode_step_ms), _finite(pred.backlog_step_ms), share,
+                         backlog_ms, float(max_tokens))
+
+
+def _blended_tpot(step_ms: float, backlog_step_ms: float, share: float, backlog_ms: float,
+                  tokens: float) -> float:
+    """Mean time per token over `tokens` decode steps on an engine that first works off
+    `backlog_ms` of queued prefill (every step then carries a full chunk: `backlog_step_ms`)
+    and then spends `share` of its time on prefills as they come (interference.py)."""
+    cap = backlog_step_ms if backlog_step_ms > 0 else math.inf
+    amortized = min(tpot_under(step_ms, share), cap)
+    if not (backlog_ms > 0 and backlog_step_ms > 0 and tokens > 1):
+        return amortized
+    in_backlog = min(tokens, backlog_ms / backlog_step_ms)
+    return (in_backlog * backlog_step_ms + (tokens - in_backlog) * amortized) / tokens
+
+
+def _pushed_over(e: EngineState, share: PrefillShare, now: float, extra_ms: float,
+                 prefill_ms: float, extra_step_ms: float, slo: Slo,
+                 feedback: PredictionFeedback) -> int:
+    """Running decodes on `e` that meet the TPOT SLO now and would not with this placement: a
+    prefill placed on `e` joins its backlog (every step of which carries a chunk) and then its
+    share of prefill time; a decode placed there makes every step a little longer. Over the
+    running decodes' remaining life (about the horizon recent requests decode for)."""
+    if not e.running_decodes or not math.isfinite(slo.tpot_ms):
+        return 0
+    pred = e.pred
+    step, backlog_step = _finite(pred.decode_step_now_ms), _finite(pred.backlog_step_ms)
+    queue = _finite(pred.queue_ms)
+    corr = feedback.correction(e.id, DP, TPOT)
+    life_ms = share.horizon_s * 1000.0
+    before = _blended_tpot(step, backlog_step, share.share(e.id, now), queue,
+                           life_ms / max(step, 1e-3))
+    step_after = step + extra_step_ms
+    after = _blended_tpot(step_after, backlog_step, share.share(e.id, now, extra_ms),
+                          queue + prefill_ms, life_ms / max(step_after, 1e-3))
+    return e.running_decodes if before * corr <= slo.tpot_ms < after * corr else 0
+
+
+def choose(placements: list[Placement], slo: Slo) -> Placement:
+    """The placement with the most requests within SLO (module docstring)."""
+    if not placements:
+        raise ValueError("no placement to choose from")
+    fits_kv = [p for p in placements if p.kv_ok] or placements
+    best_score = max(p.score for p in fits_kv)
+    top = [p for p in fits_kv if p.score == best_score]
+    least_ttft = min(top, key=lambda p: (p.ttft_ms, p.pattern != DP, p.prefill, p.decode))
+    if least_ttft.meets:
+        return least_ttft
+    lost = max(top, key=lambda p: (p.prefill_queue_ms, p.pattern == DP))
+    if lost.prefill_queue_ms <= slo.ttft_ms:
+        # No engine's queue is past the TTFT SLO yet: the engines still keep up, and a request
+        # late anyway (too long, or unlucky) runs soonest, keeping every engine busy.
+        return least_ttft
+    # Saturated: one queue is already past the SLO. Join it (least harm first, data parallel:
+    # no bytes moved for a request late anyway), so the other engines stay short enough for
+    # the requests that can still meet their SLO — instead of spreading lateness to them all.
+    return min(top, key=lambda p: (-p.prefill_queue_ms, p.pattern != DP, p.prefill, p.decode))
+
+
+def commit(chosen: Placement, share: PrefillShare, now: float, extra_ms: float,
+           max_tokens: int) -> None:
+    """Record the chosen placement's prefill and its decode horizon."""
+    share.add(chosen.prefill, now, extra_ms)
+    share.note_decode_time(max_tokens * chosen.tpot_ms / 1000.0)
