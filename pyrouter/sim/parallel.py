@@ -1,14 +1,16 @@
-"""A sweep's runs on several cores: each run in its own forked copy of this process.
+"""A sweep's runs on several cores: worker processes forked from the sweep's own.
 
-Runs of a sweep share nothing (each builds a fresh cluster on a fresh virtual-time loop), so
-they can run side by side. Each is forked from the parent as it was before any run, so it sees
-exactly the state a serial sweep's runs see (policies loaded from --policy-file included, nothing
-left over from another run), and a sweep's results do not depend on how many processes ran it.
-Only the run's index crosses to the child and only its (JSON-like) result comes back; the
-function and its arguments are inherited through the fork, never pickled.
+Runs of a sweep share nothing (each builds a fresh cluster on a fresh virtual-time loop and
+leaves nothing another run reads: tests/sim/test_sim_determinism.py checks a run alone against
+the same run late in a sweep), so they can run side by side, and a sweep's results do not depend
+on how many processes ran it or which ran what. The workers are forked before any run, so they
+hold what the parent loaded (policies from --policy-file included); each then takes runs in
+order as it frees up. Only a run's index crosses to a worker and only its (JSON-like) result
+comes back; the function and its arguments are inherited through the fork, never pickled.
 """
 from __future__ import annotations
 
+import gc
 import multiprocessing
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -30,15 +32,20 @@ def in_processes(fn: Callable[[J], R], jobs: Sequence[J], workers: int) -> Itera
     """fn(job) for every job, yielded in the jobs' order as they finish; with `workers` > 1,
     each job in a fresh forked process, at most `workers` at once."""
     workers = min(workers, len(jobs))
-    if workers <= 1:
-        for job in jobs:
-            yield fn(job)
-        return
     global _work
     _work = (fn, jobs)
+    # What is alive before the first run (the imported modules: torch's alone are hundreds of
+    # thousands of objects) outlives every run: out of the collector's reach, the full
+    # collections a run's garbage triggers do not walk it again and again, and a forked
+    # worker's collections do not touch (and copy) every page it lives in.
+    gc.freeze()
     try:
-        # maxtasksperchild=1: every job in a new child forked from this process as it is now.
-        with multiprocessing.get_context("fork").Pool(workers, maxtasksperchild=1) as pool:
+        if workers <= 1:
+            for job in jobs:
+                yield fn(job)
+            return
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
             yield from pool.imap(_run_index, range(len(jobs)))
     finally:
+        gc.unfreeze()
         _work = None
