@@ -5,7 +5,9 @@ A prefill fits a multiplexing engine when, by the latency model, (1) each step c
 its chunks still fits the TPOT SLO of the requests decoding there (the TPOT slack of an
 iteration absorbs it), (2) the engine's decode step with this request added stays below
 `margin` × the TPOT SLO (not approaching it), (3) its KV use stays under the watermark, and
-(4) its TTFT (queue + prefill) meets the TTFT SLO.
+(4) its TTFT (queue + prefill) meets the TTFT SLO. Before any of that, slo_mux runs a request
+as data parallel would wherever that meets the TTFT SLO with the decodes' TPOT slack intact
+(`dp_fit`): multiplexing is for when no engine can.
 
 Roles: a prefill engine becomes multiplexing when every multiplexing engine is over the KV
 watermark (decoding is short of memory); a multiplexing engine becomes prefill when prefills
@@ -17,6 +19,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from pyrouter.planning.interference import prefill_extra_ms
 from router_core import EnginePrediction
 
 PREFILL, MUX = "prefill", "mux"
@@ -37,6 +40,18 @@ def mux_fit(pred: EnginePrediction, running_decodes: int, ttft_ms: float, tpot_m
     if pred.ttft_ms > ttft_ms:
         return "ttft"
     return None
+
+
+def dp_fit(pred: EnginePrediction, running_decodes: int, ttft_ms: float, tokens: int) -> bool:
+    """The request can run whole on this engine as data parallel would: its TTFT (queue +
+    prefill) meets the SLO, KV stays under the watermark, and the decodes running there absorb
+    its prefill — the time it adds to their steps fits the TPOT slack they have over `tokens`
+    steps (a request's output length standing in for theirs). False without a latency model."""
+    if not (pred.has_latency_model and pred.kv_ok and pred.ttft_ms <= ttft_ms
+            and pred.tpot_slack_ms >= 0):
+        return False
+    extra = prefill_extra_ms(pred.prefill_ms, int(pred.prefill_steps), pred.decode_step_now_ms)
+    return not running_decodes or extra <= pred.tpot_slack_ms * max(1, tokens)
 
 
 @dataclass(slots=True)

@@ -18,7 +18,7 @@ from pyrouter.degrade import serves
 from pyrouter.engines.handle import GenerationStream
 from pyrouter.errors import NoCapacity
 from pyrouter.planning.disaggregate import disaggregate
-from pyrouter.planning.slo_fit import MUX, PREFILL, MuxRoles, mux_fit
+from pyrouter.planning.slo_fit import MUX, PREFILL, MuxRoles, dp_fit, mux_fit
 from pyrouter.policy_registry import policy
 from pyrouter.request import RouterRequest
 
@@ -60,10 +60,19 @@ async def route(req: RouterRequest, cluster: ClusterView) -> GenerationStream:
     fits = {e.id: mux_fit(preds[e.id], cluster.load(e).running_decodes, ttft_ms, tpot_ms,
                           float(cluster.params["tpot_margin"])) for e in colocate}
     fitting = [e for e in colocate if fits[e.id] is None]
-    if fitting:  # path 2: straight to an engine with slack, prefill next to its decodes
-        engine = min(fitting, key=lambda e: (preds[e.id].ttft_ms, -preds[e.id].matched_tokens,
-                                             e.num))
-        req.note_route("slo_mux", path="mux", engine=engine.id,
+    # While the engines keep up (no queue alone is past the TTFT SLO), data parallel wherever
+    # decodes have slack and the TTFT SLO holds (least predicted TTFT): the few long steps a
+    # colocated prefill costs its engine's decodes are spread over their life and their slack
+    # absorbs them. Once saturated, the multiplexing rules below (every step within the TPOT SLO,
+    # or a prefill engine) keep the decodes within SLO while the queues are long.
+    saturated = any(p.queue_ms > ttft_ms for p in preds.values())
+    direct = [] if saturated else [
+        e for e in colocate if dp_fit(preds[e.id], cluster.load(e).running_decodes, ttft_ms,
+                                      req.sampling.max_tokens)]
+    if direct or fitting:  # path 2: straight to an engine, prefill next to its decodes
+        engine = min(direct or fitting,
+                     key=lambda e: (preds[e.id].ttft_ms, -preds[e.id].matched_tokens, e.num))
+        req.note_route("slo_mux", path="mux" if engine in fitting else "dp", engine=engine.id,
                        ttft_ms=round(preds[engine.id].ttft_ms, 1),
                        slack_ms=round(preds[engine.id].tpot_slack_ms, 1))
         _switch_roles(cluster, roles, req)
