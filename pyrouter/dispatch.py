@@ -21,6 +21,7 @@ from pyrouter.errors import (
     BadRequest,
     EngineFailed,
     EngineUnavailable,
+    NoCapacity,
     PolicyFailed,
     RouterError,
     TransferFailed,
@@ -29,12 +30,15 @@ from pyrouter.errors import (
 from pyrouter.migration import LiveMigration, continue_on_target
 from pyrouter.outcomes import Outcome, RecentOutcomes, slo_met
 from pyrouter.planning.prediction_feedback import PredictionFeedback
+from pyrouter.policy_fallback import PolicyFallback
 from pyrouter.policy_registry import ActivePolicy
 from pyrouter.request import RouteNote, RouterRequest
+from pyrouter.retry_budget import RetryBudget
 from pyrouter.session import PolicySession, SegmentEnd
 from switchyard_rpc import engine_pb2 as pb
 
 log = logging.getLogger("switchyard.router")
+ENGINE_BACK_S = 2.0  # how long a retry that found no healthy engine waits for one
 
 
 class PolicySlot:
@@ -43,6 +47,7 @@ class PolicySlot:
 
     def __init__(self, active: ActivePolicy) -> None:
         self._current = active
+        self.previous: ActivePolicy | None = None  # what a failing policy falls back to
         self._listeners: list[Callable[[ActivePolicy], None]] = []
 
     @property
@@ -51,31 +56,46 @@ class PolicySlot:
 
     @current.setter
     def current(self, active: ActivePolicy) -> None:
-        self._current = active
+        self.previous, self._current = self._current, active
         for listener in self._listeners:
             listener(active)
+
+    def fall_back(self) -> None:
+        """Back to the policy before the current one (fresh state; once: no way back)."""
+        if self.previous is not None:
+            previous = self.previous
+            self.current = ActivePolicy(previous.spec, previous.params)
+            self.previous = None
 
     def on_change(self, listener: Callable[[ActivePolicy], None]) -> None:
         self._listeners.append(listener)
 
 
+def public_detail(req: RouterRequest, text: str) -> str:
+    """An engine's message as a client may see it: the engine-side id never shows."""
+    return text.replace(req.engine_request_id, "<request>") if req.engine_request_id else text
+
+
 def _engine_error(req: RouterRequest, policy_name: str, exc: grpc.aio.AioRpcError,
                   stage: str, attempt_verbs: list[tuple[str, str]]) -> RouterError:
-    detail = f"{exc.code().name}: {exc.details()}"
+    details = public_detail(req, exc.details() or "")
+    detail = f"{exc.code().name}: {details}"
     if exc.code() in CALLER_MISTAKES:
         only_plain_generate = [v for v, _ in attempt_verbs] == ["start_generate"]
         if only_plain_generate and stage == "generate":
-            return BadRequest(f"engine rejected the request: {exc.details()}")
+            return BadRequest(f"engine rejected the request: {details}")
         log.error("policy %r: engine rejected a verb for %s: %s", policy_name,
                   req.request_id, detail)
         return PolicyFailed(policy_name, f"engine rejected a verb ({detail})")
+    # The verb that failed is the attempt's last one (policies await their verbs in turn).
+    failed_on = attempt_verbs[-1][1] if attempt_verbs else None
     if exc.code() == grpc.StatusCode.UNAVAILABLE:
-        unavailable = EngineUnavailable(f"engine unavailable during {stage}: {detail}",
-                                        code="engine_unavailable")
-        # The verb that failed is the attempt's last one (policies await their verbs in turn).
-        unavailable.engine_id = attempt_verbs[-1][1] if attempt_verbs else None
-        return unavailable
-    return EngineFailed(f"engine error during {stage}: {detail}", code="engine_error")
+        return EngineUnavailable(f"engine unavailable during {stage}: {detail}",
+                                 code="engine_unavailable").on(failed_on)
+    # Any other status before output — UNKNOWN "transport error", CANCELLED by a dying peer, a
+    # reset stream — is an engine that is unwell, not a request that is wrong: retryable too.
+    return EngineFailed(f"engine error during {stage}: {detail}",
+                        code="engine_error").on(failed_on)
 
 
 def _policy_error(req: RouterRequest, name: str, exc: BaseException,
@@ -113,10 +133,8 @@ def _check_finish(chunk: pb.GenerateChunk, engine: EngineHandle, first: bool = F
         raise EngineFailed(f"engine error: {chunk.error or 'unknown'}", code="engine_error")
     if chunk.finish_reason == "abort":
         if first and not chunk.token_ids:
-            unavailable = EngineUnavailable(f"engine {engine.id} aborted the request",
-                                            code="engine_aborted")
-            unavailable.engine_id = engine.id
-            raise unavailable
+            raise EngineUnavailable(f"engine {engine.id} aborted the request",
+                                    code="engine_aborted").on(engine.id)
         raise EngineFailed(f"engine {engine.id} aborted the request", code="engine_aborted")
 
 
@@ -124,19 +142,23 @@ class RequestRun:
     """One admitted request: its policy session, the running segment and the first chunk."""
 
     def __init__(self, req: RouterRequest, session: PolicySession, stream: GenerationStream,
-                 first: pb.GenerateChunk, attempt_verbs: int, first_chunk_timeout_s: float
-                 ) -> None:
+                 first: pb.GenerateChunk, attempt_verbs: int, first_chunk_timeout_s: float,
+                 dispatcher: Dispatcher | None = None, retries: int = 0) -> None:
         self.req = req
         self.session = session
         self.stream = stream
         self.first = first
         self.segments = 1
+        self.dispatcher = dispatcher  # engines and the retry budget, for a segment's retry
+        self.retries = retries  # retries this request has had (admission included)
+        self.resumed = False  # the router carries the request on itself; the policy is done
         self._attempt_verbs = attempt_verbs  # index into scope.verbs where this attempt began
         self.first_chunk_timeout_s = first_chunk_timeout_s
         # Control taken back from the running segment: (reason, detail) for the policy, or a
         # live migration the router carries out itself.
         self._interrupt: tuple[str, dict[str, object]] | None = None
         self._move: LiveMigration | None = None
+        self._landing: LiveMigration | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[bool]] = set()
         self._arm_timer()
@@ -210,7 +232,7 @@ class RequestRun:
             except BaseException:
                 move.settle("failed")
                 raise
-            move.settle("migrated")
+            self._landing = move  # "migrated" once the target has produced (next_started)
             self.stream = nxt
             self.segments += 1
             self._arm_timer()
@@ -234,8 +256,11 @@ class RequestRun:
             else:
                 chunk = await stream.next_chunk()
         except grpc.aio.AioRpcError as exc:
-            raise EngineFailed(f"engine failed mid-stream: {exc.code().name}: "
-                               f"{exc.details()}", code="engine_error") from exc
+            # A segment's first read failing means nothing of it was produced: retryable.
+            raise EngineFailed(
+                f"engine failed mid-stream: {exc.code().name}: "
+                f"{public_detail(self.req, exc.details() or '')}",
+                code="engine_error").on(stream.engine.id, retryable=first) from exc
         except RouterError:
             raise
         except Exception as exc:  # never let an odd failure escape as a broken response
@@ -245,9 +270,77 @@ class RequestRun:
                                f"{type(exc).__name__}", code="engine_error") from exc
         if chunk is None:
             raise EngineFailed("engine closed the stream without finishing",
-                               code="engine_error")
-        _check_finish(chunk, stream.engine)
+                               code="engine_error").on(stream.engine.id, retryable=first)
+        _check_finish(chunk, stream.engine, first=first)
         return chunk
+
+    async def next_started(self, segment_tokens: list[int]
+                           ) -> tuple[GenerationStream, pb.GenerateChunk]:
+        """After a hand-off: the next segment and its first chunk. When the engine of that
+        segment fails before producing anything (it died after the hand-off, or while the
+        policy's verbs ran), the router continues the request on a live engine itself."""
+        try:
+            try:
+                stream = await self.after_handoff(segment_tokens)
+            except grpc.aio.AioRpcError as exc:  # a migration's verbs on a dead target
+                raise _engine_error(self.req, self.policy_name, exc, "migration",
+                                    self.req.scope.verbs[-1:]) from exc
+            if stream is None:
+                raise PolicyFailed(self.policy_name, "the policy ended after a hand-off "
+                                   "without a next segment")
+            started = stream, await self.read(stream, first=True)
+        except EngineFailed as exc:
+            if self._landing is not None:
+                self._landing.settle("failed")
+            if not exc.retryable:
+                raise
+            return await self._resume_elsewhere(exc)
+        if self._landing is not None:
+            self._landing.settle("migrated")
+        return started
+
+    async def _resume_elsewhere(self, failure: EngineFailed
+                                ) -> tuple[GenerationStream, pb.GenerateChunk]:
+        """Prefill prompt + every token so far on the best live engine and decode the rest
+        there (the output offset keeps seeded sampling exact), within the retry budget. The
+        policy is no longer asked: the request ends as one segment."""
+        dispatcher, req = self.dispatcher, self.req
+        if self._timer is not None:  # armed for the failed segment
+            self._timer.cancel()
+            self._timer = None
+        await self.session.aclose()
+        while True:
+            if dispatcher is None or not dispatcher.budget.allow(self.retries):
+                raise failure
+            self.retries += 1
+            if failure.engine_id:
+                dispatcher.engines.mark_unhealthy(failure.engine_id)
+            req.scope.abandon()  # the failed segment (and any reservation made for it)
+            log.warning("request %s: %s; continuing on another engine", req.request_id,
+                        failure.message)
+            excluded = tuple(e for e in req.scope.touched if e.id == failure.engine_id)
+            try:
+                target = self.session.cluster.best("any", req, exclude=excluded)
+            except NoCapacity:
+                if not await dispatcher.engine_back():
+                    raise failure from None
+                try:
+                    target = self.session.cluster.best("any", req, exclude=excluded)
+                except NoCapacity:
+                    raise failure from None
+            req.engine_request_id = req.new_engine_request_id()
+            req.route.params["resumed"] = f"{failure.engine_id or '?'}->{target.id}"
+            stream = target.start_generate(req)
+            try:
+                first = await self.read(stream, first=True)
+            except EngineFailed as exc:
+                if not exc.retryable:
+                    raise
+                failure = exc
+                continue
+            self.stream, self.resumed = stream, True
+            self.segments += 1
+            return stream, first
 
     async def chunks(self) -> AsyncIterator[pb.GenerateChunk]:
         """What the client streams: every segment's chunks in order, ending with the one that
@@ -271,12 +364,8 @@ class RequestRun:
             chunk.finish_reason = ""
             if chunk.token_ids:
                 yield chunk  # the client sees these before the policy decides what is next
-            stream = await self.after_handoff(segment_tokens)
-            if stream is None:
-                raise PolicyFailed(self.policy_name, "the policy ended after a hand-off without "
-                                   "a next segment")
+            _, chunk = await self.next_started(segment_tokens)
             segment_tokens = []
-            chunk = await self.read(stream, first=True)
             timeline.arrived(len(chunk.token_ids))
 
     def stop_early(self) -> None:
@@ -286,23 +375,28 @@ class RequestRun:
     async def close(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
-        if self._move is not None:
-            self._move.settle("finished")
+        for move in (self._move, self._landing):
+            if move is not None:
+                move.settle("finished")
         await self.session.aclose()
         self.req.scope.close()
 
 
 class Dispatcher:
-    def __init__(self, engines: EngineDirectory, slot: PolicySlot, retries: int = 1,
-                 policy_timeout_s: float = 300.0, events: EventSink | None = None) -> None:
+    def __init__(self, engines: EngineDirectory, slot: PolicySlot,
+                 policy_timeout_s: float = 300.0, events: EventSink | None = None,
+                 budget: RetryBudget | None = None) -> None:
         self.engines = engines
         self.slot = slot
-        self.retries = retries
+        self.budget = budget if budget is not None else RetryBudget()
+        self.fallback = PolicyFallback(slot, events=events)
         # A policy that never decides must not hold its client forever (PD on a long prompt
         # on CPU can legitimately take a while, hence minutes, not seconds).
         self.policy_timeout_s = policy_timeout_s
         self.outcomes = RecentOutcomes()
         self.events = events  # policies' decisions worth counting (metrics)
+        # Predictions against outcomes (the latency model's closed loop; metrics set its sink).
+        self.feedback = PredictionFeedback()
 
     def record(self, req: RouterRequest, ok: bool, started: float, first_token: float | None,
                ended: float) -> None:
@@ -312,6 +406,8 @@ class Dispatcher:
         tpot = (ended - first_token) / (n - 1) if first_token is not None and n > 1 else None
         self.record_outcome(time.monotonic(), req.route.label(), ok, ttft, tpot,
                             req.slo.ttft_ms, req.slo.tpot_ms)
+        if ok and req.predicted is not None:
+            self.feedback.observe(req.predicted, ttft, tpot)
 
     def record_outcome(self, at: float, pattern: str, ok: bool, ttft_s: float | None,
                        tpot_s: float | None, slo_ttft_ms: float | None,
@@ -322,17 +418,31 @@ class Dispatcher:
                                      slo_met(ttft_s, tpot_s, slo_ttft_ms, slo_tpot_ms)))
 
     async def admit(self, req: RouterRequest) -> RequestRun:
-        """Run the policy to the first chunk of its first segment. If an engine was unreachable
-        before any output, take it out of rotation and run the policy again (nothing has
-        reached the client yet, so this is invisible)."""
+        """Run the policy to the first chunk of its first segment. If an engine failed before
+        any output (whatever its status), take it out of rotation and run the policy again
+        with a fresh engine-side id, within the retry budget (nothing has reached the client
+        yet, so this is invisible)."""
         active = self.slot.current
-        engine_request_id = req.engine_request_id  # random; a retry's id derives from it
-        for attempt in range(self.retries + 1):
+        self.budget.admitted()
+        retries, waited = 0, False
+        while True:
             try:
-                return await self._attempt(req, active)
-            except EngineUnavailable as exc:
-                if attempt == self.retries:
+                run = await self._attempt(req, active, retries)
+                self.fallback.record(active, policy_failed=False)
+                return run
+            except NoCapacity:
+                if not retries or waited or not await self.engine_back():
                     raise
+                waited = True
+            except (PolicyFailed, BadRequest) as exc:
+                # A 400 is the policy's when nothing reached an engine (its own parameters).
+                self.fallback.record(active, isinstance(exc, PolicyFailed)
+                                     or not req.scope.verbs)
+                raise
+            except EngineFailed as exc:
+                if not exc.retryable or not self.budget.allow(retries):
+                    raise
+                retries += 1
                 # Only the engine that failed leaves rotation (a pd request's healthy prefill
                 # engine must stay in it: the retry may need it to stand in for the dead one).
                 failed = [exc.engine_id] if exc.engine_id else [e.id for e in req.scope.touched]
@@ -340,11 +450,22 @@ class Dispatcher:
                     self.engines.mark_unhealthy(engine_id)
                 log.warning("request %s: %s; retrying on another engine", req.request_id,
                             exc.message)
-                req.engine_request_id = f"{engine_request_id}-r{attempt + 1}"
+                req.engine_request_id = req.new_engine_request_id()
                 req.route, req.matched_by_engine = RouteNote(), None
-        raise AssertionError("unreachable")
 
-    async def _attempt(self, req: RouterRequest, active: ActivePolicy) -> RequestRun:
+    async def engine_back(self, timeout_s: float = ENGINE_BACK_S) -> bool:
+        """A retry found no healthy engine. The failure before it may have taken a live engine
+        out of rotation (a peer's death surfacing on its stream); its health check brings it
+        back within a poll: wait that long for one, rather than fail the request now."""
+        deadline = time.monotonic() + timeout_s
+        while not self.engines.healthy():
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.05)
+        return True
+
+    async def _attempt(self, req: RouterRequest, active: ActivePolicy, retries: int
+                       ) -> RequestRun:
         started_at = len(req.scope.verbs)
         view = ClusterView(self.engines, active, self.outcomes, self.events, self.feedback)
         session = PolicySession(active, req, view, self.policy_timeout_s)
@@ -359,10 +480,12 @@ class Dispatcher:
                 raise _engine_error(req, active.name, exc, "generate",
                                     req.scope.verbs[started_at:]) from exc
             if first is None:
-                raise EngineFailed("engine closed the stream without output")
+                raise EngineFailed("engine closed the stream without output").on(
+                    stream.engine.id)
             _check_finish(first, stream.engine, first=True)
             req.timeline.first_token = time.perf_counter()
-            return RequestRun(req, session, stream, first, started_at, self.policy_timeout_s)
+            return RequestRun(req, session, stream, first, started_at, self.policy_timeout_s,
+                              self, retries)
         except BaseException as exc:
             req.timeline.end_segment(0, "failed")
             await session.aclose()
@@ -373,7 +496,3 @@ class Dispatcher:
             if error is exc:
                 raise
             raise error from exc
-        # Predictions against outcomes (the latency model's closed loop; metrics set its sink).
-        self.feedback = PredictionFeedback()
-        if ok and req.predicted is not None:
-            self.feedback.observe(req.predicted, ttft, tpot)

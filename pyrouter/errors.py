@@ -98,21 +98,31 @@ class PolicyFailed(RouterError):
 
 
 class EngineFailed(RouterError):
-    """An engine returned an error or went away mid-request (502)."""
+    """An engine returned an error or went away mid-request (502).
+
+    `retryable`: the engine failed before the request produced anything there (a transport
+    error, a reset stream, a dying peer), so another engine may take it; `engine_id` says which
+    engine failed, when known (the dispatcher takes only it out of rotation)."""
 
     status = 502
     error_type = "engine_error"
     default_code = "engine_error"
+    retryable = False
+    engine_id: str | None = None
+
+    def on(self, engine_id: str | None, retryable: bool = True) -> EngineFailed:
+        """This failure as one of `engine_id` before any output (chainable at the raise)."""
+        self.engine_id, self.retryable = engine_id, retryable
+        return self
 
 
 class EngineUnavailable(EngineFailed):
-    """The engine could not be reached or went away before streaming anything: retryable.
-    `engine_id`: which engine, when known (the dispatcher takes only it out of rotation)."""
+    """The engine could not be reached or went away before streaming anything: retryable."""
 
     status = 503
     error_type = "service_unavailable"
     default_code = "engine_unavailable"
-    engine_id: str | None = None
+    retryable = True
 
 
 class VerbOrderError(RuntimeError):

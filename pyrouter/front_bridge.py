@@ -44,6 +44,9 @@ class FrontRequest:
 
     req: RouterRequest
     policy: str
+    # The request's first engine-side id: router-made, so unique even when clients share an
+    # X-Request-Id (the key of its admission and of its run).
+    key: str = ""
     caller: str | None = None  # counted in by the per-caller limits (released at close)
     run: RequestRun | None = None
     error_type: str = ""  # why admission failed (the error metric's label)
@@ -94,11 +97,11 @@ class FrontBridge:
             return None, policy, *_failure(exc)
         req.timeline = RequestTimeline()
         req.timeline.trace = start_request_trace(state.tracer, req, dict(spec["trace_headers"]))
-        handle = FrontRequest(req, policy, caller)
+        handle = FrontRequest(req, policy, req.engine_request_id, caller)
         req.scope.open(state.counters)
         task = asyncio.current_task()
         if task is not None:
-            self._admitting[req.request_id] = task
+            self._admitting[handle.key] = task
         try:
             run = await state.dispatcher.admit(req)
         except RouterError as exc:
@@ -112,17 +115,17 @@ class FrontBridge:
             return handle, policy, *_failure(PolicyFailed(policy, f"{type(exc).__name__}: {exc}"),
                                              handle)
         finally:
-            self._admitting.pop(req.request_id, None)
+            self._admitting.pop(handle.key, None)
         handle.run, handle.policy = run, run.policy_name
-        state.runs[req.request_id] = run
+        state.runs[handle.key] = run
         state.metrics.count_selection(run.policy_name, req.route.label())
         req.timeline.arrived(len(run.first.token_ids), req.timeline.first_token)
         return handle, run.policy_name, True, (
             run.stream.rust_call, run.first.SerializeToString(), run.stream.engine.id,
             req.route.header(), req.route.pattern or "unknown")
 
-    def cancel_admission(self, request_id: str) -> None:
-        task = self._admitting.get(request_id)
+    def cancel_admission(self, engine_request_id: str) -> None:
+        task = self._admitting.get(engine_request_id)
         if task is not None:
             task.cancel()
 
@@ -137,16 +140,15 @@ class FrontBridge:
         handle.req.timeline.arrived(len(segment_tokens))
         handle.req.timeline.end_segment(len(segment_tokens), "handoff")
         try:
-            stream = await run.after_handoff(segment_tokens)
+            # The segment's first chunk is read here: an engine that fails before it is
+            # replaced (RequestRun.next_started) before the front sees anything.
+            stream, first = await run.next_started(segment_tokens)
         except RouterError as exc:
             return _failure(exc)
         except Exception as exc:
             log.exception("request %s: the next segment failed", handle.req.request_id)
             return _failure(PolicyFailed(run.policy_name, f"{type(exc).__name__}: {exc}"))
-        if stream is None:
-            return _failure(PolicyFailed(run.policy_name, "the policy ended after a hand-off "
-                                         "without a next segment"))
-        return True, (stream.rust_call, stream.engine.id)
+        return True, (stream.rust_call, stream.engine.id, first.SerializeToString())
 
     # ---- once at the end ----
     async def close(self, handle: FrontRequest | None, status: str, completion_tokens: int,
@@ -163,8 +165,8 @@ class FrontBridge:
             if delivered:  # the verb's span ends inside its segment's
                 run.stream.mark_delivered()
             req.timeline.end_segment(completion_tokens, "finished" if delivered else status)
-            if state.runs.get(req.request_id) is run:
-                del state.runs[req.request_id]
+            if state.runs.get(handle.key) is run:
+                del state.runs[handle.key]
             await run.close()
         req.scope.close()
         if handle.caller is not None:
@@ -174,10 +176,11 @@ class FrontBridge:
 
     # ---- the routes the front does not serve ----
     async def ops(self, plane: str, method: str, path: str, query: str, body: bytes,
-                  authorization: str) -> tuple[int, str, list[tuple[str, str]], bytes]:
+                  authorization: str, client_host: str = ""
+                  ) -> tuple[int, str, list[tuple[str, str]], bytes]:
         resp = await answer(self.state, OpsRequest(
             plane, method, path, dict(parse_qsl(query, keep_blank_values=True)), body,
-            authorization))
+            authorization, client_host=client_host or None))
         return resp.status, resp.content_type, resp.headers, resp.body
 
     def engine_unavailable(self, num: int, message: str) -> None:

@@ -34,6 +34,60 @@ BUILTIN_NAMES = ("round_robin", "least_load", "cache_aware", "pd", "balanced_pd"
                  "slo_mux", "adaptive")
 
 
+@dataclass(frozen=True, slots=True)
+class Param:
+    """One policy parameter: its default and what a value must be, checked when
+    PUT /admin/policy sets it (a 400 naming it), so a value that would break every request
+    never reaches one. `kind` defaults to the default's type (a float takes an int too; None:
+    any); `ge`/`gt`/`le` bound a number; `choices` lists the values allowed; `nullable` lets
+    None through; `check(value)` returns what is wrong with a value, or None."""
+
+    default: Any
+    kind: type | tuple[type, ...] | None = None
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    choices: tuple[Any, ...] | None = None
+    nullable: bool = False
+    check: Callable[[Any], str | None] | None = None
+
+    def problem(self, value: Any) -> str | None:
+        """What is wrong with `value` for this parameter (None: nothing)."""
+        if value is None:
+            return None if self.nullable or self.default is None else "must not be null"
+        kind = self.kind if self.kind is not None else (
+            None if self.default is None else type(self.default))
+        if kind is not None:
+            kinds = kind if isinstance(kind, tuple) else (kind,)
+            if float in kinds:
+                kinds = (*kinds, int)
+            # bool is an int to Python, never to a parameter (and an int is never a bool).
+            if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
+                return "must be " + " or ".join(k.__name__ for k in kinds if k is not int
+                                                or float not in kinds)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            if self.ge is not None and not value >= self.ge:
+                return f"must be >= {self.ge:g}"
+            if self.gt is not None and not value > self.gt:
+                return f"must be > {self.gt:g}"
+            if self.le is not None and not value <= self.le:
+                return f"must be <= {self.le:g}"
+        if self.choices is not None and value not in self.choices:
+            return f"must be one of {list(self.choices)}"
+        return self.check(value) if self.check is not None else None
+
+
+def comma_names(allowed: tuple[str, ...]) -> Callable[[Any], str | None]:
+    """A Param check: a comma-separated list of some of `allowed` (e.g. "dp,pd")."""
+    def problem(value: Any) -> str | None:
+        names = {n.strip() for n in str(value).split(",") if n.strip()}
+        if names and names <= set(allowed):
+            return None
+        return f"must name some of {','.join(allowed)} (comma-separated)"
+
+    return problem
+
+
 @dataclass(slots=True)
 class PolicySpec:
     name: str
@@ -44,9 +98,17 @@ class PolicySpec:
     defaults: dict[str, Any] = field(default_factory=dict)
     doc: str = ""
     segmented: bool = False  # an async generator: one yielded stream per segment
+    # What each parameter may be (a plain default declares its type only).
+    schema: dict[str, Param] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.segmented = inspect.isasyncgenfunction(self.route)
+        for key, value in self.defaults.items():
+            if isinstance(value, Param):
+                self.schema[key] = value
+            else:
+                self.schema.setdefault(key, Param(value))
+        self.defaults = {key: p.default for key, p in self.schema.items()}
         if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
             raise ValueError(f"policy name must be a simple identifier, got {self.name!r}")
         bad = [r for r in self.roles if r not in ("any", "prefill", "decode")]
@@ -63,11 +125,11 @@ class PolicySpec:
                              f"{sorted(self.defaults)}", param="params")
         merged = dict(self.defaults)
         for key, value in params.items():
-            default = self.defaults[key]
-            if default is not None and not isinstance(value, type(default)) and not (
-                    isinstance(default, float) and isinstance(value, int)):
-                raise BadRequest(f"policy {self.name!r} parameter {key!r} must be "
-                                 f"{type(default).__name__}", param=f"params.{key}")
+            problem = self.schema[key].problem(value)
+            if problem is not None:
+                raise BadRequest(f"policy {self.name!r} parameter {key!r} {problem}, got "
+                                 f"{value!r}"[:300], param=f"params.{key}",
+                                 code="invalid_policy_param")
             merged[key] = value
         return merged
 
@@ -90,7 +152,8 @@ _REGISTRY: dict[str, PolicySpec] = {}
 
 def policy(name: str, *, roles: tuple[str, ...] = ("any",),
            params: dict[str, Any] | None = None) -> Callable[[RouteFn], RouteFn]:
-    """Register `route(req, cluster)` under `name` (re-registering replaces: files reload)."""
+    """Register `route(req, cluster)` under `name` (re-registering replaces: files reload).
+    `params`: name -> default, or name -> Param(default, ...) to declare its range."""
 
     def register(fn: RouteFn) -> RouteFn:
         _REGISTRY[name] = PolicySpec(name, fn, roles, dict(params or {}), (fn.__doc__ or "").strip())

@@ -77,9 +77,10 @@ class RouterRequest:
     # Every reservation, send and generation on any engine, and the router's counts.
     scope: RequestScope = field(default_factory=RequestScope)
     prompt_len: int = 0  # set from tokens at construction
-    # The id the engines know this request by (random, never shown to a client; -rN after N
-    # retries).
+    # The id the engines know this request by (router-made and random, never shown to a
+    # client; a retry gets the first id with -rN).
     engine_request_id: str = ""
+    engine_attempts: int = 0  # engine-side ids made after the first (retries, resumptions)
     completion_tokens: int = 0  # what the client received, filled when the response is complete
     # When each part of the request happened (metrics and spans at its end).
     timeline: RequestTimeline = field(default_factory=RequestTimeline)
@@ -87,6 +88,15 @@ class RouterRequest:
     def __post_init__(self) -> None:
         self.prompt_len = len(self.tokens)
         self.engine_request_id = self.engine_request_id or self.request_id
+
+    def new_engine_request_id(self) -> str:
+        """A fresh engine-side id for the next attempt (the failed one may linger on its
+        engine; a live engine may still hold the old id in a finished segment)."""
+        base = self.engine_request_id
+        if self.engine_attempts:  # the current id is one this made: drop its suffix
+            base = base[:-len(f"-r{self.engine_attempts}")]
+        self.engine_attempts += 1
+        return f"{base}-r{self.engine_attempts}"
 
     @property
     def generated(self) -> int:

@@ -142,8 +142,11 @@ async def serve_router(args: argparse.Namespace, stop: asyncio.Event,
             admin_host = _admin_host(args)
             log.info("admin routes on http://%s:%d only", admin_host, front.admin_port)
             if cfg.keys.admin_open and admin_host not in LOOPBACK_HOSTS:
-                log.warning("admin routes on %s need no key: set %s or keep them on loopback",
-                            admin_host, ADMIN_KEYS_ENV)
+                log.warning("admin routes on %s have no key (%s unset): they answer loopback "
+                            "clients only", admin_host, ADMIN_KEYS_ENV)
+        elif cfg.keys.admin_open and args.host not in LOOPBACK_HOSTS:
+            log.warning("admin routes have no key (%s unset) and --host %s is not loopback: "
+                        "they answer loopback clients only", ADMIN_KEYS_ENV, args.host)
         assert state.fast_recorder is not None
         recording = asyncio.create_task(state.fast_recorder.run())
         print(banner or f"switchyard router on http://{args.host}:{args.port} "

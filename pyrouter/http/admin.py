@@ -11,6 +11,7 @@ import asyncio
 import logging
 from typing import Any
 
+from pyrouter.engines.identify import check_is_engine
 from pyrouter.errors import BadRequest, Forbidden
 from pyrouter.http.migrate import migrate_handler
 from pyrouter.http.routes import OpsRequest, OpsResponse, Route, json_response
@@ -20,6 +21,7 @@ from pyrouter.state import RouterState
 
 log = logging.getLogger("switchyard.router")
 _drains: set[asyncio.Task[None]] = set()
+ENGINE_CHECK_S = 3.0  # how long POST /admin/engines waits for an address to answer as an engine
 
 
 def _policy_body(state: RouterState) -> dict[str, Any]:
@@ -104,6 +106,10 @@ async def add_engine(state: RouterState, request: OpsRequest) -> OpsResponse:
     if port is None:
         raise BadRequest(f"engine address must be HOST:PORT, got {address!r}", param="address")
     state.config.engine_allow.check(address, await _resolve(host))
+    if any(e.address == address for e in state.engines.engines.values()):
+        raise BadRequest(f"engine {address} is already a member", param="address")
+    # Only an address that answers as an engine of this deployment is kept.
+    await check_is_engine(address, min(ENGINE_CHECK_S, float(timeout_s)))
     handle = state.engines.add(address, role)
     if wait:
         # Answer once the engine is healthy (or say it is not yet) so scripts can rely on it.

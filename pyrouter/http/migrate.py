@@ -46,7 +46,13 @@ def _context_tokens(state: RouterState, prefix: object) -> list[int]:
 async def migrate(state: RouterState, body: dict[str, Any]) -> dict[str, Any]:
     target = _engine(state, body, "to")
     if "request_id" in body:
-        run = state.runs.get(str(body["request_id"]))
+        # Runs are keyed by their engine-side id; clients name them by X-Request-Id, which
+        # two clients may share.
+        runs = [r for r in state.runs.values() if r.req.request_id == str(body["request_id"])]
+        if len(runs) > 1:
+            raise BadRequest(f"{len(runs)} running requests share the id "
+                             f"{body['request_id']!r}", param="request_id")
+        run = runs[0] if runs else None
         if run is None:
             front = state.engines.front
             hint = "" if front is None or front.fast_policy is None else (

@@ -80,7 +80,7 @@ def error_response(exc: RouterError) -> OpsResponse:
 async def answer(state: RouterState, request: OpsRequest) -> OpsResponse:
     """The response to one request the front handed over."""
     try:
-        state.config.keys.check(request.path, request.authorization)
+        state.config.keys.check(request.path, request.authorization, request.client_host)
         routes = plane_routes(request.plane, state.config.keys.admin_plane_separate)
         route, params = _find(routes, request.method, request.path)
         return await route.handler(state, replace(request, params=params))

@@ -26,6 +26,7 @@ class OpsRequest:
     body: bytes
     authorization: str  # the client's own header ("" when absent)
     params: dict[str, str] = field(default_factory=dict)  # the route's {placeholders}
+    client_host: str | None = None  # the client's IP (None: a caller inside the router)
 
     def json_object(self) -> dict[str, Any]:
         """The JSON object body every admin route takes (a clear 400 otherwise)."""

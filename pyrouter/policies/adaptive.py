@@ -36,10 +36,12 @@ from pyrouter.planning.placement import (
     choose,
     commit,
 )
-from pyrouter.policy_registry import policy
+from pyrouter.policy_registry import Param, comma_names, policy
 from pyrouter.request import RouterRequest
 
-PARAMS = {"ttft_ms": 2000.0, "tpot_ms": 200.0, "kv_watermark": 0.9, "patterns": "dp,pd"}
+PARAMS = {"ttft_ms": Param(2000.0, gt=0), "tpot_ms": Param(200.0, gt=0),
+          "kv_watermark": Param(0.9, gt=0, le=1),
+          "patterns": Param("dp,pd", check=comma_names((DP, PD)))}
 
 
 def _patterns(cluster: ClusterView) -> set[str]:

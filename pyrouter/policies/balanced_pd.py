@@ -9,7 +9,7 @@ from __future__ import annotations
 from pyrouter.cluster import ClusterView
 from pyrouter.engines.handle import EngineHandle, GenerationStream
 from pyrouter.errors import BadRequest, NoCapacity, TransferFailed
-from pyrouter.policy_registry import policy
+from pyrouter.policy_registry import Param, policy
 from pyrouter.request import RouterRequest
 
 
@@ -30,7 +30,9 @@ def _decode_start(req: RouterRequest, cluster: ClusterView, prefill: EngineHandl
     return start if start == n or page <= 1 else start - start % page
 
 
-@policy("balanced_pd", roles=("prefill", "decode"), params={"ratio": None, "align": 16})
+@policy("balanced_pd", roles=("prefill", "decode"),
+        params={"ratio": Param(None, kind=float, ge=0, le=1, nullable=True),
+                "align": Param(16, ge=1)})
 async def route(req: RouterRequest, cluster: ClusterView) -> GenerationStream:
     decode = cluster.best("decode", req)
     try:

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from pyrouter.cluster import ClusterView
 from pyrouter.engines.handle import GenerationStream
-from pyrouter.policy_registry import policy
+from pyrouter.policy_registry import Param, policy
 from pyrouter.request import RouterRequest
 
 WEIGHTS = ("prefill_weight", "queue_weight", "decode_weight", "kv_weight")
 
 
-@policy("cache_aware", params={k: 1.0 for k in WEIGHTS})
+@policy("cache_aware", params={k: Param(1.0, ge=0) for k in WEIGHTS})
 async def route(req: RouterRequest, cluster: ClusterView) -> GenerationStream:
     engine = cluster.best("any", req)
     req.note_route("cache_aware", engine=engine.id, matched=cluster.matched(engine, req))

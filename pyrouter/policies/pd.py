@@ -10,11 +10,11 @@ from __future__ import annotations
 from pyrouter.cluster import ClusterView
 from pyrouter.engines.handle import GenerationStream
 from pyrouter.errors import NoCapacity, TransferFailed
-from pyrouter.policy_registry import policy
+from pyrouter.policy_registry import Param, policy
 from pyrouter.request import RouterRequest
 
 
-@policy("pd", roles=("prefill", "decode"), params={"local_prefill_ratio": 0.8})
+@policy("pd", roles=("prefill", "decode"), params={"local_prefill_ratio": Param(0.8, ge=0, le=1)})
 async def route(req: RouterRequest, cluster: ClusterView) -> GenerationStream:
     decode = cluster.best("decode", req)
     end = req.prompt_len - 1

@@ -19,12 +19,13 @@ from pyrouter.engines.handle import GenerationStream
 from pyrouter.errors import NoCapacity
 from pyrouter.planning.disaggregate import disaggregate
 from pyrouter.planning.slo_fit import MUX, PREFILL, MuxRoles, dp_fit, mux_fit
-from pyrouter.policy_registry import policy
+from pyrouter.policy_registry import Param, policy
 from pyrouter.request import RouterRequest
 
 log = logging.getLogger("switchyard.router")
-PARAMS = {"ttft_ms": 2000.0, "tpot_ms": 200.0, "kv_watermark": 0.9, "tpot_margin": 0.9,
-          "switch_interval_s": 5.0, "wait_ratio": 0.5}
+PARAMS = {"ttft_ms": Param(2000.0, gt=0), "tpot_ms": Param(200.0, gt=0),
+          "kv_watermark": Param(0.9, gt=0, le=1), "tpot_margin": Param(0.9, gt=0),
+          "switch_interval_s": Param(5.0, ge=0), "wait_ratio": Param(0.5, ge=0)}
 
 
 def _switch_roles(cluster: ClusterView, roles: MuxRoles, req: RouterRequest) -> None:

@@ -18,15 +18,18 @@ from pyrouter.engines.handle import EngineHandle, GenerationStream
 from pyrouter.errors import BadRequest, NoCapacity, TransferFailed
 from pyrouter.planning.chunk_control import ChunkController
 from pyrouter.planning.tandem_split import TandemPlan, plan_tandem
-from pyrouter.policy_registry import policy
+from pyrouter.policy_registry import Param, policy
 from pyrouter.request import RouterRequest
 
-PARAMS = {"tpot_ms": 200.0, "ttft_ms": 2000.0, "k_default": 1, "k_max": 8, "align": 16,
-          "kv_watermark": 0.95, "chunk_control": True, "chunk_min": 32, "chunk_max": 2048,
-          "chunk_interval_s": 1.0,
+PARAMS = {"tpot_ms": Param(200.0, gt=0), "ttft_ms": Param(2000.0, gt=0),
+          "k_default": Param(1, ge=0), "k_max": Param(8, ge=0), "align": Param(16, ge=1),
+          "kv_watermark": Param(0.95, gt=0, le=1), "chunk_control": True,
+          "chunk_min": Param(32, ge=1), "chunk_max": Param(2048, ge=1),
+          "chunk_interval_s": Param(1.0, gt=0),
           # A fixed split instead of the planned one (baselines, experiments): the lead computes
           # split_ratio of the prompt, or all of it and lead_tokens tokens.
-          "split_ratio": None, "lead_tokens": None}
+          "split_ratio": Param(None, kind=float, ge=0, le=1, nullable=True),
+          "lead_tokens": Param(None, kind=int, ge=1, nullable=True)}
 
 
 async def _send(req: RouterRequest, lead: EngineHandle, follow: EngineHandle,

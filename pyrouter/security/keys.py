@@ -5,11 +5,15 @@ is configured. Admin routes (/admin/...) take an admin key from `SWITCHYARD_ADMI
 inference key never opens them. With no admin keys configured, admin routes are open only where
 nothing else is protected (no API keys either: a development router on loopback) or where the
 admin plane listens on its own address (`--admin-port`: the network is the boundary there);
-otherwise they answer 403. Keys are compared in constant time and never appear in a message.
+otherwise they answer 403. Admin routes that need no key answer loopback clients only (403
+`admin_loopback_only` to anyone else), so a router started on a public address without admin
+keys does not hand its policy and engines to whoever reaches it. Keys are compared in constant
+time and never appear in a message.
 """
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import os
 from dataclasses import dataclass
 
@@ -44,6 +48,16 @@ def is_admin_path(path: str) -> bool:
     return path == "/admin" or path.startswith("/admin/")
 
 
+def is_loopback(host: str) -> bool:
+    """`host` is a loopback address (IPv4-mapped IPv6 included); a name never is."""
+    try:
+        ip = ipaddress.ip_address(host.strip("[]").split("%")[0])
+    except ValueError:
+        return host == "localhost"
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return bool(ip.is_loopback or (mapped is not None and mapped.is_loopback))
+
+
 @dataclass(frozen=True, slots=True)
 class KeyRing:
     api_keys: frozenset[str] = frozenset()
@@ -68,13 +82,18 @@ class KeyRing:
         """Admin routes need no key: nothing is protected, or they have their own address."""
         return not self.admin_keys and (not self.api_keys or self.admin_plane_separate)
 
-    def check(self, path: str, authorization: str) -> None:
-        """Raise Unauthorized (401) / Forbidden (403) unless `authorization` may call `path`."""
+    def check(self, path: str, authorization: str, peer: str | None = None) -> None:
+        """Raise Unauthorized (401) / Forbidden (403) unless `authorization`, from the client
+        address `peer` (None: a caller inside the router), may call `path`."""
         if path in OPEN_PATHS:
             return
         token = bearer_token(authorization)
         if is_admin_path(path):
             if self.admin_open:
+                if peer is not None and not is_loopback(peer):
+                    raise Forbidden(f"admin routes without a key answer loopback clients only: "
+                                    f"set {ADMIN_KEYS_ENV} to call them from elsewhere",
+                                    code="admin_loopback_only")
                 return
             if not self.admin_keys:
                 raise Forbidden(f"admin routes are disabled: set {ADMIN_KEYS_ENV} (inference keys "

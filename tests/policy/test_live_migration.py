@@ -77,3 +77,26 @@ async def test_a_plain_policy_cannot_ask_for_control_back() -> None:
     run = await cluster.run("plain_with_limit", PROMPT)
     assert run.error is not None and "async generator" in run.error.message
     cluster.assert_clean()
+
+
+@pytest.mark.parametrize("verb", ["prep_recv", "start_generate"])
+async def test_a_migration_whose_target_dies_says_failed_and_the_request_goes_on(
+        verb: str) -> None:
+    # Issue 24: /admin/migrate answered "migrated" when the target died during the move.
+    import grpc
+
+    from pyrouter.testing import Fault
+
+    cluster = FakeCluster([FakeEngine(), FakeEngine(), FakeEngine(
+        faults=[Fault(verb, 0, code=grpc.StatusCode.UNKNOWN, after=True)])])
+    moves = []
+
+    async def move_at_4(run: RequestRun, n: int) -> None:
+        if n == 4 and not moves:
+            moves.append(run.migrate(cluster.engines["e2"]))
+
+    run = await cluster.run("round_robin", PROMPT, max_tokens=10, on_tokens=move_at_4)
+    assert moves[0].outcome == "failed"
+    assert run.error is None and run.tokens == cluster.reference(PROMPT, 10)
+    assert "resumed=e2->" in run.request.route.header()
+    cluster.assert_clean()

@@ -139,3 +139,18 @@ def test_hostile_json_is_a_400(raw: bytes, code: str) -> None:
     with pytest.raises(BadRequest) as info:
         parse_json(raw)
     assert info.value.code == code
+
+
+def test_keyless_admin_answers_loopback_clients_only() -> None:
+    # Issue 24: `--host 0.0.0.0` without admin keys served PUT /admin/policy to anyone.
+    ring = KeyRing()
+    for peer in ("127.0.0.1", "::1", "::ffff:127.0.0.1", "127.3.2.1", None):
+        ring.check("/admin/policy", "", peer)
+    for peer in ("10.0.0.8", "192.168.1.20", "2001:db8::1", "::ffff:10.1.1.1", "nonsense"):
+        with pytest.raises(Forbidden) as info:
+            ring.check("/admin/engines", "", peer)
+        assert info.value.code == "admin_loopback_only"
+    ring.check("/ready", "", "10.0.0.8")  # the open routes stay open
+    ring.check("/v1/completions", "", "10.0.0.8")
+    # With admin keys the key decides, wherever the client is.
+    KeyRing(admin_keys=frozenset({"adm"})).check("/admin/policy", "Bearer adm", "10.0.0.8")

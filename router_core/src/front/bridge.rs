@@ -104,6 +104,8 @@ pub struct OpsRequest {
     /// The client's own Authorization header ("" when absent): the deciding side checks it
     /// (admin routes take admin keys, which this front never sees), so it is never replaced.
     pub authorization: String,
+    /// The client's IP address: with no admin key, admin routes answer loopback clients only.
+    pub client_host: String,
 }
 
 #[derive(Debug, Clone)]
@@ -122,14 +124,16 @@ pub trait PolicyBridge: Send + Sync + 'static {
     fn admit(&self, spec: AdmitSpec) -> BoxFuture<AdmitOutcome<Self::Run>>;
 
     /// The client went away while `admit` runs: stop it (it still returns, then is closed).
-    fn cancel_admission(&self, request_id: &str);
+    /// Named by its engine-side id: clients may share an X-Request-Id.
+    fn cancel_admission(&self, engine_request_id: &str);
 
-    /// The running segment ended with a hand-off after `segment_tokens`: where next.
+    /// The running segment ended with a hand-off after `segment_tokens`: where next, and that
+    /// segment's first chunk (an engine failing before it is replaced on the deciding side).
     fn next_segment(
         &self,
         run: &Self::Run,
         segment_tokens: Vec<u32>,
-    ) -> BoxFuture<Result<Segment, ShapedError>>;
+    ) -> BoxFuture<Result<(Segment, pb::GenerateChunk), ShapedError>>;
 
     fn close(&self, run: Self::Run, end: RequestEnd) -> BoxFuture<()>;
 

@@ -7,8 +7,8 @@ use crate::engine_rpc::{code_name, is_caller_mistake, CallError};
 use crate::rpc::pb;
 use std::time::Duration;
 
-/// A first chunk that did not come: the error, and whether it is worth one retry elsewhere (the
-/// engine was unreachable before any output).
+/// A first chunk that did not come: the error, and whether it is worth a retry elsewhere (the
+/// engine failed before any output, whatever its status).
 #[derive(Debug)]
 pub struct FirstChunkFailure {
     pub error: ApiError,
@@ -41,6 +41,7 @@ fn aborted() -> ApiError {
 /// the client's bad input).
 pub fn first_chunk(
     read: Result<Option<pb::GenerateChunk>, CallError>,
+    engine_request_id: &str,
 ) -> Result<pb::GenerateChunk, FirstChunkFailure> {
     let fail = |error: ApiError| FirstChunkFailure {
         error,
@@ -64,15 +65,16 @@ pub fn first_chunk(
             retryable: chunk.token_ids.is_empty(),
         }),
         Ok(Some(chunk)) => Ok(chunk),
-        Ok(None) => Err(fail(ApiError::engine_failed(
-            "engine closed the stream without output",
-        ))),
+        Ok(None) => Err(FirstChunkFailure {
+            error: ApiError::engine_failed("engine closed the stream without output"),
+            retryable: true,
+        }),
         Err(CallError::Rpc(status)) => {
-            let detail = format!("{}: {}", code_name(status.code()), status.message());
+            let message = public_detail(status.message(), engine_request_id);
+            let detail = format!("{}: {message}", code_name(status.code()));
             if is_caller_mistake(status.code()) {
                 Err(fail(ApiError::bad_request(format!(
-                    "engine rejected the request: {}",
-                    status.message()
+                    "engine rejected the request: {message}"
                 ))))
             } else if status.code() == tonic::Code::Unavailable {
                 Err(FirstChunkFailure {
@@ -82,19 +84,34 @@ pub fn first_chunk(
                     retryable: true,
                 })
             } else {
-                Err(fail(
-                    ApiError::engine_failed(format!("engine error during generate: {detail}"))
-                        .with_code("engine_error"),
-                ))
+                // UNKNOWN "transport error", CANCELLED by a dying peer, a reset stream: the
+                // engine is unwell, not the request wrong — another engine may take it.
+                Err(FirstChunkFailure {
+                    error: ApiError::engine_failed(format!(
+                        "engine error during generate: {detail}"
+                    ))
+                    .with_code("engine_error"),
+                    retryable: true,
+                })
             }
         }
-        Err(err) => Err(fail(call_error(err))),
+        Err(err) => Err(fail(call_error(err, engine_request_id))),
+    }
+}
+
+/// An engine's message as a client may see it: the engine-side id never shows.
+fn public_detail(message: &str, engine_request_id: &str) -> String {
+    if engine_request_id.is_empty() {
+        message.to_owned()
+    } else {
+        message.replace(engine_request_id, "<request>")
     }
 }
 
 /// A chunk after the first of a segment (RequestRun.read).
 pub fn next_chunk(
     read: Result<Option<pb::GenerateChunk>, CallError>,
+    engine_request_id: &str,
 ) -> Result<pb::GenerateChunk, ApiError> {
     match read {
         Ok(Some(chunk)) if chunk.finish_reason == "error" => {
@@ -112,16 +129,16 @@ pub fn next_chunk(
             ApiError::engine_failed("engine closed the stream without finishing")
                 .with_code("engine_error"),
         ),
-        Err(err) => Err(call_error(err)),
+        Err(err) => Err(call_error(err, engine_request_id)),
     }
 }
 
-fn call_error(err: CallError) -> ApiError {
+fn call_error(err: CallError, engine_request_id: &str) -> ApiError {
     let message = match err {
         CallError::Rpc(status) => format!(
             "engine failed mid-stream: {}: {}",
             code_name(status.code()),
-            status.message()
+            public_detail(status.message(), engine_request_id)
         ),
         CallError::Cancelled => "the generation was cancelled".to_owned(),
         CallError::Busy => "the generation's stream was read twice at once".to_owned(),
@@ -145,7 +162,7 @@ mod tests {
     #[test]
     fn first_chunk_texts() {
         let unavailable =
-            first_chunk(Err(CallError::Rpc(Status::unavailable("down")))).unwrap_err();
+            first_chunk(Err(CallError::Rpc(Status::unavailable("down"))), "").unwrap_err();
         assert!(unavailable.retryable);
         assert_eq!(unavailable.error.status, 503);
         assert_eq!(
@@ -153,14 +170,14 @@ mod tests {
             "engine unavailable during generate: UNAVAILABLE: down"
         );
         let refused =
-            first_chunk(Err(CallError::Rpc(Status::invalid_argument("bad ids")))).unwrap_err();
+            first_chunk(Err(CallError::Rpc(Status::invalid_argument("bad ids"))), "").unwrap_err();
         assert_eq!(
             (refused.error.status, refused.error.message.as_str()),
             (400, "engine rejected the request: bad ids")
         );
-        let failed = first_chunk(Ok(Some(chunk("error", "")))).unwrap_err();
+        let failed = first_chunk(Ok(Some(chunk("error", ""))), "").unwrap_err();
         assert_eq!(failed.error.message, "engine error: unknown");
-        assert!(first_chunk(Ok(None)).is_err());
+        assert!(first_chunk(Ok(None), "").unwrap_err().retryable);
         assert_eq!(
             first_chunk_timeout("e1", Duration::from_secs(300)).message,
             "engine e1 produced no output within 300 s"
@@ -169,14 +186,34 @@ mod tests {
     }
 
     #[test]
+    fn any_engine_failure_before_output_is_retryable_and_hides_the_engine_id() {
+        for status in [
+            Status::unknown("transport error"),
+            Status::cancelled("peer went away"),
+            Status::internal("h2 protocol error: stream reset"),
+            Status::already_exists("request id 'cmpl-77-r1' exists"),
+        ] {
+            let failed = first_chunk(Err(CallError::Rpc(status)), "cmpl-77-r1").unwrap_err();
+            assert!(failed.retryable, "{}", failed.error.message);
+            assert!(!failed.error.message.contains("cmpl-77"), "{}", failed.error.message);
+        }
+        let mid = next_chunk(
+            Err(CallError::Rpc(Status::unknown("id cmpl-9 lost"))),
+            "cmpl-9",
+        )
+        .unwrap_err();
+        assert_eq!(mid.message, "engine failed mid-stream: UNKNOWN: id <request> lost");
+    }
+
+    #[test]
     fn an_engine_abort_is_a_failure_never_a_finish() {
-        let before_output = first_chunk(Ok(Some(chunk("abort", "")))).unwrap_err();
+        let before_output = first_chunk(Ok(Some(chunk("abort", ""))), "").unwrap_err();
         assert!(before_output.retryable);
         assert_eq!(before_output.error.code.as_deref(), Some("engine_aborted"));
         let mut with_tokens = chunk("abort", "");
         with_tokens.token_ids = vec![5];
-        assert!(!first_chunk(Ok(Some(with_tokens))).unwrap_err().retryable);
-        let mid_stream = next_chunk(Ok(Some(chunk("abort", "")))).unwrap_err();
+        assert!(!first_chunk(Ok(Some(with_tokens)), "").unwrap_err().retryable);
+        let mid_stream = next_chunk(Ok(Some(chunk("abort", ""))), "").unwrap_err();
         assert_eq!(
             (mid_stream.status, mid_stream.code.as_deref()),
             (502, Some("engine_aborted"))
@@ -185,13 +222,13 @@ mod tests {
 
     #[test]
     fn mid_stream_texts() {
-        let err = next_chunk(Err(CallError::Rpc(Status::internal("boom")))).unwrap_err();
+        let err = next_chunk(Err(CallError::Rpc(Status::internal("boom"))), "").unwrap_err();
         assert_eq!(err.message, "engine failed mid-stream: INTERNAL: boom");
         assert_eq!(err.code.as_deref(), Some("engine_error"));
         assert_eq!(
-            next_chunk(Ok(None)).unwrap_err().message,
+            next_chunk(Ok(None), "").unwrap_err().message,
             "engine closed the stream without finishing"
         );
-        assert!(next_chunk(Ok(Some(chunk("length", "")))).is_ok());
+        assert!(next_chunk(Ok(Some(chunk("length", ""))), "").is_ok());
     }
 }

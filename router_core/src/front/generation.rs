@@ -24,6 +24,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::{mpsc, oneshot};
 
 pub const ROUTE_HEADER: &str = "x-switchyard-route";
+/// Tries of a fast-path request: the first and two retries on other engines.
+const FAST_ATTEMPTS: u32 = 3;
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
 
 /// A request that passed parsing and admission control.
@@ -338,7 +340,7 @@ impl<B: PolicyBridge> RequestTask<B> {
         let mut engine_request_id = self.engine_request_id.clone();
         let prefill = self.request.tokens.len() as u64;
         let decode = u64::try_from(self.request.sampling.max_tokens).unwrap_or(0);
-        for attempt in 1..=2 {
+        for attempt in 1..=FAST_ATTEMPTS {
             let choice = policy.choose(&core, &self.request.tokens)?;
             let engine = self
                 .front
@@ -371,7 +373,7 @@ impl<B: PolicyBridge> RequestTask<B> {
             };
             let failure = match read {
                 Err(_) => return Err(first_chunk_timeout(&name, deadline).into()),
-                Ok(read) => match first_chunk(read) {
+                Ok(read) => match first_chunk(read, &self.engine_request_id) {
                     Ok(chunk) => {
                         self.route = choice.route;
                         self.pattern = Some(choice.pattern.to_owned());
@@ -381,10 +383,11 @@ impl<B: PolicyBridge> RequestTask<B> {
                     Err(failure) => failure,
                 },
             };
-            if !failure.retryable || attempt == 2 {
+            if !failure.retryable || attempt == FAST_ATTEMPTS {
                 return Err(failure.error.into());
             }
-            // Unreachable before any output: out of rotation, and once more elsewhere.
+            // Failed before any output: out of rotation, and again elsewhere (each retry takes
+            // an engine out, so a failing cluster runs out of engines, not of requests).
             self.hold = None;
             let _ = lock(&core.table).set_health(choice.engine, false);
             self.front.bridge.engine_unavailable(
@@ -394,7 +397,8 @@ impl<B: PolicyBridge> RequestTask<B> {
                     self.request_id, failure.error.message
                 ),
             );
-            engine_request_id = format!("{}-r{attempt}", self.request_id);
+            // Router-made like the first: nothing the client sent names work on an engine.
+            engine_request_id = format!("{}-r{attempt}", self.engine_request_id);
         }
         Err(ApiError::internal("unreachable: the retry loop ended").into())
     }
@@ -414,7 +418,7 @@ impl<B: PolicyBridge> RequestTask<B> {
             outcome = &mut admitting => outcome,
             _ = self.client.gone() => {
                 self.client_gone = true;
-                self.front.bridge.cancel_admission(&self.request_id);
+                self.front.bridge.cancel_admission(&self.engine_request_id);
                 admitting.await
             }
         };
@@ -435,8 +439,12 @@ impl<B: PolicyBridge> RequestTask<B> {
         Ok((admitted.segment, admitted.first))
     }
 
-    /// The deciding side's next segment after a hand-off.
-    async fn next_segment(&mut self, segment_tokens: Vec<u32>) -> Result<Segment, Stop> {
+    /// The deciding side's next segment after a hand-off, with its first chunk (read there, so
+    /// an engine failing before it is replaced first).
+    async fn next_segment(
+        &mut self,
+        segment_tokens: Vec<u32>,
+    ) -> Result<(Segment, pb::GenerateChunk), Stop> {
         let Some(run) = &self.run else {
             return Err(ApiError::internal("a fast-path generation handed off").into());
         };
@@ -446,30 +454,21 @@ impl<B: PolicyBridge> RequestTask<B> {
             .next_segment(run, segment_tokens)
             .await
             .map_err(Stop::Failed)?;
-        self.call = Some(segment.call.clone());
+        self.call = Some(segment.0.call.clone());
         self.delivered = false;
         Ok(segment)
     }
 
-    async fn read(
-        &mut self,
-        call: &GenerateCall,
-        first_of: Option<&str>,
-    ) -> Result<pb::GenerateChunk, Stop> {
-        let deadline = self.front.config.first_chunk_timeout;
+    async fn read(&mut self, call: &GenerateCall) -> Result<pb::GenerateChunk, Stop> {
         let read = tokio::select! {
             _ = ended(&mut self.ending) => return Err(ApiError::shutting_down().into()),
-            read = tokio::time::timeout(deadline, call.next()), if first_of.is_some() => match read {
-                Ok(read) => read,
-                Err(_) => return Err(first_chunk_timeout(first_of.unwrap_or(""), deadline).into()),
-            },
-            read = call.next(), if first_of.is_none() => read,
+            read = call.next() => read,
             _ = self.client.gone() => {
                 self.client_gone = true;
                 return Err(Stop::ClientGone);
             }
         };
-        Ok(next_chunk(read)?)
+        Ok(next_chunk(read, &self.engine_request_id)?)
     }
 
     fn response_body(&self) -> Result<ResponseBody, ApiError> {
@@ -551,13 +550,13 @@ impl<B: PolicyBridge> RequestTask<B> {
                 }
             }
             if handoff {
-                let next = self
+                let (next, first) = self
                     .next_segment(std::mem::take(&mut segment_tokens))
                     .await?;
                 call = next.call;
-                chunk = self.read(&call, Some(&next.engine)).await?;
+                chunk = first;
             } else {
-                chunk = self.read(&call, None).await?;
+                chunk = self.read(&call).await?;
             }
         }
     }

@@ -144,6 +144,12 @@ async fn read_body<B: PolicyBridge>(
     let limit = front.config.max_body_bytes;
     match tokio::time::timeout(front.config.body_timeout, axum::body::to_bytes(body, limit)).await {
         Ok(Ok(bytes)) => Ok(bytes),
+        // A body the connection could not decode (a bad chunk size, a cut chunk) is the
+        // client's malformed request; only the length limit is a 413.
+        Ok(Err(err)) if from_the_connection(&err) => Err(api_error(
+            &ApiError::bad_request("malformed request body").with_code("invalid_body"),
+            request_id,
+        )),
         Ok(Err(_)) => Err(api_error(
             &ApiError::http(413, "request body too large"),
             request_id,
@@ -159,6 +165,18 @@ async fn read_body<B: PolicyBridge>(
             Err(resp)
         }
     }
+}
+
+/// The body failed in hyper (its HTTP/1 decoding), not at the length limit.
+fn from_the_connection(err: &axum::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cause {
+        if e.downcast_ref::<hyper::Error>().is_some() {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
 }
 
 /// What a connection's handlers share: the front, the client's address and the listener's plane.
@@ -236,7 +254,7 @@ async fn handle<B: PolicyBridge>(State(conn): State<Connection<B>>, request: Req
                 Err(err) => api_error(&err, &request_id),
             }
         }
-        (&Method::GET, None) if path == "/health" => {
+        (&Method::GET | &Method::HEAD, None) if path == "/health" => {
             json_response(200, br#"{"status":"ok"}"#.to_vec(), "none", &request_id)
         }
         (&Method::GET, None) if public && path == "/v1/models" => {
@@ -269,6 +287,7 @@ async fn handle<B: PolicyBridge>(State(conn): State<Connection<B>>, request: Req
                     .and_then(|v| v.to_str().ok())
                     .unwrap_or("")
                     .to_owned(),
+                client_host,
             };
             let answer = front.bridge.ops(ops).await;
             let mut resp = Response::new(Body::from(answer.body));

@@ -314,6 +314,53 @@ fn check_unsupported(body: &Fields) -> Result<(), ApiError> {
     if !logprobs_off || body.get("top_logprobs").is_some_and(truthy) {
         return Err(bad("'logprobs' are not supported yet".into(), "logprobs"));
     }
+    check_output_constraints(body)
+}
+
+/// Output the router cannot guarantee is refused rather than answered with free text: a JSON
+/// response format, and a tool call the client requires.
+fn check_output_constraints(body: &Fields) -> Result<(), ApiError> {
+    match body.get("response_format") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(format)) => match format.get("type").and_then(Value::as_str) {
+            Some("text") => {}
+            Some(other) => {
+                return Err(bad(
+                    format!("'response_format' of type {other:?} is not supported (text only)"),
+                    "response_format",
+                )
+                .with_code("unsupported_parameter"))
+            }
+            None => {
+                return Err(bad(
+                    "'response_format' must be an object with a 'type'".into(),
+                    "response_format",
+                ))
+            }
+        },
+        Some(_) => {
+            return Err(bad(
+                "'response_format' must be an object with a 'type'".into(),
+                "response_format",
+            ))
+        }
+    }
+    let has_tools = body.get("tools").is_some_and(truthy);
+    let choice = body.get("tool_choice").unwrap_or(&Value::Null);
+    let forced = match choice {
+        Value::String(mode) => mode == "required",
+        Value::Object(_) => true, // a named function
+        _ => false,
+    };
+    if has_tools && forced {
+        return Err(bad(
+            "'tool_choice' that requires a tool call is not supported (the model answers in \
+             text)"
+                .into(),
+            "tool_choice",
+        )
+        .with_code("unsupported_parameter"));
+    }
     Ok(())
 }
 

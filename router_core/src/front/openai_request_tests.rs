@@ -224,3 +224,31 @@ fn prompts_that_cannot_fit_are_refused_untokenised() {
     assert!(parse_generation(&at_bound, RequestKind::Completion, &tok, &limits()).is_err());
     assert_eq!(tok.0.get(), 1);
 }
+
+#[test]
+fn output_the_router_cannot_guarantee_is_refused() {
+    let schema = json!({"type": "json_schema",
+                        "json_schema": {"name": "x", "strict": true, "schema": {}}});
+    let tools = json!([{"type": "function", "function": {"name": "f", "parameters": {}}}]);
+    let cases = [
+        (json!({"prompt": "x", "response_format": schema}), "response_format"),
+        (json!({"prompt": "x", "response_format": {"type": "json_object"}}), "response_format"),
+        (json!({"prompt": "x", "response_format": "json"}), "response_format"),
+        (json!({"prompt": "x", "tools": tools, "tool_choice": "required"}), "tool_choice"),
+        (
+            json!({"prompt": "x", "tools": tools,
+                   "tool_choice": {"type": "function", "function": {"name": "f"}}}),
+            "tool_choice",
+        ),
+    ];
+    for (body, name) in cases {
+        assert_eq!(param(body), name);
+    }
+    for body in [
+        json!({"prompt": "x", "response_format": {"type": "text"}}),
+        json!({"prompt": "x", "tools": tools, "tool_choice": "auto"}),
+        json!({"prompt": "x", "tool_choice": "required"}),
+    ] {
+        assert!(parse(body).is_ok());
+    }
+}

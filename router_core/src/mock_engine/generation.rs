@@ -114,6 +114,11 @@ impl RunningTable {
         }
     }
 
+    /// A request with this id is running (a second one is refused, as a real engine does).
+    pub fn contains(&self, request_id: &str) -> bool {
+        self.lock().contains_key(request_id)
+    }
+
     /// (running requests, tokens they still have to generate).
     pub fn load(&self) -> (usize, u64) {
         let table = self.lock();

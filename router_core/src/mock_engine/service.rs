@@ -210,6 +210,13 @@ impl Engine for MockEngine {
         if self.injected_failure() {
             return Err(Status::unavailable("mock: injected failure"));
         }
+        if self.running.contains(&request.request_id) {
+            // engine/server/errors.py's RequestInUse: ids name one live request per engine.
+            return Err(Status::already_exists(format!(
+                "request id '{}' is already running",
+                request.request_id
+            )));
+        }
         let total = if here > 0 {
             max_tokens.min(here)
         } else {

@@ -252,7 +252,7 @@ impl PolicyBridge for PyBridge {
         &self,
         run: &PyObject,
         segment_tokens: Vec<u32>,
-    ) -> BoxFuture<Result<Segment, ShapedError>> {
+    ) -> BoxFuture<Result<(Segment, pb::GenerateChunk), ShapedError>> {
         let run = Python::with_gil(|py| run.clone_ref(py));
         let answer = self.call("next_segment", move |py| {
             PyTuple::new(
@@ -267,14 +267,21 @@ impl PolicyBridge for PyBridge {
             let answer = answer
                 .await
                 .map_err(|err| internal("the policy bridge failed", err))?;
-            Python::with_gil(|py| -> PyResult<Result<Segment, ShapedError>> {
+            Python::with_gil(|py| -> PyResult<Result<(Segment, pb::GenerateChunk), ShapedError>> {
                 Ok(match split_answer(answer.bind(py))? {
                     Ok(payload) => {
-                        let (call, engine): (Bound<'_, PyAny>, String) = payload.extract()?;
-                        Ok(Segment {
-                            call: call_of(&call)?,
-                            engine,
-                        })
+                        let (call, engine, first): (Bound<'_, PyAny>, String, Vec<u8>) =
+                            payload.extract()?;
+                        let first = pb::GenerateChunk::decode(first.as_slice()).map_err(|err| {
+                            PyValueError::new_err(format!("bad first chunk: {err}"))
+                        })?;
+                        Ok((
+                            Segment {
+                                call: call_of(&call)?,
+                                engine,
+                            },
+                            first,
+                        ))
                     }
                     Err(err) => Err(err),
                 })
@@ -297,6 +304,7 @@ impl PolicyBridge for PyBridge {
                 request.query,
                 PyBytes::new(py, &request.body),
                 request.authorization,
+                request.client_host,
             )
                 .into_pyobject(py)
         });

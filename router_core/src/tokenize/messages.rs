@@ -65,31 +65,41 @@ fn parse_message(i: usize, message: &Value) -> Result<ChatMessage> {
     };
     let content = match message.get("content") {
         Some(Value::String(text)) => text.clone(),
-        Some(Value::Array(parts)) => joined_text_parts(parts).ok_or_else(content_error)?,
+        Some(Value::Array(parts)) => joined_text_parts(i, parts)?,
         _ => return Err(content_error()),
     };
     let role = if role == "developer" { "system" } else { role };
     Ok(ChatMessage::new(role, content))
 }
 
-/// The `text` of every `{"type": "text"}` part, joined; None when a text part's text is not a
-/// string (the Python router fails on that too).
-fn joined_text_parts(parts: &[Value]) -> Option<String> {
+/// The `text` of every `{"type": "text", "text": "..."}` part, joined. Any other part (an
+/// image, audio, a bare value) is refused, naming it: the model reads text only, and dropping
+/// a part would answer a question nobody asked.
+fn joined_text_parts(i: usize, parts: &[Value]) -> Result<String> {
     let mut joined = String::new();
-    for part in parts {
-        let Some(part) = part.as_object() else {
-            continue;
-        };
-        if part.get("type").and_then(Value::as_str) != Some("text") {
-            continue;
-        }
-        match part.get("text") {
-            None => {}
-            Some(Value::String(text)) => joined.push_str(text),
-            Some(_) => return None,
+    for (j, part) in parts.iter().enumerate() {
+        let here = format!("messages[{i}].content[{j}]");
+        let kind = part.get("type").and_then(Value::as_str);
+        match (kind, part.get("text")) {
+            (Some("text"), Some(Value::String(text))) => joined.push_str(text),
+            (Some("text"), _) => {
+                return Err(bad(here.clone(), format!("{here}.text must be a string")))
+            }
+            (Some(other), _) => {
+                return Err(bad(
+                    here.clone(),
+                    format!("{here}: content parts of type {other:?} are not supported (text only)"),
+                ))
+            }
+            (None, _) => {
+                return Err(bad(
+                    here.clone(),
+                    format!("{here} must be a {{\"type\": \"text\", \"text\": ...}} part"),
+                ))
+            }
         }
     }
-    Some(joined)
+    Ok(joined)
 }
 
 #[cfg(test)]
@@ -109,8 +119,7 @@ mod tests {
         let parsed = parse_chat_messages(&json!([
             {"role": "developer", "content": "be brief"},
             {"role": "user", "content": [
-                {"type": "text", "text": "a"}, {"type": "image_url", "image_url": {}},
-                {"type": "text"}, "junk", {"type": "text", "text": "b"}]},
+                {"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
             {"role": "assistant", "content": "", "name": "ignored"},
         ]))
         .unwrap();
@@ -121,6 +130,21 @@ mod tests {
                 ChatMessage::new("user", "ab"),
                 ChatMessage::new("assistant", ""),
             ]
+        );
+    }
+
+    #[test]
+    fn parts_that_are_not_text_are_refused_by_name() {
+        let image = json!([{"role": "user", "content": [
+            {"type": "text", "text": "a"}, {"type": "image_url", "image_url": {}}]}]);
+        assert_eq!(param_of(image), "messages[0].content[1]");
+        assert_eq!(
+            param_of(json!([{"role": "user", "content": [1, 2]}])),
+            "messages[0].content[0]"
+        );
+        assert_eq!(
+            param_of(json!([{"role": "user", "content": [{"type": "text"}]}])),
+            "messages[0].content[0]"
         );
     }
 
@@ -146,7 +170,7 @@ mod tests {
         );
         assert_eq!(
             param_of(json!([{"role": "user", "content": [{"type": "text", "text": 1}]}])),
-            "messages[0].content"
+            "messages[0].content[0]"
         );
     }
 }

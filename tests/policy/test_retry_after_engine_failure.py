@@ -1,0 +1,130 @@
+"""Issue 24: an engine that fails before a request (or a segment of it) produced anything is
+replaced, whatever gRPC status its death leaves — UNKNOWN "transport error", CANCELLED by the
+dying peer, a reset stream (INTERNAL), UNAVAILABLE — within the retry budget; the client gets
+the tokens one engine alone would have produced.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import grpc
+import pytest
+
+from pyrouter.errors import EngineFailed
+from pyrouter.retry_budget import RetryBudget
+from pyrouter.testing import FakeCluster, FakeEngine, Fault
+
+PROMPT = list(range(3000, 3050))
+MAX_TOKENS = 8
+DEATHS = [grpc.StatusCode.UNKNOWN, grpc.StatusCode.CANCELLED, grpc.StatusCode.INTERNAL,
+          grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ALREADY_EXISTS]
+TANDEM = {"lead_tokens": 2}  # the lead produces 2 tokens, then hands off to the follow
+
+
+def _cluster(faults: dict[int, list[Fault]] | None = None, engines: int = 2) -> FakeCluster:
+    return FakeCluster([FakeEngine(faults=(faults or {}).get(i, [])) for i in range(engines)],
+                       policy_timeout_s=1.0)
+
+
+def _run(cluster: FakeCluster, policy: str, params: dict[str, Any] | None = None) -> Any:
+    return asyncio.run(cluster.run(policy, PROMPT, params=params, max_tokens=MAX_TOKENS))
+
+
+def _tandem_pair() -> tuple[int, int]:
+    """(lead, follow) engine numbers tandem picks for PROMPT on a fresh cluster."""
+    run = _run(_cluster(), "tandem", TANDEM)
+    assert run.error is None and run.segments == 2, run
+    starts = [int(engine[1:]) for verb, engine in run.verbs if verb == "start_generate"]
+    return starts[0], starts[1]
+
+
+@pytest.mark.parametrize("code", DEATHS, ids=lambda c: c.name)
+@pytest.mark.parametrize("after", [False, True], ids=["refused", "died-after-starting"])
+def test_an_engine_dying_before_output_is_retried_elsewhere(code: grpc.StatusCode,
+                                                             after: bool) -> None:
+    cluster = _cluster({0: [Fault("start_generate", 0, code=code, after=after)]})
+    run = _run(cluster, "round_robin")
+    assert run.error is None, run.error
+    assert run.tokens == cluster.reference(PROMPT, MAX_TOKENS)
+    assert not cluster.engines["e0"].healthy  # out of rotation until its health says otherwise
+    first, retry = [rid for verb, rid in cluster.client("e0").calls + cluster.client("e1").calls
+                    if verb == "start_generate"]
+    assert retry != first and retry.startswith(first)  # a fresh engine-side id
+    cluster.assert_clean()
+
+
+@pytest.mark.parametrize("code", DEATHS, ids=lambda c: c.name)
+def test_tandem_lead_dying_before_it_emits_retries_from_the_start(code: grpc.StatusCode
+                                                                    ) -> None:
+    lead, _ = _tandem_pair()
+    cluster = _cluster({lead: [Fault("start_generate", 0, code=code, after=True)]})
+    run = _run(cluster, "tandem", TANDEM)
+    assert run.error is None, run.error
+    assert run.tokens == cluster.reference(PROMPT, MAX_TOKENS)
+    cluster.assert_clean()
+
+
+@pytest.mark.parametrize("code", DEATHS, ids=lambda c: c.name)
+@pytest.mark.parametrize("verb", ["prep_recv", "start_generate"])
+def test_tandem_follow_dying_after_the_hand_off_continues_on_a_live_engine(
+        code: grpc.StatusCode, verb: str) -> None:
+    lead, follow = _tandem_pair()
+    cluster = _cluster({follow: [Fault(verb, 0, code=code, after=True)]})
+    run = _run(cluster, "tandem", TANDEM)
+    assert run.error is None, run.error
+    # The lead's 2 tokens, then the rest from a re-prefill on the live engine: the tokens one
+    # engine alone produces.
+    assert run.tokens == cluster.reference(PROMPT, MAX_TOKENS)
+    assert f"resumed=e{follow}->e{lead}" in run.request.route.header()
+    assert not cluster.engines[f"e{follow}"].healthy
+    cluster.assert_clean()
+
+
+def test_the_retry_budget_bounds_retries() -> None:
+    cluster = _cluster({0: [Fault("start_generate", 0, code=grpc.StatusCode.UNKNOWN)],
+                        1: [Fault("start_generate", 0, code=grpc.StatusCode.UNKNOWN)],
+                        2: [Fault("start_generate", 0, code=grpc.StatusCode.UNKNOWN)]},
+                       engines=3)
+    run = _run(cluster, "round_robin")  # per request: two retries, then the error
+    assert isinstance(run.error, EngineFailed) and run.error.status == 502
+    assert "engine error during generate: UNKNOWN" in run.error.message
+    assert sum(c.calls.count(("start_generate", c.calls[0][1])) for c in
+               (cluster.client(f"e{i}") for i in range(3)) if c.calls) == 3
+    cluster.assert_clean()
+
+
+def test_a_spent_budget_surfaces_the_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pyrouter.dispatch as dispatch
+
+    monkeypatch.setattr(dispatch, "RetryBudget", lambda: RetryBudget(reserve=0.5))
+    cluster = _cluster({0: [Fault("start_generate", 0, code=grpc.StatusCode.CANCELLED)]})
+    run = _run(cluster, "round_robin")
+    assert isinstance(run.error, EngineFailed) and "CANCELLED" in run.error.message
+    cluster.assert_clean()
+
+
+def test_a_retry_that_finds_no_engine_waits_for_one_to_come_back() -> None:
+    """The failure before a retry can take a live engine out of rotation (a dead peer's error
+    surfacing on its stream); its health check brings it back within a poll, and the retry
+    waits for that rather than answering 503 at once."""
+    cluster = _cluster({0: [Fault("start_generate", 0, code=grpc.StatusCode.UNKNOWN)]},
+                       engines=1)
+
+    async def scenario() -> Any:
+        async def health_watcher() -> None:  # the engine answers its health check again
+            while cluster.engines["e0"].healthy:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.2)
+            cluster.engines["e0"].healthy = True
+            cluster.core.table.set_health(0, True)
+
+        watcher = asyncio.create_task(health_watcher())
+        run = await cluster.run("round_robin", PROMPT, max_tokens=MAX_TOKENS)
+        await watcher
+        return run
+
+    run = asyncio.run(scenario())
+    assert run.error is None, run.error
+    assert run.tokens == cluster.reference(PROMPT, MAX_TOKENS)
+    cluster.assert_clean()
