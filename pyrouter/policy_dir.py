@@ -47,6 +47,7 @@ class PolicyDir:
         self.seen: dict[str, FileKey] = {}
         self.names: dict[str, list[str]] = {}  # file -> policy names it registered
         self.errors: dict[str, str] = {}  # file -> why its latest version failed to load
+        self._outside: set[str] = set()  # links to files elsewhere, skipped (warned once)
         self._task: asyncio.Task[None] | None = None
 
     def resolve(self, name: str) -> str:
@@ -80,7 +81,17 @@ class PolicyDir:
         return names
 
     def files(self) -> list[str]:
-        return sorted(glob.glob(os.path.join(self.directory, "*.py")))
+        """The directory's *.py files that resolve inside it: a link to a file elsewhere is
+        skipped at start and on change, as PUT /admin/policy refuses it."""
+        inside = os.path.realpath(self.directory) + os.sep
+        found = []
+        for path in sorted(glob.glob(os.path.join(self.directory, "*.py"))):
+            if os.path.realpath(path).startswith(inside):
+                found.append(path)
+            elif path not in self._outside:
+                self._outside.add(path)
+                log.warning("policy file %s points outside --policy-dir; not loaded", path)
+        return found
 
     def load_all(self) -> list[str]:
         """Load every file now (at start); a broken file is an error: the router would start

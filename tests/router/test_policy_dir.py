@@ -85,6 +85,22 @@ def test_configmap_symlink_swap_is_a_change(tmp_path):
     assert pdir.poll() == ["pdir_cm"] and route_label("pdir_cm") == "v2"
 
 
+def test_a_link_to_a_file_outside_is_never_loaded(tmp_path):
+    # Issue 24: at start the directory loaded a symlink to a file elsewhere, which PUT refuses.
+    elsewhere, inside = tmp_path / "elsewhere", tmp_path / "policies"
+    elsewhere.mkdir()
+    inside.mkdir()
+    (elsewhere / "evil.py").write_text(policy_source("pdir_outside", "v1"))
+    (inside / "good.py").write_text(policy_source("pdir_inside", "v1"))
+    os.symlink(elsewhere / "evil.py", inside / "evil.py")
+    pdir = PolicyDir(str(inside))
+    assert pdir.load_all() == ["pdir_inside"]
+    (elsewhere / "evil.py").write_text(policy_source("pdir_outside", "v2") + "\n")
+    assert pdir.poll() == []
+    with pytest.raises(BadRequest, match="unknown policy"):
+        get_policy("pdir_outside")
+
+
 def test_bad_directory_and_bad_file_are_clear_errors(tmp_path):
     with pytest.raises(BadRequest, match="not a directory"):
         PolicyDir(str(tmp_path / "missing"))
