@@ -114,9 +114,15 @@ class EngineKeeper:
                 if i in due:
                     if time.monotonic() >= due[i]:
                         del due[i]
-                        spec = replace(self.specs[engine.name], port=engine.port)
+                        # Its ports as before: the router's and Prometheus' targets stay valid.
+                        spec = replace(self.specs[engine.name], port=engine.port,
+                                       metrics_port=getattr(engine, "metrics_port", None)
+                                       or self.specs[engine.name].metrics_port)
                         self.engines[i] = launch(spec, self.log_dir, die_with_parent=True)
                         self._started[engine.name] = time.monotonic()
+                        print(f"engine {engine.name} restarted on port {engine.port}"
+                              + (f", metrics on port {spec.metrics_port}"
+                                 if spec.metrics_port else ""), flush=True)
                     continue
                 if engine.alive():
                     continue  # poll() in alive() also reaps an exited child: no zombie
