@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 
 from pyrouter.cluster import ClusterView
-from pyrouter.degrade import serves
+from pyrouter.degrade import degraded_note, serves
 from pyrouter.engines.handle import EngineHandle, GenerationStream
 from pyrouter.errors import NoCapacity
 from pyrouter.planning.disaggregate import disaggregate
@@ -81,10 +82,19 @@ async def route(req: RouterRequest, cluster: ClusterView) -> GenerationStream:
                        cluster.feedback, now)
     # Only the allowed patterns; when none can run (pd with one engine), what can run at all.
     placements = [p for p in every if p.pattern in patterns] or every
-    if not placements:
-        raise NoCapacity("no engine can both prefill and decode this request",
-                         code="no_capacity")
+    missing = [] if placements else [
+        role for role, takes in (("prefill", [s.prefills for s in states]),
+                                 ("decode", [s.decodes for s in states])) if not any(takes)]
+    if missing:
+        # No engine left for a role (a pd pair lost one): the healthy ones stand in for it, and
+        # the route header says so, as cluster.best does (pyrouter/degrade.py).
+        states = [replace(s, prefills=True, decodes=True) for s in states]
+        placements = candidates(states, len(req.tokens), req.sampling.max_tokens, slo, share,
+                                transfer, cluster.feedback, now)
     chosen = choose(placements, slo)
+    for role in missing:
+        req.route.degraded.append(degraded_note(
+            role, chosen.prefill if role == "prefill" else chosen.decode))
     by_id = {e.id: e for e in engines}
     pred = {s.id: s.pred for s in states}[chosen.prefill]
     commit(chosen, share, now, prefill_extra_ms(pred.prefill_ms, int(pred.prefill_steps),

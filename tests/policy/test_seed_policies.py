@@ -183,3 +183,12 @@ async def test_tandem_fixed_splits_for_baselines_and_experiments() -> None:
     assert [v for v, _ in verbs] == ["prep_recv", "remote_send", "start_generate"]
     _, p, verbs = await _run(cluster, "tandem", list(range(20, 90)), lead_tokens=5)
     assert (p["k"], p["reason"]) == ("5", "fixed") and verbs[0][0] == "start_generate"
+
+
+async def test_adaptive_with_one_role_left_runs_degraded() -> None:
+    # A pd pair whose prefill engine died: the decode engine stands in, and the header says so.
+    cluster = FakeCluster([_engine(role="decode")])
+    run = await cluster.run("adaptive", PROMPT)
+    assert run.error is None and run.tokens == cluster.reference(PROMPT, 8)
+    assert "chose=dp" in run.route and "degraded=prefill->e0" in run.route
+    cluster.assert_clean()
