@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import itertools
 import json
 import math
 import os
 import sys
 from typing import Any
-
-from tqdm import tqdm
 
 from engine.server.cpu_affinity import usable_cores
 from pyrouter.bench.serve.main import _names, _rates
@@ -150,15 +149,20 @@ def run(args: argparse.Namespace) -> int:
                      a.salt, a.policy_params)
     jobs = a.jobs or len(usable_cores())
     total = len(a.policies) * max(1, len(a.rates))
-    bar = tqdm(total=total, desc="runs", unit="run", file=sys.stderr, dynamic_ncols=True,
-               disable=a.no_progress or min(jobs, total) <= 1)  # else: a bar per run
+    # Runs side by side have no bar each: a line as each ends. Not a tqdm bar here, whose
+    # monitor thread could hold tqdm's lock at the moment the workers are forked.
+    done = itertools.count(1)
+
+    def ended(run: dict[str, Any]) -> None:
+        if not a.no_progress and min(jobs, total) > 1:
+            print(f"run {next(done)}/{total} done: {run['label']} ({run['wall_s']:.1f} s)",
+                  file=sys.stderr, flush=True)
+
     try:
-        runs = sweep(cfg, workload, spec, result_dir, lambda _: bar.update(1), jobs)
+        runs = sweep(cfg, workload, spec, result_dir, ended, jobs)
     except KeyboardInterrupt:
         print("interrupted: no summary", file=sys.stderr)
         return 130
-    finally:
-        bar.close()
     wall_s = real_perf_counter() - began
     print(table(runs))
     if cfg.slo and a.rates:
