@@ -29,8 +29,9 @@ def _run_index(index: int) -> Any:
 
 
 def in_processes(fn: Callable[[J], R], jobs: Sequence[J], workers: int) -> Iterator[R]:
-    """fn(job) for every job, yielded in the jobs' order as they finish; with `workers` > 1,
-    each job in a fresh forked process, at most `workers` at once."""
+    """fn(job) for every job, yielded in the jobs' order; with `workers` > 1, in that many
+    worker processes forked from this one before the first job, each taking the next job as it
+    frees up (a job must leave nothing behind that a later one reads)."""
     workers = min(workers, len(jobs))
     global _work
     _work = (fn, jobs)
