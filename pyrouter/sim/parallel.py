@@ -32,21 +32,26 @@ def in_processes(fn: Callable[[J], R], jobs: Sequence[J], workers: int) -> Itera
     """fn(job) for every job, yielded in the jobs' order; with `workers` > 1, in that many
     worker processes forked from this one before the first job, each taking the next job as it
     frees up (a job must leave nothing behind that a later one reads)."""
-    workers = min(workers, len(jobs))
     global _work
-    _work = (fn, jobs)
+    workers = min(workers, len(jobs))
     # What is alive before the first run (the imported modules: torch's alone are hundreds of
     # thousands of objects) outlives every run: out of the collector's reach, the full
     # collections a run's garbage triggers do not walk it again and again, and a forked
-    # worker's collections do not touch (and copy) every page it lives in.
+    # worker's collections do not touch (and copy) every page it lives in. (Left frozen when
+    # a caller froze it already: this may run inside a worker's job.)
+    frozen_before = gc.get_freeze_count()
     gc.freeze()
     try:
         if workers <= 1:
             for job in jobs:
                 yield fn(job)
             return
-        with multiprocessing.get_context("fork").Pool(workers) as pool:
-            yield from pool.imap(_run_index, range(len(jobs)))
+        saved, _work = _work, (fn, jobs)
+        try:
+            with multiprocessing.get_context("fork").Pool(workers) as pool:
+                yield from pool.imap(_run_index, range(len(jobs)))
+        finally:
+            _work = saved
     finally:
-        gc.unfreeze()
-        _work = None
+        if not frozen_before:
+            gc.unfreeze()

@@ -10,6 +10,7 @@ import os
 from typing import Any
 
 from pyrouter.sim.main import run
+from pyrouter.sim.parallel import in_processes
 from tests.sim.sim_helpers import TINY
 
 POLICIES = "round_robin,least_load,pd,tandem"
@@ -64,3 +65,13 @@ def test_a_run_alone_equals_the_same_run_inside_a_sweep(tmp_path: os.PathLike[st
     for key in ("mean_jct_ms", "p99_ttft_ms", "mean_tpot_ms", "slo_attainment", "routes",
                 "engine_busy", "duration_s"):
         assert alone[key] == last[key], key
+
+
+def _inner_sweep(n: int) -> list[int]:
+    """A job that runs its own serial in_processes, as a worker's job may."""
+    return list(in_processes(lambda k: k * n, [1, 2, 3], 1))
+
+
+def test_jobs_may_run_their_own_serial_loops_inside_workers() -> None:
+    assert list(in_processes(_inner_sweep, [1, 10, 100, 1000], 2)) == [
+        [1, 2, 3], [10, 20, 30], [100, 200, 300], [1000, 2000, 3000]]
