@@ -195,14 +195,21 @@ mod tests {
         ] {
             let failed = first_chunk(Err(CallError::Rpc(status)), "cmpl-77-r1").unwrap_err();
             assert!(failed.retryable, "{}", failed.error.message);
-            assert!(!failed.error.message.contains("cmpl-77"), "{}", failed.error.message);
+            assert!(
+                !failed.error.message.contains("cmpl-77"),
+                "{}",
+                failed.error.message
+            );
         }
         let mid = next_chunk(
             Err(CallError::Rpc(Status::unknown("id cmpl-9 lost"))),
             "cmpl-9",
         )
         .unwrap_err();
-        assert_eq!(mid.message, "engine failed mid-stream: UNKNOWN: id <request> lost");
+        assert_eq!(
+            mid.message,
+            "engine failed mid-stream: UNKNOWN: id <request> lost"
+        );
     }
 
     #[test]
@@ -212,7 +219,11 @@ mod tests {
         assert_eq!(before_output.error.code.as_deref(), Some("engine_aborted"));
         let mut with_tokens = chunk("abort", "");
         with_tokens.token_ids = vec![5];
-        assert!(!first_chunk(Ok(Some(with_tokens)), "").unwrap_err().retryable);
+        assert!(
+            !first_chunk(Ok(Some(with_tokens)), "")
+                .unwrap_err()
+                .retryable
+        );
         let mid_stream = next_chunk(Ok(Some(chunk("abort", ""))), "").unwrap_err();
         assert_eq!(
             (mid_stream.status, mid_stream.code.as_deref()),

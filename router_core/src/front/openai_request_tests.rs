@@ -231,10 +231,22 @@ fn output_the_router_cannot_guarantee_is_refused() {
                         "json_schema": {"name": "x", "strict": true, "schema": {}}});
     let tools = json!([{"type": "function", "function": {"name": "f", "parameters": {}}}]);
     let cases = [
-        (json!({"prompt": "x", "response_format": schema}), "response_format"),
-        (json!({"prompt": "x", "response_format": {"type": "json_object"}}), "response_format"),
-        (json!({"prompt": "x", "response_format": "json"}), "response_format"),
-        (json!({"prompt": "x", "tools": tools, "tool_choice": "required"}), "tool_choice"),
+        (
+            json!({"prompt": "x", "response_format": schema}),
+            "response_format",
+        ),
+        (
+            json!({"prompt": "x", "response_format": {"type": "json_object"}}),
+            "response_format",
+        ),
+        (
+            json!({"prompt": "x", "response_format": "json"}),
+            "response_format",
+        ),
+        (
+            json!({"prompt": "x", "tools": tools, "tool_choice": "required"}),
+            "tool_choice",
+        ),
         (
             json!({"prompt": "x", "tools": tools,
                    "tool_choice": {"type": "function", "function": {"name": "f"}}}),

@@ -267,25 +267,28 @@ impl PolicyBridge for PyBridge {
             let answer = answer
                 .await
                 .map_err(|err| internal("the policy bridge failed", err))?;
-            Python::with_gil(|py| -> PyResult<Result<(Segment, pb::GenerateChunk), ShapedError>> {
-                Ok(match split_answer(answer.bind(py))? {
-                    Ok(payload) => {
-                        let (call, engine, first): (Bound<'_, PyAny>, String, Vec<u8>) =
-                            payload.extract()?;
-                        let first = pb::GenerateChunk::decode(first.as_slice()).map_err(|err| {
-                            PyValueError::new_err(format!("bad first chunk: {err}"))
-                        })?;
-                        Ok((
-                            Segment {
-                                call: call_of(&call)?,
-                                engine,
-                            },
-                            first,
-                        ))
-                    }
-                    Err(err) => Err(err),
-                })
-            })
+            Python::with_gil(
+                |py| -> PyResult<Result<(Segment, pb::GenerateChunk), ShapedError>> {
+                    Ok(match split_answer(answer.bind(py))? {
+                        Ok(payload) => {
+                            let (call, engine, first): (Bound<'_, PyAny>, String, Vec<u8>) =
+                                payload.extract()?;
+                            let first =
+                                pb::GenerateChunk::decode(first.as_slice()).map_err(|err| {
+                                    PyValueError::new_err(format!("bad first chunk: {err}"))
+                                })?;
+                            Ok((
+                                Segment {
+                                    call: call_of(&call)?,
+                                    engine,
+                                },
+                                first,
+                            ))
+                        }
+                        Err(err) => Err(err),
+                    })
+                },
+            )
             .unwrap_or_else(|err| Err(internal("the policy bridge answered badly", err)))
         })
     }

@@ -88,7 +88,9 @@ fn joined_text_parts(i: usize, parts: &[Value]) -> Result<String> {
             (Some(other), _) => {
                 return Err(bad(
                     here.clone(),
-                    format!("{here}: content parts of type {other:?} are not supported (text only)"),
+                    format!(
+                        "{here}: content parts of type {other:?} are not supported (text only)"
+                    ),
                 ))
             }
             (None, _) => {
