@@ -3,18 +3,19 @@
 # this machine (`switchyard serve`, each engine pinned to its own cores by --cpu-affinity auto),
 # each workload x rate, the policies interleaved REPS times (A B C A B C ...) on the same prompts
 # and arrivals within a repetition (one salt per repetition), so the spread between repetitions
-# is the machine's and the prompts', not the order's. Follow docs/benchmarking.md "Quiet runs":
+# is the machine's and the prompts', not the order's (the order also rotates, and each
+# repetition first runs its prompts once at its rate to warm the engines up, discarded). Follow docs/benchmarking.md "Quiet runs":
 # load average below 1 before starting, nothing else running.
-#   loadtest/experiments/policies_real.sh                       # 2 engines, ~25 minutes here
-#   ENGINES=3 RATES_AZURE=1,4 loadtest/experiments/policies_real.sh
+#   loadtest/experiments/policies_real.sh                       # 2 engines, ~10 minutes here
+#   ENGINES=3 RATES_AZURE=20,40 loadtest/experiments/policies_real.sh
 #   python loadtest/experiments/real_spread.py bench_results/experiments/policies-real-2
 source "$(dirname "$0")/common.sh"
 ENGINES=${ENGINES:-2}
 REPS=${REPS:-3}
 POLICIES=${POLICIES:-least_load,slo_mux,adaptive}
-NUM_PROMPTS=${NUM_PROMPTS:-40}
-RATES_AZURE=${RATES_AZURE:-2,6}
-RATES_SONNET=${RATES_SONNET:-4,12}
+NUM_PROMPTS=${NUM_PROMPTS:-120}
+RATES_AZURE=${RATES_AZURE:-40,80}
+RATES_SONNET=${RATES_SONNET:-200,400}
 SLO=(--slo-ttft-ms 2000 --slo-tpot-ms 200)  # the tournament's local-profile SLO
 NAME="policies-real-$ENGINES"
 DIR="$OUT/$NAME"
@@ -29,19 +30,31 @@ for _ in $(seq 600); do
   sleep 1
 done
 url="http://127.0.0.1:$PORT"
-uptime | tee "$DIR/uptime.txt"
 # workload name -> its arguments (the tournament's local sizes: docs/experiments.md)
 declare -A WORKLOAD=(
   [azure]="--workload azure-code --length-scale 0.1"
   [sonnet]="--workload sonnet --input-mean 55 --input-std 15 --output-mean 15 --output-std 8"
 )
 declare -A RATES=([azure]=$RATES_AZURE [sonnet]=$RATES_SONNET)
+uptime | tee "$DIR/uptime.txt"
 for workload in azure sonnet; do
   IFS=, read -r -a rates <<<"${RATES[$workload]}"
   for rate in "${rates[@]}"; do
     for rep in $(seq "$REPS"); do
+      # Warm-up, discarded: these prompts at this rate once. An engine's first steps of batch
+      # shapes it has not run yet are several times slower (seen here: 10% attainment for the
+      # first policy of a repetition, 100% for the next on the same prompts).
+      # shellcheck disable=SC2086
+      "$SY" bench serve --url "$url" --no-progress --policies round_robin \
+        --salt $((rep * 1000)) --rates "$rate" --num-prompts "$NUM_PROMPTS" \
+        ${WORKLOAD[$workload]} --result-dir "$DIR/warmup-$workload-$rate-$rep" \
+        >"$DIR/warmup-$workload-$rate-$rep.log"
+      # The order rotates with the repetition (A B C, B C A, C A B): no policy always runs
+      # first or last.
       IFS=, read -r -a policies <<<"$POLICIES"
-      for policy in "${policies[@]}"; do
+      n=${#policies[@]}
+      for k in $(seq 0 $((n - 1))); do
+        policy=${policies[$(((k + rep - 1) % n))]}
         # shellcheck disable=SC2086  # the workload's arguments are words
         "$SY" bench serve --url "$url" --no-progress --policies "$policy" \
           --salt $((rep * 1000)) --rates "$rate" --num-prompts "$NUM_PROMPTS" "${SLO[@]}" \
