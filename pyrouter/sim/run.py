@@ -53,11 +53,11 @@ class SimRun:
     duration_s: float  # virtual: first send -> last response
     wall_s: float  # real seconds the run took to simulate
     engine_busy: dict[str, float]  # engine id -> fraction of the run's duration spent stepping
-
-
     # The latency model's closed loop: "kind/pattern" -> requests and median |error| of the
     # predictions a policy placed requests by (empty for policies that predict nothing).
     prediction_error: dict[str, dict[str, float | int]] = field(default_factory=dict)
+
+
 def roles_for(cfg: SimConfig, policy: str) -> list[str]:
     if cfg.roles:
         return list(cfg.roles)
