@@ -295,7 +295,7 @@ def _timed_stream(base: str, body: dict, out: list[tuple[Outcome, float | None]]
 
 
 @pytest.mark.parametrize("victim", ["decode", "prefill"])
-@pytest.mark.parametrize("policy", ["pd", "tandem"])
+@pytest.mark.parametrize("policy", ["pd", "tandem", "adaptive"])
 def test_sigkill_under_load_spares_requests_that_had_not_started(dep: Deployment, policy: str,
                                                                    victim: str) -> None:
     """Issue 24: 12 streams of mixed prompt lengths; one engine SIGKILLed at a random moment.
