@@ -4,9 +4,10 @@ predicted for it, and a correction for later predictions of the same kind on the
 router_core predicts from the engines' fitted step models and the queues it can see; what it
 cannot see (a transfer's real cost, co-located engines slowing each other, prefills that arrive
 while a request decodes, a model fitted on another load) shows up as a steady ratio between
-what happened and what was predicted. The correction is that ratio, smoothed in log space per
-(engine, pattern, kind) so one outlier moves it little and over- and under-prediction weigh the
-same, clamped so a burst of odd requests cannot make the router believe anything absurd.
+what happened and what was predicted. The correction is that ratio, smoothed in log space — per
+(engine, pattern) for TPOT, per pattern across engines for TTFT (see `correction`) — so one
+outlier moves it little and over- and under-prediction weigh the same, clamped so a burst of
+odd requests cannot make the router believe anything absurd.
 
 A policy attaches its prediction to the request (`req.predicted`); the dispatcher observes the
 outcome when the request ends (Dispatcher.record), `/metrics` exports every ratio
@@ -23,6 +24,7 @@ TTFT, TPOT = "ttft", "tpot"
 _ALPHA = 0.1            # weight of each new observation in the smoothed log ratio
 _CLAMP = (0.25, 4.0)    # the correction never scales a prediction beyond these
 _KEEP = 4096            # recent |log ratio| values kept for summaries
+_ALL = "*"              # the key of a pattern's correction across engines
 
 # (kind, pattern, actual / predicted): what the metrics observe.
 ErrorSink = Callable[[str, str, float], None]
@@ -49,7 +51,14 @@ class PredictionFeedback:
         self.sink = sink
 
     def correction(self, engine: str, pattern: str, kind: str) -> float:
-        """Factor to multiply a fresh prediction by (1.0 until something was observed)."""
+        """Factor to multiply a fresh prediction by (1.0 until something was observed). TTFT's is
+        the pattern's across engines: its error is mostly the queue the router could not see yet
+        (Stats are 0.5 s apart), which no engine owns — and a per-engine factor learned from the
+        first requests of a burst makes the engine that happened to be over-predicted look
+        cheap to every request after them (measured: 4 H100 engines, a burst, 97% -> 87%). TPOT's
+        is per engine: it is the engine's own step model that is off."""
+        if kind == TTFT:
+            engine = _ALL
         value = self._log_ratio.get((engine, pattern, kind))
         if value is None:
             return 1.0
@@ -68,13 +77,14 @@ class PredictionFeedback:
                  tpot_s)):
             if got_s is None or got_s <= 0 or not (_usable(used_ms) and _usable(raw_ms)):
                 continue
-            key = (engine, predicted.pattern, kind)
-            seen = self._seen.get(key, 0)
-            # The first observations set the level quickly; later ones move it slowly.
-            alpha = max(_ALPHA, 1.0 / (seen + 1))
-            before = self._log_ratio.get(key, 0.0)
-            self._log_ratio[key] = before + alpha * (math.log(got_s * 1000.0 / raw_ms) - before)
-            self._seen[key] = seen + 1
+            for key in ((engine, predicted.pattern, kind), (_ALL, predicted.pattern, kind)):
+                seen = self._seen.get(key, 0)
+                # The first observations set the level quickly; later ones move it slowly.
+                alpha = max(_ALPHA, 1.0 / (seen + 1))
+                before = self._log_ratio.get(key, 0.0)
+                self._log_ratio[key] = before + alpha * (math.log(got_s * 1000.0 / raw_ms)
+                                                         - before)
+                self._seen[key] = seen + 1
             ratio = got_s * 1000.0 / used_ms
             recent = self._recent.setdefault((kind, predicted.pattern), [])
             recent.append(abs(math.log(ratio)))
