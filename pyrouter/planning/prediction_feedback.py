@@ -59,7 +59,10 @@ class PredictionFeedback:
         is per engine: it is the engine's own step model that is off."""
         if kind == TTFT:
             engine = _ALL
-        value = self._log_ratio.get((engine, pattern, kind))
+        # A pattern not seen yet takes the error of every pattern's predictions: leaving it at 1.0
+        # would make it look cheaper than a seen one whose predictions run short.
+        value = self._log_ratio.get((engine, pattern, kind),
+                                    self._log_ratio.get((engine, _ALL, kind)))
         if value is None:
             return 1.0
         return min(_CLAMP[1], max(_CLAMP[0], math.exp(value)))
@@ -77,7 +80,8 @@ class PredictionFeedback:
                  tpot_s)):
             if got_s is None or got_s <= 0 or not (_usable(used_ms) and _usable(raw_ms)):
                 continue
-            for key in ((engine, predicted.pattern, kind), (_ALL, predicted.pattern, kind)):
+            for key in ((engine, predicted.pattern, kind), (_ALL, predicted.pattern, kind),
+                        (engine, _ALL, kind), (_ALL, _ALL, kind)):
                 seen = self._seen.get(key, 0)
                 # The first observations set the level quickly; later ones move it slowly.
                 alpha = max(_ALPHA, 1.0 / (seen + 1))

@@ -65,10 +65,12 @@ def test_feedback_learns_the_ratio_per_engine_pattern_and_kind() -> None:
     # TTFT's correction is the pattern's across engines (its error is the queue nobody saw);
     # TPOT's is the engine's own
     assert math.isclose(fb.correction("e1", "dp", "ttft"), 2.0)
-    assert fb.correction("e0", "pd", "ttft") == 1.0
+    # a pattern not seen yet takes every pattern's error, not 1.0 (it would look cheaper)
+    assert math.isclose(fb.correction("e0", "pd", "ttft"), 2.0)
     fb.observe(_outcome(100.0, 10.0), ttft_s=0.1, tpot_s=0.030)
     assert math.isclose(fb.correction("e1", "dp", "tpot"), math.sqrt(3))  # e1 decoded it
     assert fb.correction("e0", "dp", "tpot") == 1.0
+    assert math.isclose(fb.correction("e1", "pd", "tpot"), math.sqrt(3))
     # learned from the raw prediction: corrected predictions that are now right keep it at 2
     for _ in range(50):
         fb.observe(_outcome(200.0, 10.0, raw_ttft=100.0), ttft_s=0.2, tpot_s=0.010)

@@ -152,7 +152,9 @@ async def test_adaptive_disaggregates_a_prefill_that_would_push_decodes_over_tpo
     assert (p["chose"], p["prefill"], p["decode"], p["fits"], p["harm"]) == \
         ("pd", "e2", "e0", "1", "0")
     assert [v for v, _ in verbs] == ["prep_recv", "remote_send", "start_generate"]
-    # allowed data parallel only, it says what that costs the running decodes
+    # allowed data parallel only, it says what that costs the running decodes (a fresh cluster:
+    # the fake engines answer at once, so the first request taught the closed loop nothing real)
+    cluster = FakeCluster([_engine(**busy), _engine(**busy), _engine(role="prefill")])
     _, p, _ = await _run(cluster, "adaptive", prompt[1:], tpot_ms=100.0, patterns="dp")
     assert p["chose"] == "dp" and p["harm"] == "20"
 
