@@ -15,27 +15,39 @@ simulate() {
   "$SY" bench simulate --plot --no-progress --result-dir "$OUT/$name" "$@"
 }
 
+# start_serve LOG ENGINES [SERVE ARGS...]: `switchyard serve` in the background (serve_pid),
+# stopped on exit, Ctrl-C or failure; returns once it serves (its output in LOG).
+start_serve() {
+  local log=$1 engines=$2
+  shift 2
+  "$SY" serve --engines "$engines" --policy round_robin --port "$PORT" "$@" >"$log" 2>&1 &
+  serve_pid=$!
+  trap 'kill -INT '"$serve_pid"' 2>/dev/null || true; wait '"$serve_pid"' 2>/dev/null || true' \
+    EXIT
+  for _ in $(seq 600); do
+    grep -q "switchyard serving on" "$log" && return 0
+    kill -0 "$serve_pid" 2>/dev/null || { cat "$log" >&2; return 1; }
+    sleep 1
+  done
+}
+
+# stop_serve: the server start_serve started, stopped.
+stop_serve() {
+  kill -INT "$serve_pid"
+  wait "$serve_pid" || true
+  trap - EXIT
+}
+
 # real NAME ENGINES ARGS...: start ENGINES real engines and a router, run `switchyard bench
 # serve` with ARGS into $OUT/NAME, stop everything (also on Ctrl-C or failure).
 real() {
   local name=$1 engines=$2
   shift 2
   mkdir -p "$OUT/$name"
-  "$SY" serve --engines "$engines" --policy round_robin --port "$PORT" \
-    >"$OUT/$name/serve.log" 2>&1 &
-  local serve_pid=$!
-  trap 'kill -INT '"$serve_pid"' 2>/dev/null || true; wait '"$serve_pid"' 2>/dev/null || true' \
-    EXIT
-  for _ in $(seq 600); do
-    grep -q "switchyard serving on" "$OUT/$name/serve.log" && break
-    kill -0 "$serve_pid" 2>/dev/null || { cat "$OUT/$name/serve.log" >&2; return 1; }
-    sleep 1
-  done
+  start_serve "$OUT/$name/serve.log" "$engines"
   "$SY" bench serve --url "http://127.0.0.1:$PORT" --plot --no-progress \
     --result-dir "$OUT/$name" "$@"
-  kill -INT "$serve_pid"
-  wait "$serve_pid" || true
-  trap - EXIT
+  stop_serve
 }
 
 # mode [sim|real]: the first argument of every experiment script.

@@ -20,15 +20,7 @@ SLO=(--slo-ttft-ms 2000 --slo-tpot-ms 200)  # the tournament's local-profile SLO
 NAME="policies-real-$ENGINES"
 DIR="$OUT/$NAME"
 mkdir -p "$DIR"
-"$SY" serve --engines "$ENGINES" --policy round_robin --port "$PORT" --cpu-affinity auto \
-  >"$DIR/serve.log" 2>&1 &
-serve_pid=$!
-trap 'kill -INT '"$serve_pid"' 2>/dev/null || true; wait '"$serve_pid"' 2>/dev/null || true' EXIT
-for _ in $(seq 600); do
-  grep -q "switchyard serving on" "$DIR/serve.log" && break
-  kill -0 "$serve_pid" 2>/dev/null || { cat "$DIR/serve.log" >&2; exit 1; }
-  sleep 1
-done
+start_serve "$DIR/serve.log" "$ENGINES" --cpu-affinity auto
 url="http://127.0.0.1:$PORT"
 # workload name -> its arguments (the tournament's local sizes: docs/experiments.md)
 declare -A WORKLOAD=(

@@ -17,14 +17,7 @@ load=(--workload sonnet --input-mean 128 --input-std 32 --output-mean 16 --outpu
   --rates "${RATES:-0.5}" --num-prompts "${NUM_PROMPTS:-20}")
 VAL="$OUT/validate"
 mkdir -p "$VAL"
-"$SY" serve --engines 2 --policy round_robin --port "$PORT" >"$VAL/serve.log" 2>&1 &
-serve_pid=$!
-trap 'kill -INT '"$serve_pid"' 2>/dev/null || true; wait '"$serve_pid"' 2>/dev/null || true' EXIT
-for _ in $(seq 600); do
-  grep -q "switchyard serving on" "$VAL/serve.log" && break
-  kill -0 "$serve_pid" 2>/dev/null || { cat "$VAL/serve.log" >&2; exit 1; }
-  sleep 1
-done
+start_serve "$VAL/serve.log" 2
 url="http://127.0.0.1:$PORT"
 "$SY" bench serve --url "$url" --no-progress --policies "$POLICIES" --salt 0 "${load[@]}" \
   --result-dir "$VAL/calibration" >"$VAL/calibration.log"
@@ -38,9 +31,7 @@ uptime | tee "$VAL/uptime.txt"
 "$SY" bench serve --url "$url" --no-progress --policies "$POLICIES" --salt 1000 "${load[@]}" \
   --result-dir "$VAL/real"
 uptime | tee -a "$VAL/uptime.txt"
-kill -INT "$serve_pid"
-wait "$serve_pid" || true
-trap - EXIT
+stop_serve
 "$SY" bench simulate --profile "$VAL/profile.json" --roles any,any --no-progress \
   --policies "$POLICIES" --salt 1000 "${load[@]}" --result-dir "$VAL/sim"
 "$ROOT/.venv/bin/python" "$ROOT/loadtest/experiments/compare.py" "$VAL/real/summary.json" \
