@@ -63,6 +63,7 @@ class Placement:
     kv_ok: bool
     prefill_queue_ms: float
     outcome: PredictedOutcome
+    prefill_extra_ms: float = 0.0  # what its prefill adds to the prefill engine's steps
 
     @property
     def score(self) -> int:
@@ -139,7 +140,7 @@ def _evaluate(p: EngineState, d: EngineState, prompt_len: int, max_tokens: int, 
                              - _finite(dp_.decode_step_now_ms), slo, feedback)
     outcome = PredictedOutcome(pattern, p.id, d.id, ttft, tpot, raw_ttft, raw_tpot)
     return Placement(pattern, p.id, d.id, ttft, tpot, meets, harm, bool(dp_.kv_ok),
-                     _finite(pp.queue_ms), outcome)
+                     _finite(pp.queue_ms), outcome, extra)
 
 
 def _own_tpot(d: EngineState, share: float, max_tokens: int, starts_after_ms: float) -> float:
@@ -209,8 +210,7 @@ def choose(placements: list[Placement], slo: Slo) -> Placement:
     return min(top, key=lambda p: (-p.prefill_queue_ms, p.pattern != DP, p.prefill, p.decode))
 
 
-def commit(chosen: Placement, share: PrefillShare, now: float, extra_ms: float,
-           max_tokens: int) -> None:
+def commit(chosen: Placement, share: PrefillShare, now: float, max_tokens: int) -> None:
     """Record the chosen placement's prefill and its decode horizon."""
-    share.add(chosen.prefill, now, extra_ms)
+    share.add(chosen.prefill, now, chosen.prefill_extra_ms)
     share.note_decode_time(max_tokens * chosen.tpot_ms / 1000.0)

@@ -25,7 +25,7 @@ from pyrouter.degrade import degraded_note, serves
 from pyrouter.engines.handle import EngineHandle, GenerationStream
 from pyrouter.errors import NoCapacity
 from pyrouter.planning.disaggregate import disaggregate
-from pyrouter.planning.interference import PrefillShare, prefill_extra_ms
+from pyrouter.planning.interference import PrefillShare
 from pyrouter.planning.placement import (
     DP,
     PD,
@@ -96,10 +96,7 @@ async def route(req: RouterRequest, cluster: ClusterView) -> GenerationStream:
         req.route.degraded.append(degraded_note(
             role, chosen.prefill if role == "prefill" else chosen.decode))
     by_id = {e.id: e for e in engines}
-    pred = {s.id: s.pred for s in states}[chosen.prefill]
-    commit(chosen, share, now, prefill_extra_ms(pred.prefill_ms, int(pred.prefill_steps),
-                                                pred.decode_step_now_ms),
-           req.sampling.max_tokens)
+    commit(chosen, share, now, req.sampling.max_tokens)
     req.predicted = chosen.outcome
     return await _run(req, chosen, by_id[chosen.prefill], by_id[chosen.decode], transfer)
 
