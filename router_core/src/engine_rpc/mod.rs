@@ -1,20 +1,27 @@
-//! The router's client for one engine: a tonic channel (HTTP/2, one connection, lazily opened)
-//! and the calls the HTTP front makes on the request path — StartGenerate and Abort (the other
-//! verbs are the Python policies', on pyrouter's grpc.aio channel, as are Health, Stats,
-//! ModelInfo and KV events: pyrouter/engines/membership.py).
+//! The router's one client for one engine: a tonic channel (HTTP/2, one connection, lazily
+//! opened) and every call the router makes on it — the request verbs (PrepRecv, RemoteSend,
+//! StartGenerate, Abort), the upkeep calls (Stats, ModelInfo, KVEvents, Configure) and the
+//! standard gRPC health check. The HTTP front streams generations through it, and Python
+//! reaches the same client through `EngineRpcClient` (python/engine_client.rs): a router
+//! process dials each engine once.
 //!
-//! Abort gets the client's deadline (sent to the engine as `grpc-timeout` and enforced here, so
-//! an expired call is DEADLINE_EXCEEDED as grpc.aio reports it); a generation has none (it
-//! streams for as long as its max_tokens needs). Every call carries the deployment's engine
-//! token (`authorization: Bearer <token>`, engine/server/auth.py) when there is one.
+//! Unary calls get a deadline (the client's, or the call's own; sent to the engine as
+//! `grpc-timeout` and enforced here, so an expired call is DEADLINE_EXCEEDED as grpc.aio
+//! reports it); a generation has none (it streams for as long as its max_tokens needs). Every
+//! call carries the deployment's engine token (`authorization: Bearer <token>`,
+//! engine/server/auth.py) when there is one, and a call may add metadata of its own (the verb
+//! span's trace context, `traceparent`).
 
-mod generate_call;
+mod stream_call;
 
-pub use generate_call::{CallError, GenerateCall};
+pub use stream_call::{CallError, GenerateCall, KvEventsCall, StreamCall};
 
 use crate::error::{Result, RouterCoreError};
 use crate::rpc::pb;
 use crate::rpc::pb::engine_client::EngineClient;
+use crate::rpc::tonic_health::pb::health_check_response::ServingStatus;
+use crate::rpc::tonic_health::pb::health_client::HealthClient;
+use crate::rpc::tonic_health::pb::HealthCheckRequest;
 use crate::rpc::MAX_MESSAGE_BYTES;
 use std::future::Future;
 use std::sync::Arc;
@@ -36,9 +43,14 @@ pub struct EngineTls {
     pub server_name: Option<String>,
 }
 
+/// Extra gRPC metadata for one call: (key, value) pairs.
+pub type CallMetadata = [(String, String)];
+
 #[derive(Clone)]
 pub struct EngineRpc {
     client: EngineClient<Channel>,
+    /// grpc.health.v1 on the same channel.
+    health: HealthClient<Channel>,
     timeout: Duration,
     /// `Bearer <engine token>`, or None when the engines are open.
     authorization: Option<MetadataValue<Ascii>>,
@@ -85,41 +97,149 @@ impl EngineRpc {
                 RouterCoreError::InvalidArgument(format!("engine TLS settings: {err}"))
             })?;
         }
-        let client = EngineClient::new(endpoint.connect_lazy())
+        let channel = endpoint.connect_lazy();
+        let client = EngineClient::new(channel.clone())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         Ok(EngineRpc {
             client,
+            health: HealthClient::new(channel),
             timeout,
             authorization,
         })
     }
 
-    fn request<M>(&self, message: M) -> Request<M> {
+    /// The unary deadline when a call names none.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// `message` with the engine token and `metadata` (entries that are not valid metadata are
+    /// left out).
+    fn request<M>(&self, message: M, metadata: &CallMetadata) -> Request<M> {
         let mut request = Request::new(message);
         if let Some(value) = &self.authorization {
             request
                 .metadata_mut()
                 .insert("authorization", value.clone());
         }
+        for (key, value) in metadata {
+            let key = MetadataKey::<Ascii>::from_bytes(key.as_bytes());
+            if let (Ok(key), Ok(value)) = (key, MetadataValue::try_from(value.as_str())) {
+                request.metadata_mut().insert(key, value);
+            }
+        }
         request
     }
 
-    /// Runs a unary call under the client's deadline.
+    /// Runs a unary call under `timeout` (None: the client's).
     async fn unary<Req, Resp, Fut>(
         &self,
         message: Req,
+        metadata: &CallMetadata,
+        timeout: Option<Duration>,
         call: impl FnOnce(EngineClient<Channel>, Request<Req>) -> Fut,
     ) -> std::result::Result<Resp, Status>
     where
         Fut: Future<Output = std::result::Result<tonic::Response<Resp>, Status>>,
     {
-        let mut request = self.request(message);
-        request.set_timeout(self.timeout);
-        match tokio::time::timeout(self.timeout, call(self.client.clone(), request)).await {
-            Ok(answer) => answer.map(tonic::Response::into_inner),
-            Err(_) => Err(Status::deadline_exceeded("Deadline Exceeded")),
-        }
+        let timeout = timeout.unwrap_or(self.timeout);
+        let mut request = self.request(message, metadata);
+        request.set_timeout(timeout);
+        within(timeout, call(self.client.clone(), request)).await
+    }
+
+    /// Reserves KV pages for tokens[matched:end] (PrepRecv).
+    pub async fn prep_recv(
+        &self,
+        message: pb::PrepRecvRequest,
+        metadata: &CallMetadata,
+    ) -> std::result::Result<pb::PrepRecvResponse, Status> {
+        self.unary(message, metadata, None, |mut c, r| async move {
+            c.prep_recv(r).await
+        })
+        .await
+    }
+
+    /// Computes KV for tokens[begin:end] and pushes it into another engine's reservation
+    /// (RemoteSend); `timeout` None: the client's.
+    pub async fn remote_send(
+        &self,
+        message: pb::RemoteSendRequest,
+        metadata: &CallMetadata,
+        timeout: Option<Duration>,
+    ) -> std::result::Result<pb::RemoteSendResponse, Status> {
+        self.unary(message, metadata, timeout, |mut c, r| async move {
+            c.remote_send(r).await
+        })
+        .await
+    }
+
+    /// The engine's load (Stats).
+    pub async fn stats(
+        &self,
+        timeout: Option<Duration>,
+    ) -> std::result::Result<pb::StatsResponse, Status> {
+        self.unary(pb::StatsRequest {}, &[], timeout, |mut c, r| async move {
+            c.stats(r).await
+        })
+        .await
+    }
+
+    /// What the engine serves and how its KV is laid out (ModelInfo).
+    pub async fn model_info(
+        &self,
+        timeout: Option<Duration>,
+    ) -> std::result::Result<pb::ModelInfoResponse, Status> {
+        self.unary(
+            pb::ModelInfoRequest {},
+            &[],
+            timeout,
+            |mut c, r| async move { c.model_info(r).await },
+        )
+        .await
+    }
+
+    /// Changes run-time settings (Configure); the answer says what is in force.
+    pub async fn configure(
+        &self,
+        message: pb::ConfigureRequest,
+        timeout: Option<Duration>,
+    ) -> std::result::Result<pb::ConfigureResponse, Status> {
+        self.unary(message, &[], timeout, |mut c, r| async move {
+            c.configure(r).await
+        })
+        .await
+    }
+
+    /// grpc.health.v1's answer for the whole server (""): true when SERVING. Any failure
+    /// (unreachable, timed out, another status) is false.
+    pub async fn healthy(&self, timeout: Duration) -> bool {
+        let mut request = self.request(
+            HealthCheckRequest {
+                service: String::new(),
+            },
+            &[],
+        );
+        request.set_timeout(timeout);
+        let mut health = self.health.clone();
+        within(timeout, async move { health.check(request).await })
+            .await
+            .is_ok_and(|answer| answer.status == ServingStatus::Serving as i32)
+    }
+
+    /// Opens the engine's KV event stream (on `runtime`); with `snapshot` the first batch is
+    /// the full set it holds.
+    pub fn kv_events(&self, snapshot: bool, runtime: &tokio::runtime::Handle) -> Arc<KvEventsCall> {
+        let mut client = self.client.clone();
+        let request = self.request(pb::KvEventsRequest { snapshot }, &[]);
+        let started = runtime.spawn(async move {
+            client
+                .kv_events(request)
+                .await
+                .map(tonic::Response::into_inner)
+        });
+        Arc::new(StreamCall::new(started))
     }
 
     /// True when the engine knew the request. `handoff`: a running generation ends with
@@ -133,36 +253,44 @@ impl EngineRpc {
             request_id: request_id.to_owned(),
             handoff,
         };
-        self.unary(message, |mut c, r| async move { c.abort(r).await })
-            .await
-            .map(|answer| answer.found)
+        self.unary(
+            message,
+            &[],
+            None,
+            |mut c, r| async move { c.abort(r).await },
+        )
+        .await
+        .map(|answer| answer.found)
     }
 
     /// Starts the generation now (on `runtime`) and returns its handle; the chunks are read
-    /// with [`GenerateCall::next`]. `metadata`: extra gRPC
-    /// metadata (the verb span's trace context, `traceparent`); entries that are not valid
-    /// metadata are left out.
+    /// with [`StreamCall::next`].
     pub fn start_generate(
         &self,
         message: pb::StartGenerateRequest,
-        metadata: &[(String, String)],
+        metadata: &CallMetadata,
         runtime: &tokio::runtime::Handle,
     ) -> Arc<GenerateCall> {
         let mut client = self.client.clone();
-        let mut request = self.request(message);
-        for (key, value) in metadata {
-            let key = MetadataKey::<Ascii>::from_bytes(key.as_bytes());
-            if let (Ok(key), Ok(value)) = (key, MetadataValue::try_from(value.as_str())) {
-                request.metadata_mut().insert(key, value);
-            }
-        }
+        let request = self.request(message, metadata);
         let started = runtime.spawn(async move {
             client
                 .start_generate(request)
                 .await
                 .map(tonic::Response::into_inner)
         });
-        Arc::new(GenerateCall::new(started))
+        Arc::new(StreamCall::new(started))
+    }
+}
+
+/// `call`'s answer, or DEADLINE_EXCEEDED (as grpc.aio reports it) once `timeout` has passed.
+async fn within<Resp>(
+    timeout: Duration,
+    call: impl Future<Output = std::result::Result<tonic::Response<Resp>, Status>>,
+) -> std::result::Result<Resp, Status> {
+    match tokio::time::timeout(timeout, call).await {
+        Ok(answer) => answer.map(tonic::Response::into_inner),
+        Err(_) => Err(Status::deadline_exceeded("Deadline Exceeded")),
     }
 }
 

@@ -1,7 +1,8 @@
-//! `GenerateCall`: one StartGenerate stream, shared by whoever reads it — Python (the policy's
-//! admission reads the first chunk) and then the HTTP front, which reads the rest — and
-//! cancellable from either side. Cancelling drops the stream, which resets the HTTP/2 stream:
-//! the engine aborts the generation.
+//! `StreamCall`: one server-streaming call to an engine, shared by whoever reads it and
+//! cancellable from either side. `GenerateCall` (StartGenerate) is read by Python (the policy's
+//! admission reads the first chunk) and then by the HTTP front, which reads the rest; KVEvents
+//! is read by the router's membership upkeep. Cancelling drops the stream, which resets the
+//! HTTP/2 stream: the engine aborts the generation (or stops sending events).
 
 use crate::rpc::pb;
 use std::sync::{Mutex, PoisonError};
@@ -22,40 +23,45 @@ pub enum CallError {
     Busy,
 }
 
-type Started = std::result::Result<Streaming<pb::GenerateChunk>, Status>;
+type Started<T> = std::result::Result<Streaming<T>, Status>;
+
+/// One StartGenerate stream.
+pub type GenerateCall = StreamCall<pb::GenerateChunk>;
+/// One KVEvents stream (endless until cancelled).
+pub type KvEventsCall = StreamCall<pb::KvEventBatch>;
 
 /// How long a finished call's end (its trailers) is waited for before the stream is dropped.
 const END_WAIT: Duration = Duration::from_secs(5);
 
-enum CallState {
+enum CallState<T> {
     /// The call was sent; the engine has not answered with its headers yet.
-    Starting(JoinHandle<Started>),
-    Open(Box<Streaming<pb::GenerateChunk>>),
+    Starting(JoinHandle<Started<T>>),
+    Open(Box<Streaming<T>>),
     /// A reader holds the stream right now.
     Reading,
     /// The stream ended (finished, failed or cancelled).
     Ended,
 }
 
-pub struct GenerateCall {
-    state: Mutex<CallState>,
+pub struct StreamCall<T> {
+    state: Mutex<CallState<T>>,
     cancelled: watch::Sender<bool>,
 }
 
-impl GenerateCall {
-    pub(super) fn new(started: JoinHandle<Started>) -> Self {
-        GenerateCall {
+impl<T: Send + 'static> StreamCall<T> {
+    pub(super) fn new(started: JoinHandle<Started<T>>) -> Self {
+        StreamCall {
             state: Mutex::new(CallState::Starting(started)),
             cancelled: watch::Sender::new(false),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, CallState> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, CallState<T>> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The next chunk; `Ok(None)` once the engine closed the stream.
-    pub async fn next(&self) -> std::result::Result<Option<pb::GenerateChunk>, CallError> {
+    /// The next message; `Ok(None)` once the engine closed the stream.
+    pub async fn next(&self) -> std::result::Result<Option<T>, CallError> {
         let taken = std::mem::replace(&mut *self.lock(), CallState::Reading);
         let mut cancelled = self.cancelled.subscribe();
         if *cancelled.borrow() {
