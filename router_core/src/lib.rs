@@ -22,6 +22,8 @@ pub mod latency_model;
 pub mod mock_engine;
 #[cfg(feature = "mock-worker")]
 pub mod mock_worker;
+#[cfg(feature = "front")]
+pub mod otel;
 pub mod prediction;
 pub mod prefix_index;
 pub mod router;

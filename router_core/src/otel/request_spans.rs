@@ -1,0 +1,248 @@
+//! One request's spans as the front's request task makes them:
+//!
+//! ```text
+//! router.request             child of the client's traceparent, if it sent a valid one
+//!   router.segment [k]       from asking for segment k (the fast pick, the policy's admission
+//!                            or its next segment) to that segment's end
+//!     router.decision        the Python policy's (pyrouter/request_trace.py), with the verbs
+//!                            it called: verb.prep_recv / verb.remote_send
+//!     verb.start_generate    the segment's generation -> the engine's engine.generate
+//! ```
+//!
+//! Spans are started and ended as the request goes (the engines need their ids while it
+//! runs); the request's own attributes go on its span when it closes. The segment a traced
+//! request is in is registered with the tracer under the engine-side request id, which is how
+//! the Python decision finds its parent across the bridge.
+
+use super::router_tracer::RouterTracer;
+use super::traceparent::{self, KV_PARENT, TRACEPARENT};
+use opentelemetry::trace::{Span as _, SpanContext, Status};
+use opentelemetry::KeyValue;
+use opentelemetry_sdk::trace::Span;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+/// A span that ends when dropped (or at the time given to `end_at`).
+pub struct SpanGuard {
+    span: Span,
+}
+
+impl SpanGuard {
+    pub fn new(span: Span) -> Self {
+        SpanGuard { span }
+    }
+
+    pub fn context(&self) -> &SpanContext {
+        self.span.span_context()
+    }
+
+    pub fn traceparent(&self) -> String {
+        traceparent::format(self.context())
+    }
+
+    pub fn set(&mut self, attribute: KeyValue) {
+        self.span.set_attribute(attribute);
+    }
+
+    pub fn set_all(&mut self, attributes: Vec<KeyValue>) {
+        self.span.set_attributes(attributes);
+    }
+
+    pub fn fail(&mut self, description: String) {
+        self.span.set_status(Status::error(description));
+    }
+
+    pub fn end_at(mut self, at: SystemTime) {
+        self.span.end_with_timestamp(at);
+    }
+}
+
+fn rpc_method(verb: &str) -> &'static str {
+    match verb {
+        "prep_recv" => "PrepRecv",
+        "remote_send" => "RemoteSend",
+        "start_generate" => "StartGenerate",
+        "abort" => "Abort",
+        _ => "other",
+    }
+}
+
+/// A verb's span (`verb.<verb>`, under `parent`: a segment, or the decision that called it),
+/// and the gRPC metadata that carries it to the engine: `traceparent`, and for a PrepRecv the
+/// parent too, as `switchyard-kv-parent` (the KV transfer into the reservation happens under
+/// the decision). None when `parent` is not sampled.
+pub fn verb_span(
+    tracer: &RouterTracer,
+    parent: &SpanContext,
+    verb: &str,
+    engine: &str,
+) -> Option<(SpanGuard, Vec<(String, String)>)> {
+    if !parent.is_sampled() {
+        return None;
+    }
+    let span = SpanGuard::new(tracer.start(
+        format!("verb.{verb}"),
+        Some(parent),
+        SystemTime::now(),
+        vec![
+            KeyValue::new("switchyard.engine", engine.to_owned()),
+            KeyValue::new("rpc.method", rpc_method(verb)),
+        ],
+    ));
+    let mut metadata = vec![(TRACEPARENT.to_owned(), span.traceparent())];
+    if verb == "prep_recv" {
+        metadata.push((KV_PARENT.to_owned(), traceparent::format(parent)));
+    }
+    Some((span, metadata))
+}
+
+/// `Instant` -> wall clock, for spans that began before their request's spans were made.
+pub fn wall_time(at: Instant) -> SystemTime {
+    SystemTime::now() - at.elapsed()
+}
+
+struct OpenSegment {
+    span: SpanGuard,
+    /// Its generation's verb span, while it runs (fast path: one per try).
+    generate: Option<SpanGuard>,
+}
+
+pub struct RequestSpans {
+    tracer: Arc<RouterTracer>,
+    engine_request_id: String,
+    request: SpanGuard,
+    segment: Option<OpenSegment>,
+    segments: i64,
+    /// The engines of the request's segments, in order, repeats included.
+    engines: Vec<String>,
+}
+
+impl RequestSpans {
+    /// The request's span under the client's `traceparent` (if any), when the sampler keeps
+    /// it; None for an unsampled request, which then costs nothing more.
+    pub fn start(
+        tracer: &Arc<RouterTracer>,
+        client_headers: &[(String, String)],
+        started: Instant,
+        engine_request_id: &str,
+    ) -> Option<Self> {
+        let parent = traceparent::from_headers(client_headers);
+        let span = tracer.start(
+            "router.request",
+            parent.as_ref(),
+            wall_time(started),
+            Vec::new(),
+        );
+        if !span.span_context().is_sampled() {
+            return None;
+        }
+        Some(RequestSpans {
+            tracer: tracer.clone(),
+            engine_request_id: engine_request_id.to_owned(),
+            request: SpanGuard::new(span),
+            segment: None,
+            segments: 0,
+            engines: Vec::new(),
+        })
+    }
+
+    /// Segment k begins: its decision is about to be made.
+    pub fn begin_segment(&mut self) {
+        self.end_segment(0, "abandoned");
+        let span = SpanGuard::new(self.tracer.start(
+            "router.segment",
+            Some(self.request.context()),
+            SystemTime::now(),
+            vec![KeyValue::new("switchyard.segment.index", self.segments)],
+        ));
+        self.segments += 1;
+        self.tracer
+            .set_segment(&self.engine_request_id, span.context().clone());
+        self.segment = Some(OpenSegment {
+            span,
+            generate: None,
+        });
+    }
+
+    /// The fast path starts the segment's generation on `engine`: the verb's span, and the
+    /// metadata that carries it to the engine.
+    pub fn start_generate(&mut self, engine: &str) -> Vec<(String, String)> {
+        let Some(segment) = &mut self.segment else {
+            return Vec::new();
+        };
+        match verb_span(
+            &self.tracer,
+            segment.span.context(),
+            "start_generate",
+            engine,
+        ) {
+            Some((span, metadata)) => {
+                segment.generate = Some(span);
+                metadata
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// A fast-path try failed before any output (it is retried elsewhere, or the request fails).
+    pub fn generate_failed(&mut self, error: String) {
+        if let Some(mut span) = self.segment.as_mut().and_then(|s| s.generate.take()) {
+            span.fail(error);
+        }
+    }
+
+    /// The segment's stream came back from `engine`.
+    pub fn segment_on(&mut self, engine: &str) {
+        if let Some(segment) = &mut self.segment {
+            segment
+                .span
+                .set(KeyValue::new("switchyard.engine", engine.to_owned()));
+            self.engines.push(engine.to_owned());
+        }
+    }
+
+    /// The running segment ended after `tokens` tokens: the engine's finish reason, "handoff",
+    /// "stop" (a stop string), or how the request ended.
+    pub fn end_segment(&mut self, tokens: u64, reason: &str) {
+        let Some(mut segment) = self.segment.take() else {
+            return;
+        };
+        drop(segment.generate.take());
+        segment.span.set_all(vec![
+            KeyValue::new("switchyard.segment.tokens", tokens as i64),
+            KeyValue::new("switchyard.segment.end_reason", reason.to_owned()),
+        ]);
+    }
+
+    /// The request's engines, sorted and distinct, comma-separated (the root's attribute).
+    fn engines(&self) -> String {
+        let mut engines = self.engines.clone();
+        engines.sort();
+        engines.dedup();
+        engines.join(",")
+    }
+
+    /// Ends every span; `attributes` go on the request's, and `error` (the error type) marks
+    /// it failed.
+    pub fn finish(
+        mut self,
+        tokens: u64,
+        status: &str,
+        mut attributes: Vec<KeyValue>,
+        error: Option<String>,
+    ) {
+        self.end_segment(tokens, status);
+        attributes.push(KeyValue::new("switchyard.engines", self.engines()));
+        self.request.set_all(attributes);
+        if let Some(error) = error {
+            self.request.set(KeyValue::new("error.type", error.clone()));
+            self.request.fail(error);
+        }
+    }
+}
+
+impl Drop for RequestSpans {
+    fn drop(&mut self) {
+        self.tracer.forget_request(&self.engine_request_id);
+    }
+}
