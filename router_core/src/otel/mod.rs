@@ -8,5 +8,5 @@ pub mod request_spans;
 pub mod router_tracer;
 pub mod traceparent;
 
-pub use request_spans::{verb_span, RequestSpans, SpanGuard};
+pub use request_spans::{verb_span, RequestSpans, RequestSummary, SpanGuard};
 pub use router_tracer::{existing_router_tracer, router_tracer, Exporters, RouterTracer};

@@ -115,6 +115,8 @@ pub struct RequestSpans {
     segments: i64,
     /// The engines of the request's segments, in order, repeats included.
     engines: Vec<String>,
+    /// A segment was registered for the Python side (forgotten at the end).
+    shared: bool,
 }
 
 impl RequestSpans {
@@ -143,11 +145,13 @@ impl RequestSpans {
             segment: None,
             segments: 0,
             engines: Vec::new(),
+            shared: false,
         })
     }
 
-    /// Segment k begins: its decision is about to be made.
-    pub fn begin_segment(&mut self) {
+    /// Segment k begins: its decision is about to be made — by the Python policy when
+    /// `for_python` (the segment is registered for it to find), else by the fast path.
+    pub fn begin_segment(&mut self, for_python: bool) {
         self.end_segment(0, "abandoned");
         let span = SpanGuard::new(self.tracer.start(
             "router.segment",
@@ -156,8 +160,11 @@ impl RequestSpans {
             vec![KeyValue::new("switchyard.segment.index", self.segments)],
         ));
         self.segments += 1;
-        self.tracer
-            .set_segment(&self.engine_request_id, span.context().clone());
+        if for_python {
+            self.tracer
+                .set_segment(&self.engine_request_id, span.context().clone());
+            self.shared = true;
+        }
         self.segment = Some(OpenSegment {
             span,
             generate: None,
@@ -222,27 +229,90 @@ impl RequestSpans {
         engines.join(",")
     }
 
-    /// Ends every span; `attributes` go on the request's, and `error` (the error type) marks
-    /// it failed.
-    pub fn finish(
-        mut self,
-        tokens: u64,
-        status: &str,
-        mut attributes: Vec<KeyValue>,
-        error: Option<String>,
-    ) {
-        self.end_segment(tokens, status);
-        attributes.push(KeyValue::new("switchyard.engines", self.engines()));
-        self.request.set_all(attributes);
-        if let Some(error) = error {
-            self.request.set(KeyValue::new("error.type", error.clone()));
-            self.request.fail(error);
+    /// Ends every span, with the request's own attributes on its span.
+    pub fn finish(mut self, summary: RequestSummary<'_>) {
+        let ok = summary.error_type.is_none();
+        self.end_segment(summary.output_tokens, summary.status);
+        let engines = self.engines();
+        let error_type = summary.error_type.map(str::to_owned);
+        self.request.set_all(summary.attributes(engines));
+        if let Some(error_type) = error_type.filter(|_| !ok) {
+            self.request.fail(error_type);
         }
+    }
+}
+
+/// What the request's span says about it when it closes (pyrouter's metrics see the same).
+pub struct RequestSummary<'a> {
+    pub chat: bool,
+    pub model: &'a str,
+    pub max_tokens: i64,
+    pub temperature: f64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub request_id: &'a str,
+    pub engine_request_id: &'a str,
+    pub policy: &'a str,
+    /// "ok" or "error".
+    pub status: &'a str,
+    /// X-Switchyard-Route, and the pattern that ran (None: no engine took it).
+    pub route: &'a str,
+    pub pattern: Option<&'a str>,
+    pub ttft_ms: Option<f64>,
+    /// Why it failed (the error body's code), None when it did not.
+    pub error_type: Option<&'a str>,
+}
+
+impl RequestSummary<'_> {
+    /// The pattern as metrics label it: an adaptive policy's choice (`chose=` in the route)
+    /// rather than its own name (pyrouter/request.py, Route.label).
+    fn label(&self) -> String {
+        let chose = self
+            .route
+            .split(' ')
+            .find_map(|part| part.strip_prefix("chose="));
+        chose
+            .or(self.pattern)
+            .filter(|p| !p.is_empty())
+            .unwrap_or("none")
+            .to_owned()
+    }
+
+    fn attributes(&self, engines: String) -> Vec<KeyValue> {
+        let operation = if self.chat { "chat" } else { "text_completion" };
+        let mut attributes = vec![
+            KeyValue::new("gen_ai.operation.name", operation),
+            KeyValue::new("gen_ai.request.model", self.model.to_owned()),
+            KeyValue::new("gen_ai.request.max_tokens", self.max_tokens),
+            KeyValue::new("gen_ai.request.temperature", self.temperature),
+            KeyValue::new("gen_ai.usage.input_tokens", self.input_tokens as i64),
+            KeyValue::new("gen_ai.usage.output_tokens", self.output_tokens as i64),
+            KeyValue::new("switchyard.request_id", self.request_id.to_owned()),
+            KeyValue::new(
+                "switchyard.engine_request_id",
+                self.engine_request_id.to_owned(),
+            ),
+            KeyValue::new("switchyard.policy", self.policy.to_owned()),
+            KeyValue::new("switchyard.status", self.status.to_owned()),
+            KeyValue::new("switchyard.pattern", self.label()),
+            KeyValue::new("switchyard.route", self.route.to_owned()),
+            KeyValue::new("switchyard.engines", engines),
+        ];
+        if let Some(ttft_ms) = self.ttft_ms {
+            let rounded = (ttft_ms * 1e3).round() / 1e3;
+            attributes.push(KeyValue::new("switchyard.ttft_ms", rounded));
+        }
+        if let Some(error_type) = self.error_type {
+            attributes.push(KeyValue::new("error.type", error_type.to_owned()));
+        }
+        attributes
     }
 }
 
 impl Drop for RequestSpans {
     fn drop(&mut self) {
-        self.tracer.forget_request(&self.engine_request_id);
+        if self.shared {
+            self.tracer.forget_request(&self.engine_request_id);
+        }
     }
 }

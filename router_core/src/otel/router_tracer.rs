@@ -14,12 +14,19 @@
 use super::jsonl::JsonlExporter;
 use opentelemetry::trace::{SpanBuilder, SpanContext, TraceContextExt, Tracer, TracerProvider};
 use opentelemetry::{Context, KeyValue};
-use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider, Span};
+use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider, Span};
 use opentelemetry_sdk::Resource;
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::SystemTime;
+
+/// The sampler when OTEL_TRACES_SAMPLER does not name one: every request, and a client's own
+/// decision in its `traceparent` kept (`parentbased_always_on`, the OpenTelemetry default).
+/// docs/observability.md ("Cost") says what it costs the router per request.
+fn default_sampler() -> Sampler {
+    Sampler::ParentBased(Box::new(Sampler::AlwaysOn))
+}
 
 pub const ROUTER_SERVICE: &str = "switchyard-router";
 pub const ROUTER_INSTANCE: &str = "router";
@@ -79,6 +86,9 @@ impl RouterTracer {
         runtime: Option<&tokio::runtime::Handle>,
     ) -> Result<Self, String> {
         let mut builder = SdkTracerProvider::builder().with_resource(resource());
+        if std::env::var("OTEL_TRACES_SAMPLER").map_or(true, |v| v.is_empty()) {
+            builder = builder.with_sampler(default_sampler());
+        }
         if let Some(path) = &exporters.trace_file {
             let file = JsonlExporter::to_file(path)
                 .map_err(|err| format!("SWITCHYARD_TRACE_FILE {path}: {err}"))?;
@@ -154,15 +164,16 @@ impl RouterTracer {
     }
 }
 
-static ROUTER_TRACER: OnceLock<Option<RouterTracer>> = OnceLock::new();
+static ROUTER_TRACER: OnceLock<Option<Arc<RouterTracer>>> = OnceLock::new();
 
 /// The process's router tracer, made from the environment on first use (None: tracing off, or
 /// its exporter could not be made — said once on stderr).
-pub fn router_tracer(runtime: &tokio::runtime::Handle) -> Option<&'static RouterTracer> {
+pub fn router_tracer(runtime: &tokio::runtime::Handle) -> Option<&'static Arc<RouterTracer>> {
     ROUTER_TRACER
         .get_or_init(|| {
             let exporters = Exporters::from_lookup(|name| std::env::var(name).ok())?;
             RouterTracer::new(&exporters, Some(runtime))
+                .map(Arc::new)
                 .map_err(|err| eprintln!("switchyard: router tracing off: {err}"))
                 .ok()
         })
@@ -170,7 +181,7 @@ pub fn router_tracer(runtime: &tokio::runtime::Handle) -> Option<&'static Router
 }
 
 /// The router tracer if one was made already (at exit: nothing to flush otherwise).
-pub fn existing_router_tracer() -> Option<&'static RouterTracer> {
+pub fn existing_router_tracer() -> Option<&'static Arc<RouterTracer>> {
     ROUTER_TRACER.get().and_then(Option::as_ref)
 }
 
