@@ -17,7 +17,7 @@ from pyrouter.policies.cache_aware import WEIGHTS
 from pyrouter.policy_registry import ActivePolicy
 from pyrouter.request_end import Labels, record_request_metrics
 from pyrouter.state import RouterState
-from router_core import RouterFront
+from router_core import RouterFront, engine_name
 
 log = logging.getLogger("switchyard.router")
 FAST_POLICIES = ("round_robin", "least_load", "cache_aware")
@@ -74,8 +74,9 @@ class FastRequestRecorder:
             pattern = r.pattern or "none"
             labels: Labels | None = None
             if r.engine is not None:
-                handle = state.engines.engines.get(f"e{r.engine}")
-                labels = (pattern, f"e{r.engine}", handle.role if handle else "any")
+                name = engine_name(r.engine)
+                handle = state.engines.engines.get(name)
+                labels = (pattern, name, handle.role if handle else "any")
                 m.count_selection(r.policy, pattern)
             record_request_metrics(m, r.policy, pattern, "ok" if r.ok else "error",
                                    r.error_type, labels, labels, r.ttft_s, r.e2e_s, r.tpot_s,

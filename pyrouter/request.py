@@ -6,23 +6,17 @@ whole context. `prompt_len` stays the prompt's length.
 """
 from __future__ import annotations
 
-import secrets
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from engine.core.sampling_params import SamplingParams
 from pyrouter.scope import RequestScope
 from pyrouter.timeline import RequestTimeline
+from router_core import first_engine_request_id, retry_engine_request_id
 
 if TYPE_CHECKING:
     from pyrouter.planning.prediction_feedback import PredictedOutcome
     from router_core import EnginePrediction
-
-
-def new_request_id(prefix: str) -> str:
-    """`prefix` + 128 random bits: the id the client sees (X-Request-Id, the body's `id`, the
-    trace) and the engines get; unguessable, so nobody can abort another client's request."""
-    return prefix + secrets.token_hex(16)
 
 
 @dataclass(slots=True)
@@ -77,26 +71,27 @@ class RouterRequest:
     # Every reservation, send and generation on any engine, and the router's counts.
     scope: RequestScope = field(default_factory=RequestScope)
     prompt_len: int = 0  # set from tokens at construction
-    # The id the engines know this request by (router-made and random, never shown to a
-    # client; a retry gets the first id with -rN).
+    # The id the engines know this request by: router-made (router_core's engine_names, the
+    # scheme both request paths share), never shown to a client and never derived from anything
+    # a client sent; a fresh random one unless the front made it.
     engine_request_id: str = ""
     engine_attempts: int = 0  # engine-side ids made after the first (retries, resumptions)
+    initial_engine_request_id: str = ""  # the first attempt's, which retries are named after
     completion_tokens: int = 0  # what the client received, filled when the response is complete
     # When each part of the request happened (metrics and spans at its end).
     timeline: RequestTimeline = field(default_factory=RequestTimeline)
 
     def __post_init__(self) -> None:
         self.prompt_len = len(self.tokens)
-        self.engine_request_id = self.engine_request_id or self.request_id
+        self.engine_request_id = self.engine_request_id or first_engine_request_id("req-")
 
     def new_engine_request_id(self) -> str:
         """A fresh engine-side id for the next attempt (the failed one may linger on its
         engine; a live engine may still hold the old id in a finished segment)."""
-        base = self.engine_request_id
-        if self.engine_attempts:  # the current id is one this made: drop its suffix
-            base = base[:-len(f"-r{self.engine_attempts}")]
+        if not self.engine_attempts:  # the current id is the first (the front may have set it)
+            self.initial_engine_request_id = self.engine_request_id
         self.engine_attempts += 1
-        return f"{base}-r{self.engine_attempts}"
+        return retry_engine_request_id(self.initial_engine_request_id, self.engine_attempts)
 
     @property
     def generated(self) -> int:

@@ -21,6 +21,28 @@ def block_hashes(tokens: Sequence[int], block_size: int, seed: int) -> list[int]
 def model_seed(model_id: str) -> int:
     """A per-model hash seed derived from the model id (same model => same seed everywhere)."""
 
+# ---- engine-side names (the one scheme both request paths use; front/engine_names.rs) ----
+def engine_name(num: int) -> str:
+    """Engine `num`'s id in routes, metrics, the admin API and policies ("e0", "e1", ...)."""
+
+def first_engine_request_id(prefix: str) -> str:
+    """A request's engine-side id for its first attempt: `prefix` + 128 random bits, router-made
+    (nothing a client sends goes into it)."""
+
+def retry_engine_request_id(first: str, attempt: int) -> str:
+    """The engine-side id of a request's `attempt`-th retry or resumption (1, 2, ...):
+    `{first}-r{attempt}`."""
+
+# ---- sampling rules (router_core/src/sampling.rs: what the HTTP front applies) ----
+def sampling_error(temperature: float, top_p: float, top_k: int, max_tokens: int,
+                   min_tokens: int, seed: int | None = None,
+                   stop_token_ids: Sequence[int] | None = None,
+                   stop: Sequence[object] | None = None) -> tuple[str, str] | None:
+    """(param, message) of the first sampling rule the values break, in the rules' order, or
+    None. A `stop` entry that is not a string breaks the stop rule. The engine's copy of the
+    rules (engine/core/sampling_params.py) gives the same answers (tests/router_core/
+    test_sampling_parity.py)."""
+
 # ---- prefix index ----
 @final
 class PrefixIndex:

@@ -1,9 +1,11 @@
 """SamplingParams: how one request picks its tokens and when it stops (OpenAI semantics).
 
-The sampling rules: the engine validates what arrives over gRPC by building this (an
-INVALID_ARGUMENT names the field), and the router's bridge builds one for each request the policy
-sees. The router's HTTP front applies the same rules to a request's fields first, in
-router_core/src/sampling.rs (a second copy: change both).
+The engine's check of what arrives over gRPC (building one raises InvalidRequest naming the
+field, which the servicer answers as INVALID_ARGUMENT). The rules' source of truth is the
+router's, router_core/src/sampling.rs, which its HTTP front applies to every client request
+before routing; the engine is a separate package that must not import the router, yet any gRPC
+caller can reach it, so it keeps this copy, held to the same answers and messages by
+tests/router_core/test_sampling_parity.py. Change a rule there first, then here.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from dataclasses import dataclass, field
 from engine.core.errors import InvalidRequest
 
 MAX_TEMPERATURE = 2.0  # OpenAI's upper bound
+MAX_STOP_STRINGS = 4  # OpenAI accepts at most this many
 
 
 @dataclass(slots=True)
@@ -31,9 +34,10 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if not math.isfinite(self.temperature) or not 0 <= self.temperature <= MAX_TEMPERATURE:
             raise InvalidRequest(f"temperature must be in [0, {MAX_TEMPERATURE:g}], got "
-                                 f"{self.temperature}", param="temperature")
+                                 f"{float(self.temperature)!r}", param="temperature")
         if not math.isfinite(self.top_p) or not 0 <= self.top_p <= 1:
-            raise InvalidRequest(f"top_p must be in [0, 1], got {self.top_p}", param="top_p")
+            raise InvalidRequest(f"top_p must be in [0, 1], got {float(self.top_p)!r}",
+                                 param="top_p")
         if self.top_p == 0:
             self.top_p = 1.0
         if self.top_k < -1:
@@ -47,12 +51,15 @@ class SamplingParams:
         if not 0 <= self.min_tokens <= self.max_tokens:
             raise InvalidRequest(f"min_tokens must be in [0, max_tokens={self.max_tokens}], got "
                                  f"{self.min_tokens}", param="min_tokens")
-        if self.seed is not None and not -(2**63) <= self.seed < 2**64:
-            raise InvalidRequest(f"seed must fit in 64 bits, got {self.seed}", param="seed")
+        if self.seed is not None and not -(2**63) <= self.seed < 2**63:  # the proto's int64
+            raise InvalidRequest(f"seed must be a signed 64-bit integer, got {self.seed}",
+                                 param="seed")
         if any(t < 0 for t in self.stop_token_ids):
             raise InvalidRequest("stop_token_ids must be non-negative", param="stop_token_ids")
-        if len(self.stop) > 4 or any(not isinstance(s, str) or not s for s in self.stop):
-            raise InvalidRequest("stop must be up to 4 non-empty strings", param="stop")
+        if len(self.stop) > MAX_STOP_STRINGS or any(not isinstance(s, str) or not s
+                                                    for s in self.stop):
+            raise InvalidRequest(f"stop must be up to {MAX_STOP_STRINGS} non-empty strings",
+                                 param="stop")
 
     @property
     def greedy(self) -> bool:

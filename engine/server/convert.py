@@ -9,14 +9,18 @@ from engine.core.stats import EngineStats
 from engine.kvcache.events import KVEvent
 from switchyard_rpc import engine_pb2 as pb
 
+DEFAULT_MAX_TOKENS = 16  # a StartGenerate that leaves max_tokens unset (OpenAI's default)
+
 
 def sampling_from_proto(msg: pb.SamplingParams) -> SamplingParams:
-    """Raises InvalidRequest for out-of-range values (SamplingParams validates itself)."""
+    """Raises InvalidRequest for out-of-range values (SamplingParams validates itself). A
+    field proto3 leaves at 0 is unset: top_p 0 is off, and max_tokens 0 takes the default (a
+    gRPC caller cannot send 0 itself, so the rule "max_tokens > 0" meets only negatives here)."""
     return SamplingParams(
         temperature=msg.temperature,
         top_p=msg.top_p or 1.0,
         top_k=msg.top_k,
-        max_tokens=msg.max_tokens or 16,
+        max_tokens=msg.max_tokens or DEFAULT_MAX_TOKENS,
         min_tokens=msg.min_tokens,
         seed=msg.seed if msg.HasField("seed") else None,
         stop_token_ids=list(msg.stop_token_ids),

@@ -15,7 +15,7 @@ from engine.server.client import EngineClient
 from pyrouter.core import make_router_core
 from pyrouter.engines.handle import EngineHandle
 from pyrouter.errors import BadRequest, NotFound
-from router_core import RouterCore, RouterFront
+from router_core import RouterCore, RouterFront, engine_name
 from switchyard_rpc import engine_pb2 as pb
 
 log = logging.getLogger("switchyard.router")
@@ -90,7 +90,7 @@ class EngineSet:
         self._next += 1
         # The verbs' deadline: a RemoteSend of a long prompt prefills for minutes on a CPU.
         client = EngineClient(address, timeout_s=_VERB_TIMEOUT_S)
-        handle = EngineHandle(f"e{num}", num, address, role or "any", client, self.core)
+        handle = EngineHandle(engine_name(num), num, address, role or "any", client, self.core)
         self.engines[handle.id] = handle
         self.core.table.upsert(num, handle.role)
         self.core.table.set_health(num, False)

@@ -22,7 +22,7 @@ from pyrouter.sim.client import SimEngineClient, TokenLog
 from pyrouter.sim.cores import SharedCores
 from pyrouter.sim.engine import SimEngine
 from pyrouter.sim.profile import HardwareProfile
-from router_core import RouterCore
+from router_core import RouterCore, engine_name
 
 POLL_S = 0.5  # the router's Stats poll (switchyard router --poll-s)
 KV_EVENT_POLL_S = 0.05  # the engine's KVEvents stream (engine/server/servicer.py)
@@ -47,7 +47,7 @@ class SimCluster:
         # Engines sharing CPU cores slow each other's steps (none on GPU profiles).
         cores = SharedCores() if profile.shares_cores else None
         for num, role in enumerate(roles):
-            engine_id = f"e{num}"
+            engine_id = engine_name(num)
             sim = SimEngine(engine_id, role, profile, seed, self._deliver_to(engine_id), cores)
             client = SimEngineClient(sim, self._sims, self.tokens, coalesce)
             handle = EngineHandle(engine_id, num, client.address, role, client,  # type: ignore[arg-type]

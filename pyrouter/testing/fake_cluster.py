@@ -28,7 +28,7 @@ from pyrouter.request import RouterRequest, SloSpec
 from pyrouter.scope import RouterCounters
 from pyrouter.testing.drive import FakeRun, OnTokens, drive
 from pyrouter.testing.fake_engine import FakeEngineClient, Fault, next_token
-from router_core import RouterCore
+from router_core import RouterCore, engine_name
 
 
 @dataclass(slots=True)
@@ -65,7 +65,7 @@ class FakeCluster:
         self._clients: dict[str, FakeEngineClient] = {}
         self._slot: PolicySlot | None = None  # kept across runs, as a router keeps its policy
         for num, spec in enumerate(engines):
-            name = f"e{num}"
+            name = engine_name(num)
             client = FakeEngineClient(self, name, f"fake-{num}:1", num, block_size,
                                       faults=list(spec.faults))
             handle = EngineHandle(name, num, client.address, spec.role, client,  # type: ignore[arg-type]

@@ -1,8 +1,11 @@
-//! The sampling rules (OpenAI semantics) as the router's Rust HTTP front applies them before
-//! routing (an HTTP 400 naming the field): which values a request may ask for, and the
-//! normalisation of the "off" spellings. The engine (and the policy bridge) apply the same rules
-//! in `SamplingParams` (engine/core/sampling_params.py) — a second copy, not a binding of this
-//! one: a rule changed here must change there too.
+//! The sampling rules (OpenAI semantics): which values a request may ask for, with the
+//! normalisation of the "off" spellings. This is the source of truth: the router's HTTP front
+//! applies it to what a client sends before anything is routed (an HTTP 400 naming the field;
+//! the front's parsing checks only JSON types and the proto's integer widths, and leaves every
+//! range to this). The engine is a separate process and package that must not import the router,
+//! yet it takes requests over gRPC from any caller, so it keeps its own copy for its input in
+//! `SamplingParams` (engine/core/sampling_params.py); tests/router_core/test_sampling_parity.py
+//! holds that copy to this one's answers and messages, case by case.
 
 use crate::error::{Result, RouterCoreError};
 
@@ -40,16 +43,30 @@ fn invalid(param: &str, message: String) -> RouterCoreError {
     }
 }
 
-/// A float as Python's `repr` writes it (the error texts are the ones the Python rules had).
+/// A float as Python's `repr` writes it (the engine's copy of these rules writes its values
+/// that way, and both must say the same): the shortest digits that read back to the same value,
+/// in exponent form below 1e-4 and from 1e16 on.
 pub fn py_float(value: f64) -> String {
     if value.is_nan() {
-        "nan".into()
-    } else if value.is_infinite() {
-        if value > 0.0 { "inf" } else { "-inf" }.into()
-    } else if value.fract() == 0.0 && value.abs() < 1e16 {
-        format!("{value:.1}")
+        return "nan".into();
+    }
+    if value.is_infinite() {
+        return if value > 0.0 { "inf" } else { "-inf" }.into();
+    }
+    // `{:e}` gives the same shortest digits, with the decimal exponent after the `e`.
+    let scientific = format!("{value:e}");
+    let (mantissa, exponent) = scientific.split_once('e').unwrap_or((&scientific, "0"));
+    let exponent: i32 = exponent.parse().unwrap_or(0);
+    if (-4..16).contains(&exponent) {
+        let plain = format!("{value}");
+        if plain.contains('.') {
+            plain
+        } else {
+            format!("{plain}.0")
+        }
     } else {
-        format!("{value}")
+        let sign = if exponent < 0 { '-' } else { '+' };
+        format!("{mantissa}e{sign}{:02}", exponent.abs())
     }
 }
 
@@ -99,10 +116,11 @@ pub fn check_sampling(fields: &SamplingFields<'_>) -> Result<NormalisedSampling>
         ));
     }
     if let Some(seed) = seed {
-        if !(-(1i128 << 63)..(1i128 << 64)).contains(seed) {
+        // The proto's seed is an int64.
+        if !(-(1i128 << 63)..(1i128 << 63)).contains(seed) {
             return Err(invalid(
                 "seed",
-                format!("seed must fit in 64 bits, got {seed}"),
+                format!("seed must be a signed 64-bit integer, got {seed}"),
             ));
         }
     }
@@ -210,7 +228,7 @@ mod tests {
         );
         assert_eq!(
             param_of(&SamplingFields {
-                seed: Some(1 << 64),
+                seed: Some(1 << 63),
                 ..base.clone()
             }),
             "seed"
@@ -237,7 +255,19 @@ mod tests {
             check_sampling(&f).unwrap_err().to_string(),
             "temperature must be in [0, 2], got -1.0"
         );
-        assert_eq!(py_float(0.25), "0.25");
-        assert_eq!(py_float(f64::INFINITY), "inf");
+        for (value, repr) in [
+            (0.25, "0.25"),
+            (2.0, "2.0"),
+            (-0.0, "-0.0"),
+            (1e-4, "0.0001"),
+            (1.5e-5, "1.5e-05"),
+            (1e15, "1000000000000000.0"),
+            (1e16, "1e+16"),
+            (-1.25e300, "-1.25e+300"),
+            (f64::INFINITY, "inf"),
+            (f64::NAN, "nan"),
+        ] {
+            assert_eq!(py_float(value), repr);
+        }
     }
 }

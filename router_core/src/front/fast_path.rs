@@ -6,6 +6,7 @@
 //! built-ins (a policy file re-registering the name keeps its own Python code).
 
 use super::api_error::ApiError;
+use super::engine_names::engine_name;
 use crate::engine_table::EngineLoad;
 use crate::router::{lock, monotonic_s, RouterCore};
 use crate::scoring::ScoreWeights;
@@ -48,11 +49,6 @@ pub struct FastChoice {
     pub route: String,
     /// The route's pattern (the header's first word; metrics).
     pub pattern: &'static str,
-}
-
-/// How the router names engine `num` ("e0", "e1", ...; pyrouter/engines/membership.py).
-pub fn engine_name(num: u32) -> String {
-    format!("e{num}")
 }
 
 fn no_healthy_engine() -> ApiError {

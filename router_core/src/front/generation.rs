@@ -7,7 +7,8 @@
 use super::api_error::{ApiError, ShapedError};
 use super::bridge::{AdmitSpec, Caller, PolicyBridge, RequestEnd, Segment};
 use super::engine_errors::{first_chunk, first_chunk_timeout, next_chunk};
-use super::fast_path::{engine_name, FastPolicy};
+use super::engine_names::{engine_name, retry_engine_request_id};
+use super::fast_path::FastPolicy;
 use super::front_state::{ended, FastRecord, Front, FrontEngine, InflightGuard};
 use super::openai_request::GenerationRequest;
 use super::response_body::ResponseBody;
@@ -398,7 +399,7 @@ impl<B: PolicyBridge> RequestTask<B> {
                 ),
             );
             // Router-made like the first: nothing the client sent names work on an engine.
-            engine_request_id = format!("{}-r{attempt}", self.engine_request_id);
+            engine_request_id = retry_engine_request_id(&self.engine_request_id, attempt);
         }
         Err(ApiError::internal("unreachable: the retry loop ended").into())
     }

@@ -9,6 +9,7 @@
 
 use super::api_error::{ApiError, ShapedError};
 use super::bridge::{Caller, OpsRequest, Plane, PolicyBridge};
+use super::engine_names::first_engine_request_id;
 use super::front_state::Front;
 use super::generation::{envelope, error_response, json_response, respond, Prepared};
 use super::openai_request::{parse_generation, RequestKind};
@@ -214,7 +215,7 @@ async fn handle<B: PolicyBridge>(State(conn): State<Connection<B>>, request: Req
     let id_prefix = kind.map_or("req-", RequestKind::id_prefix);
     // Two independent random ids: the one the client sees never names the request on an engine
     // (so a seen or guessed id aborts nothing).
-    let engine_request_id = new_request_id(id_prefix);
+    let engine_request_id = first_engine_request_id(id_prefix);
     let client_id = parts
         .headers
         .get("x-request-id")

@@ -7,6 +7,7 @@
 pub mod api_error;
 pub mod bridge;
 mod engine_errors;
+pub mod engine_names;
 pub mod fast_path;
 mod front_state;
 mod generation;

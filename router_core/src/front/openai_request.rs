@@ -189,24 +189,17 @@ fn flag(body: &Fields, key: &str) -> Result<bool, ApiError> {
     }
 }
 
-fn stop_strings(body: &Fields) -> Result<Vec<String>, ApiError> {
-    let error = || {
-        bad(
-            "'stop' must be a non-empty string or a list of up to 4 of them".into(),
-            "stop",
-        )
-    };
+/// `stop` as a list (a string is a list of one), an entry that is not a string as None: its
+/// count and contents are the sampling rules' to judge.
+fn stop_entries(body: &Fields) -> Result<Vec<Option<&str>>, ApiError> {
     match body.get("stop") {
         None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::String(s)) if !s.is_empty() => Ok(vec![s.clone()]),
-        Some(Value::Array(items)) if items.len() <= 4 => items
-            .iter()
-            .map(|s| match s {
-                Value::String(s) if !s.is_empty() => Ok(s.clone()),
-                _ => Err(error()),
-            })
-            .collect(),
-        Some(_) => Err(error()),
+        Some(Value::String(s)) => Ok(vec![Some(s.as_str())]),
+        Some(Value::Array(items)) => Ok(items.iter().map(Value::as_str).collect()),
+        Some(_) => Err(bad(
+            "'stop' must be a string or a list of strings".into(),
+            "stop",
+        )),
     }
 }
 
@@ -400,7 +393,8 @@ pub fn parse_generation(
     }
     let max_context = i128::from(limits.max_context);
     let max_completion_tokens = integer(body, "max_completion_tokens", 1, max_context)?;
-    let max_tokens = integer(body, "max_tokens", 1, max_context)?.or(max_completion_tokens);
+    // Past the context, the check below names it; below 1, the sampling rules do.
+    let max_tokens = integer(body, "max_tokens", I64_LO, I64_HI)?.or(max_completion_tokens);
     let max_tokens = max_tokens.unwrap_or(i128::from(kind.default_max_tokens()));
     if tokens.len() as i128 + max_tokens > max_context {
         return Err(bad(
@@ -456,16 +450,17 @@ pub fn parse_generation(
 }
 
 fn sampling(body: &Fields, max_tokens: i128, limits: &RequestLimits) -> Result<Sampling, ApiError> {
+    // Only JSON types and the proto's widths (top_k int32, seed int64 or a u64's bits) are
+    // checked here; every range is the sampling rules' (crate::sampling), so a client meets the
+    // messages an engine gives for the same values.
     let inf = f64::INFINITY;
     let temperature = number(body, "temperature", limits.default_temperature, -inf, inf)?;
     let top_p = number(body, "top_p", limits.default_top_p, -inf, inf)?;
-    // The engine's top_k is an int32 (as pyrouter/http/parse.py bounds it).
-    let top_k = integer(body, "top_k", -1, i128::from(i32::MAX))?.unwrap_or(0);
+    let top_k = integer(body, "top_k", i32::MIN.into(), i32::MAX.into())?.unwrap_or(0);
     let min_tokens = integer(body, "min_tokens", I64_LO, I64_HI)?.unwrap_or(0);
-    let seed = integer(body, "seed", I64_LO, I64_HI)?;
-    let stop = stop_strings(body)?;
+    let seed = integer(body, "seed", I64_LO, u64::MAX.into())?;
+    let stop = stop_entries(body)?;
     let ignore_eos = flag(body, "ignore_eos")?;
-    let stop_refs: Vec<Option<&str>> = stop.iter().map(|s| Some(s.as_str())).collect();
     let normalised = check_sampling(&SamplingFields {
         temperature,
         top_p,
@@ -474,8 +469,9 @@ fn sampling(body: &Fields, max_tokens: i128, limits: &RequestLimits) -> Result<S
         min_tokens,
         seed,
         stop_token_ids: &[],
-        stop: &stop_refs,
+        stop: &stop,
     })?;
+    let stop = stop.into_iter().flatten().map(str::to_owned).collect();
     // Every integer here was bounded to i64 above (max_tokens to the context length).
     let narrow = |v: i128| i64::try_from(v).unwrap_or(i64::MAX);
     Ok(Sampling {

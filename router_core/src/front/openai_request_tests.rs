@@ -264,3 +264,84 @@ fn output_the_router_cannot_guarantee_is_refused() {
         assert!(parse(body).is_ok());
     }
 }
+
+/// The front checks only JSON types and widths: for a value of the right type, the 400 a client
+/// gets is the sampling rules' own message (the one an engine gives for the same value;
+/// tests/router_core/test_sampling_parity.py holds the engine's copy to those rules).
+#[test]
+fn sampling_ranges_are_the_rules_own() {
+    let rules = |temperature, top_p, top_k, max_tokens, min_tokens, seed, stop: &[Option<&str>]| {
+        match crate::sampling::check_sampling(&crate::sampling::SamplingFields {
+            temperature,
+            top_p,
+            top_k,
+            max_tokens,
+            min_tokens,
+            seed,
+            stop_token_ids: &[],
+            stop,
+        }) {
+            Err(crate::RouterCoreError::InvalidRequest { param, message }) => (param, message),
+            other => panic!("expected the rules to refuse, got {other:?}"),
+        }
+    };
+    let five = [Some("a"); 5];
+    let cases = [
+        (
+            json!({"prompt": "x", "max_tokens": 4, "temperature": -0.5}),
+            rules(-0.5, 1.0, 0, 4, 0, None, &[]),
+        ),
+        (
+            json!({"prompt": "x", "max_tokens": 4, "temperature": -1e-5}),
+            rules(-1e-5, 1.0, 0, 4, 0, None, &[]),
+        ),
+        (
+            json!({"prompt": "x", "max_tokens": 4, "top_p": 3}),
+            rules(1.0, 3.0, 0, 4, 0, None, &[]),
+        ),
+        (
+            json!({"prompt": "x", "max_tokens": 4, "top_k": -2}),
+            rules(1.0, 1.0, -2, 4, 0, None, &[]),
+        ),
+        (
+            json!({"prompt": "x", "max_tokens": 0}),
+            rules(1.0, 1.0, 0, 0, 0, None, &[]),
+        ),
+        (
+            json!({"prompt": "x", "max_tokens": -3}),
+            rules(1.0, 1.0, 0, -3, 0, None, &[]),
+        ),
+        (
+            json!({"prompt": "x", "max_tokens": 4, "min_tokens": 5}),
+            rules(1.0, 1.0, 0, 4, 5, None, &[]),
+        ),
+        (
+            json!({"prompt": "x", "max_tokens": 4, "seed": 1u64 << 63}),
+            rules(1.0, 1.0, 0, 4, 0, Some(1 << 63), &[]),
+        ),
+        (
+            json!({"prompt": "x", "max_tokens": 4, "stop": ""}),
+            rules(1.0, 1.0, 0, 4, 0, None, &[Some("")]),
+        ),
+        (
+            json!({"prompt": "x", "max_tokens": 4, "stop": ["a", 5]}),
+            rules(1.0, 1.0, 0, 4, 0, None, &[Some("a"), None]),
+        ),
+        (
+            json!({"prompt": "x", "max_tokens": 4, "stop": ["a", "a", "a", "a", "a"]}),
+            rules(1.0, 1.0, 0, 4, 0, None, &five),
+        ),
+    ];
+    for (body, (param, message)) in cases {
+        let err = parse(body.clone()).unwrap_err();
+        assert_eq!(err.status, 400, "{body}");
+        assert_eq!(
+            (err.param.as_deref(), err.message.as_str()),
+            (Some(param.as_str()), message.as_str()),
+            "{body}"
+        );
+    }
+    // Types and widths stay the front's: they never reach an engine's rules.
+    assert_eq!(param(json!({"prompt": "x", "top_k": 1u64 << 31})), "top_k");
+    assert_eq!(param(json!({"prompt": "x", "stop": 5})), "stop");
+}
