@@ -28,7 +28,8 @@ Weights = tuple[float, float, float, float]
 def fast_policy_for(active: ActivePolicy, in_python: bool) -> tuple[str, Weights | None] | None:
     """The fast path for `active`, or None when its requests must run in Python: a policy that
     is not a pure-selection built-in, a policy file's own policy under a built-in's name, or
-    `in_python` (tracing or per-caller limits on: spans and limits live on the Python side)."""
+    `in_python` (per-caller limits on: they live on the Python side). Tracing does not take
+    requests off the fast path: the front makes their spans itself."""
     name = active.name
     if in_python or name not in FAST_POLICIES:
         return None
@@ -43,7 +44,7 @@ def fast_policy_for(active: ActivePolicy, in_python: bool) -> tuple[str, Weights
 
 def sync_fast_policy(state: RouterState, front: RouterFront) -> None:
     """Give the front the fast path of the router's active policy (or none)."""
-    in_python = state.tracer is not None or state.limiter.rules.active
+    in_python = state.limiter.rules.active
     choice = fast_policy_for(state.slot.current, in_python)
     if choice is None:
         front.set_fast_policy(None)

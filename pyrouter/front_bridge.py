@@ -96,7 +96,7 @@ class FrontBridge:
             state.metrics.count_error(exc.code or exc.error_type)
             return None, policy, *_failure(exc)
         req.timeline = RequestTimeline()
-        req.timeline.trace = start_request_trace(state.tracer, req, dict(spec["trace_headers"]))
+        req.timeline.trace = start_request_trace(state.tracer, req)
         handle = FrontRequest(req, policy, req.engine_request_id, caller)
         req.scope.open(state.counters)
         task = asyncio.current_task()

@@ -53,4 +53,4 @@ def record_request_end(state: RouterState, req: RouterRequest, policy: str, stat
         itl.observe_many((pattern, segment.engine, segment.role), gap, count)
     state.dispatcher.record(req, status == "ok", tl.started, tl.first_token, tl.ended)
     if tl.trace is not None:
-        tl.trace.finish(req, policy, status, error_type)
+        tl.trace.finish(req)

@@ -1,6 +1,7 @@
 """Everything one router instance holds."""
 from __future__ import annotations
 
+import atexit
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -13,12 +14,9 @@ from pyrouter.scope import RouterCounters
 from pyrouter.security.engine_allow import EngineAllowList
 from pyrouter.security.keys import KeyRing
 from pyrouter.security.rate_limit import CallerLimiter, RateRules
-from router_core import DetokenizerVocab
-from switchyard_telemetry.provider import tracer_from_env
+from router_core import DetokenizerVocab, RouterTracer
 
 if TYPE_CHECKING:
-    from opentelemetry.trace import Tracer
-
     from pyrouter.fast_path import FastRequestRecorder
 
 
@@ -70,12 +68,17 @@ class RouterState:
     # --policy-dir: the only place PUT /admin/policy may load a file from (None: nowhere).
     policy_dir: PolicyDir | None = None
     draining: bool = False  # SIGTERM received: nothing new is admitted
-    # The OpenTelemetry tracer when tracing is configured (switchyard_telemetry/provider.py).
-    tracer: Tracer | None = field(default_factory=lambda: router_tracer())
+    # router_core's tracer when tracing is configured (router_core/src/otel/router_tracer.rs):
+    # the front's spans and the policies' decisions go through it.
+    tracer: RouterTracer | None = field(default_factory=lambda: router_tracer())
     # The front's fast-path requests, recorded into the metrics and outcomes.
     fast_recorder: FastRequestRecorder | None = None
 
 
-def router_tracer() -> Tracer | None:
-    return tracer_from_env("switchyard-router", {"service.instance.id": "router"})
+def router_tracer() -> RouterTracer | None:
+    """The process's router tracer (made once, from the environment), flushed at exit."""
+    tracer = RouterTracer.from_env()
+    if tracer is not None:
+        atexit.register(tracer.shutdown)
+    return tracer
 

@@ -4,8 +4,9 @@ Only timestamps are taken while a request runs — at its start, at each segment
 end, and one per engine chunk the client receives — and they are turned into metrics and spans
 once, when the request ends (pyrouter/request_end.py). Inter-token latencies come from the
 chunk arrival list, so a token loop outside Python can hand the same list over at the end. A
-sampled request also has a RequestTrace (pyrouter/request_trace.py) that opens the router's
-spans at these boundaries, because the engines need their ids while the request runs.
+request the front traces also has a RequestTrace (pyrouter/request_trace.py) that opens the
+policy's decision and verb spans at these boundaries (the engines need their ids while the
+request runs); the request and segment spans are the front's.
 """
 from __future__ import annotations
 

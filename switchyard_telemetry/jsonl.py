@@ -2,9 +2,10 @@
 reader for `switchyard trace`.
 
 One JSON object per finished span: trace/span/parent ids (hex), name, service, start/end in
-Unix milliseconds, status and attributes. Every process of a deployment on one host (router,
-engines) may append to the same file: each export is one write(2) on an O_APPEND descriptor, so
-lines from different processes never interleave.
+Unix milliseconds, status and attributes (the router's exporter in Rust,
+router_core/src/otel/jsonl.rs, writes the same lines). Every process of a deployment on one host
+(router, engines) may append to the same file: each export is one write(2) on an O_APPEND
+descriptor, so lines from different processes never interleave.
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""One OpenTelemetry SDK set-up for every Switchyard process, from the environment.
+"""One OpenTelemetry SDK set-up for every Switchyard Python process (the engines), from the
+environment. The router reads the same variables in Rust (router_core/src/otel/router_tracer.rs).
 
 Tracing is on when any exporter is configured: SWITCHYARD_TRACE_FILE (the JSONL span file),
 OTLP (OTEL_EXPORTER_OTLP_ENDPOINT / OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, or OTEL_TRACES_EXPORTER

@@ -1,7 +1,8 @@
 """SWITCHYARD_TRACE_FILE with mock engines: the router's spans of each request (decision, verbs,
 segments) under one trace, found by X-Request-Id; `switchyard trace list|show`; bad ids and
-files give clear errors. (Mock engines record no spans: tests/router/test_trace_pd_real.py
-follows a request into real engines.)"""
+files give clear errors; a sampler that keeps nothing writes no span, on the fast path or the
+policies'. (Mock engines record no spans: tests/router/test_trace_pd_real.py and
+test_trace_rust_front_real.py follow a request into real engines.)"""
 from __future__ import annotations
 
 import os
@@ -66,3 +67,40 @@ def test_trace_file_and_cli(tmp_path):
     assert "no trace for request 'nope'" in missing.stderr
     no_file = trace("list", "--file", str(tmp_path / "absent.jsonl"), code=2)
     assert "not found" in no_file.stderr
+
+
+CLIENT_TRACE = "6bf92f3577b34da6a3ce929d0e0e4738"
+
+
+@pytest.mark.parametrize("policy", ["round_robin", "pd"])
+def test_sampling_off_writes_no_spans(tmp_path, policy):
+    """`always_off` keeps nothing, even a client's sampled trace; `parentbased_always_off` (the
+    control) keeps only what the client sampled. round_robin runs on the fast path, pd in
+    Python."""
+    ports = [free_port(), free_port()]
+    engines = [start_mock(p) for p in ports]
+    routers = []
+    files = {}
+    try:
+        for sampler in ("always_off", "parentbased_always_off"):
+            files[sampler] = str(tmp_path / f"{sampler}.jsonl")
+            rp = free_port()
+            router = start_router(rp, ports, "--policy", policy, env={
+                "SWITCHYARD_TRACE_FILE": files[sampler], "OTEL_TRACES_SAMPLER": sampler})
+            routers.append(router)
+            base = f"http://127.0.0.1:{rp}"
+            wait_ready(base, router, want_engines=2)
+            for headers in ({}, {"traceparent": f"00-{CLIENT_TRACE}-{free_port():016x}-01"},
+                            {}, {"traceparent": f"00-{CLIENT_TRACE}-{free_port():016x}-00"}):
+                r = requests.post(f"{base}/v1/completions", headers=headers,
+                                  json={"prompt": list(range(300, 340)), "max_tokens": 3})
+                assert r.status_code == 200, r.text
+    finally:
+        for router in routers:
+            router.stop()
+        for e in engines:
+            e.stop()
+    assert not os.path.exists(files["always_off"]) or read_spans([files["always_off"]]) == []
+    kept = read_spans([files["parentbased_always_off"]])
+    assert {s["trace_id"] for s in kept} == {CLIENT_TRACE}
+    assert [s["name"] for s in kept].count("router.request") == 1

@@ -1,6 +1,7 @@
 """Units of the tracing and metrics path: the batched histogram against prometheus-client's own,
-inter-token gaps from chunk arrivals, the JSONL exporter through the SDK, sampling and the
-client's traceparent, the router's span tree and the metadata its verbs send."""
+inter-token gaps from chunk arrivals, the engines' JSONL exporter through the SDK, when Python
+traces a request, and the decision and verb spans it makes under the front's segment (through
+router_core's tracer) with the metadata its verbs send."""
 from __future__ import annotations
 
 import json
@@ -10,9 +11,8 @@ from types import SimpleNamespace
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from trace_front import CLIENT, FrontSpans, spans_by_id
 
 from engine.core.sampling_params import SamplingParams
 from pyrouter.batched_histogram import BatchedHistogram
@@ -20,11 +20,10 @@ from pyrouter.metrics import TOKEN_LATENCY_BUCKETS, RouterMetrics
 from pyrouter.request import RouterRequest
 from pyrouter.request_trace import start_request_trace
 from pyrouter.timeline import RequestTimeline
+from router_core import RouterTracer
 from switchyard_telemetry.jsonl import JsonlSpanExporter, read_spans
 from switchyard_telemetry.propagation import KV_PARENT, TRACEPARENT, sampled_parent
 from switchyard_telemetry.provider import tracer_from_env
-
-CLIENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 
 def _lines(registry: CollectorRegistry) -> list[str]:
@@ -94,13 +93,6 @@ def test_tracing_is_off_without_an_exporter(monkeypatch, tmp_path):
     assert tracer_from_env("x") is None
 
 
-def _tracer(ratio: float = 1.0) -> tuple[object, InMemorySpanExporter]:
-    memory = InMemorySpanExporter()
-    provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(ratio)))
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    return provider.get_tracer("t"), memory
-
-
 def _request() -> RouterRequest:
     req = RouterRequest("cmpl-1", [1, 2, 3], SamplingParams(max_tokens=4), kind="chat",
                         model="m")
@@ -108,22 +100,28 @@ def _request() -> RouterRequest:
     return req
 
 
-def test_sampling_and_the_clients_traceparent():
-    tracer, _ = _tracer(0.0)  # the router keeps nothing of its own
-    assert start_request_trace(tracer, _request(), {}) is None
-    # ... but a client's sampled traceparent is a parent-based decision to keep it,
-    assert start_request_trace(tracer, _request(), {TRACEPARENT: CLIENT}) is not None
-    # and an unsampled one (flags 00) is kept out even at 100 %.
-    tracer_all, _ = _tracer(1.0)
-    assert start_request_trace(tracer_all, _request(), {TRACEPARENT: CLIENT[:-2] + "00"}) is None
-    assert start_request_trace(None, _request(), {TRACEPARENT: CLIENT}) is None
+def test_python_traces_only_what_the_front_traces(tmp_path):
+    tracer = RouterTracer.to_file(str(tmp_path / "spans.jsonl"))
+    req = _request()
+    assert start_request_trace(None, req) is None
+    assert start_request_trace(tracer, req) is None  # the front opened no segment for it
+    tracer.set_segment(req.engine_request_id, CLIENT)
+    assert start_request_trace(tracer, req) is not None
+    tracer.forget_request(req.engine_request_id)
+    assert start_request_trace(tracer, req) is None
+    # A parent the sampler dropped (flags 00) has no children; a bad one is the caller's bug.
+    assert tracer.start_span("x", CLIENT[:-2] + "00", time.time_ns()) is None
+    with pytest.raises(ValueError, match="traceparent"):
+        tracer.start_span("x", "garbage", time.time_ns())
     assert sampled_parent(CLIENT[:-2] + "00") is None and sampled_parent("garbage") is None
 
 
-def test_router_span_tree_and_verb_metadata():
-    tracer, memory = _tracer()
+def test_decision_and_verb_spans_under_the_fronts_segment(tmp_path):
+    path = str(tmp_path / "spans.jsonl")
+    tracer = RouterTracer.to_file(path)
     req = _request()
-    trace = start_request_trace(tracer, req, {TRACEPARENT: CLIENT})
+    front = FrontSpans(tracer, req.engine_request_id)
+    trace = start_request_trace(tracer, req)
     assert trace is not None
     req.timeline.trace = trace
     engine = SimpleNamespace(id="e1", role="decode")
@@ -138,40 +136,37 @@ def test_router_span_tree_and_verb_metadata():
     gen_metadata = dict(req.timeline.verb_metadata(gen) or ())
     gen[3] = time.perf_counter()
     req.timeline.end_segment(4, "stop")
-    req.completion_tokens = 4
-    req.timeline.first_token = time.perf_counter()
     req.timeline.ended = time.perf_counter()
-    trace.finish(req, "pd", "ok", "")
-    spans = {s.name: s for s in memory.get_finished_spans()}
+    trace.finish(req)
+    front.close()
+    spans = {s["name"]: s for s in spans_by_id(tracer, path).values()}
     assert set(spans) == {"router.request", "router.segment", "router.decision",
                           "verb.prep_recv", "verb.start_generate"}
     root = spans["router.request"]
-    assert format(root.context.trace_id, "032x") == CLIENT.split("-")[1]
-    assert format(root.parent.span_id, "016x") == CLIENT.split("-")[2]
+    assert root["trace_id"] == CLIENT.split("-")[1] and root["parent_id"] == CLIENT.split("-")[2]
+    assert {s["service"] for s in spans.values()} == {"switchyard-router"}
+    assert {s["instance"] for s in spans.values()} == {"router"}
 
     def parent_of(name: str) -> str:
-        pid = spans[name].parent.span_id
-        return next(n for n, s in spans.items() if s.context.span_id == pid)
+        return next(n for n, s in spans.items() if s["span_id"] == spans[name]["parent_id"])
 
     assert parent_of("router.segment") == "router.request"
     assert parent_of("router.decision") == "router.segment"
     assert parent_of("verb.prep_recv") == "router.decision"
     assert parent_of("verb.start_generate") == "router.segment"
     # The verb's own context travels; a PrepRecv also names the decision for the receive.
-    assert metadata[TRACEPARENT].split("-")[2] == format(
-        spans["verb.prep_recv"].context.span_id, "016x")
-    assert metadata[KV_PARENT].split("-")[2] == format(
-        spans["router.decision"].context.span_id, "016x")
+    assert metadata[TRACEPARENT].split("-")[2] == spans["verb.prep_recv"]["span_id"]
+    assert metadata[KV_PARENT].split("-")[2] == spans["router.decision"]["span_id"]
     assert KV_PARENT not in gen_metadata
-    decision = spans["router.decision"].attributes
+    decision = spans["router.decision"]["attrs"]
     assert decision["switchyard.matched_tokens.e0"] == 16
     assert decision["switchyard.explanation"].startswith("pd prefill=e0 decode=e1; matched e0=16")
-    attrs = root.attributes
-    assert attrs["gen_ai.operation.name"] == "chat" and attrs["gen_ai.usage.output_tokens"] == 4
-    assert attrs["switchyard.request_id"] == "cmpl-1" and attrs["switchyard.status"] == "ok"
+    assert decision["switchyard.engine"] == "e1" and decision["switchyard.engine.role"] == "decode"
+    assert spans["verb.prep_recv"]["attrs"] == {"switchyard.engine": "e1",
+                                                 "rpc.method": "PrepRecv"}
     for span in spans.values():
         if span is not root:
-            assert root.start_time <= span.start_time <= span.end_time <= root.end_time
+            assert root["start_ms"] <= span["start_ms"] <= span["end_ms"] <= root["end_ms"]
 
 
 @pytest.mark.parametrize("detail,labels", [

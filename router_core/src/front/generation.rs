@@ -10,9 +10,10 @@ use super::engine_errors::{first_chunk, first_chunk_timeout, next_chunk};
 use super::engine_names::{engine_name, retry_engine_request_id};
 use super::fast_path::FastPolicy;
 use super::front_state::{ended, FastRecord, Front, FrontEngine, InflightGuard};
-use super::openai_request::GenerationRequest;
+use super::openai_request::{GenerationRequest, RequestKind};
 use super::response_body::ResponseBody;
 use crate::engine_rpc::GenerateCall;
+use crate::otel::{router_tracer, RequestSpans, RequestSummary};
 use crate::router::lock;
 use crate::rpc::pb;
 use axum::body::{Body, Bytes};
@@ -234,6 +235,10 @@ struct RequestTask<B: PolicyBridge> {
     /// Fast-path requests: the running generation's accounting.
     hold: Option<FastHold<B>>,
     fast: bool,
+    /// The request's spans when it is traced (sampled).
+    spans: Option<RequestSpans>,
+    /// Why it failed (the error body's code), for its span.
+    error_type: String,
     call: Option<Arc<GenerateCall>>,
     /// The running segment's engine sent its finish.
     delivered: bool,
@@ -249,6 +254,9 @@ fn proto_tokens(tokens: &[u32]) -> Vec<i32> {
 impl<B: PolicyBridge> RequestTask<B> {
     fn new(front: Arc<Front<B>>, p: Prepared, head: oneshot::Sender<Response>) -> Self {
         let ending = front.watch_ending();
+        let spans = router_tracer(&front.runtime).and_then(|tracer| {
+            RequestSpans::start(tracer, &p.trace_headers, p.started, &p.engine_request_id)
+        });
         RequestTask {
             front,
             request_id: p.request_id,
@@ -269,6 +277,8 @@ impl<B: PolicyBridge> RequestTask<B> {
             run: None,
             hold: None,
             fast: false,
+            spans,
+            error_type: String::new(),
             call: None,
             delivered: false,
             completion_tokens: 0,
@@ -341,6 +351,9 @@ impl<B: PolicyBridge> RequestTask<B> {
         let mut engine_request_id = self.engine_request_id.clone();
         let prefill = self.request.tokens.len() as u64;
         let decode = u64::try_from(self.request.sampling.max_tokens).unwrap_or(0);
+        if let Some(spans) = &mut self.spans {
+            spans.begin_segment(false);
+        }
         for attempt in 1..=FAST_ATTEMPTS {
             let choice = policy.choose(&core, &self.request.tokens)?;
             let engine = self
@@ -348,10 +361,14 @@ impl<B: PolicyBridge> RequestTask<B> {
                 .engine(choice.engine)
                 .ok_or_else(|| ApiError::no_capacity("no healthy engine"))?;
             let name = engine_name(choice.engine);
-            // No trace context: the fast path never runs for traced routers.
+            // The verb's span travels to the engine in the call's metadata (traced requests).
+            let metadata = match &mut self.spans {
+                Some(spans) => spans.start_generate(&name),
+                None => Vec::new(),
+            };
             let call = engine.rpc.start_generate(
                 self.proto_request(&engine_request_id),
-                &[],
+                &metadata,
                 &self.front.runtime,
             );
             self.call = Some(call.clone());
@@ -376,6 +393,9 @@ impl<B: PolicyBridge> RequestTask<B> {
                 Err(_) => return Err(first_chunk_timeout(&name, deadline).into()),
                 Ok(read) => match first_chunk(read, &self.engine_request_id) {
                     Ok(chunk) => {
+                        if let Some(spans) = &mut self.spans {
+                            spans.segment_on(&name);
+                        }
                         self.route = choice.route;
                         self.pattern = Some(choice.pattern.to_owned());
                         self.fast_engine = Some((choice.engine, choice.pattern));
@@ -384,6 +404,9 @@ impl<B: PolicyBridge> RequestTask<B> {
                     Err(failure) => failure,
                 },
             };
+            if let Some(spans) = &mut self.spans {
+                spans.generate_failed(failure.error.message.clone());
+            }
             if !failure.retryable || attempt == FAST_ATTEMPTS {
                 return Err(failure.error.into());
             }
@@ -413,6 +436,9 @@ impl<B: PolicyBridge> RequestTask<B> {
             trace_headers: std::mem::take(&mut self.trace_headers),
             caller: std::mem::take(&mut self.caller),
         };
+        if let Some(spans) = &mut self.spans {
+            spans.begin_segment(true); // the policy's decision hangs there
+        }
         let admitting = self.front.bridge.admit(spec);
         tokio::pin!(admitting);
         let outcome = tokio::select! {
@@ -431,6 +457,9 @@ impl<B: PolicyBridge> RequestTask<B> {
             Err(_) if self.client_gone => return Err(Stop::ClientGone),
             Err(err) => return Err(Stop::Failed(err)),
         };
+        if let Some(spans) = &mut self.spans {
+            spans.segment_on(&admitted.segment.engine);
+        }
         self.route = admitted.route;
         self.pattern = Some(admitted.pattern);
         self.call = Some(admitted.segment.call.clone());
@@ -449,12 +478,19 @@ impl<B: PolicyBridge> RequestTask<B> {
         let Some(run) = &self.run else {
             return Err(ApiError::internal("a fast-path generation handed off").into());
         };
+        if let Some(spans) = &mut self.spans {
+            spans.segment_ended(segment_tokens.len() as u64, "handoff");
+            spans.begin_segment(true);
+        }
         let segment = self
             .front
             .bridge
             .next_segment(run, segment_tokens)
             .await
             .map_err(Stop::Failed)?;
+        if let Some(spans) = &mut self.spans {
+            spans.segment_on(&segment.0.engine);
+        }
         self.call = Some(segment.0.call.clone());
         self.delivered = false;
         Ok(segment)
@@ -526,6 +562,10 @@ impl<B: PolicyBridge> RequestTask<B> {
                 // A stop string ending it early leaves the engine's work to the clean-up.
                 pending.extend_from_slice(&body.finish(prompt_tokens, cached_tokens));
                 self.finished = true;
+                if let Some(spans) = &mut self.spans {
+                    // No finish reason: a stop string ended it.
+                    spans.segment_ended(segment_tokens.len() as u64, finish.unwrap_or("stop"));
+                }
                 if body.is_stream() {
                     if head_sent {
                         self.client.send(pending).await;
@@ -569,8 +609,9 @@ impl<B: PolicyBridge> RequestTask<B> {
             self.client_gone = true;
             return;
         };
+        self.error_type = error_code(&err.body);
         if self.fast {
-            self.fast_error = error_code(&err.body);
+            self.fast_error = self.error_type.clone();
         }
         if err.status >= 500 {
             let body = String::from_utf8_lossy(&err.body);
@@ -612,9 +653,38 @@ impl<B: PolicyBridge> RequestTask<B> {
             };
             self.front.bridge.close(run, end).await;
         }
+        if let Some(spans) = self.spans.take() {
+            self.finish_spans(spans, status);
+        }
         if self.fast {
             self.push_fast_record(ended, ok);
         }
+    }
+
+    fn finish_spans(&self, spans: RequestSpans, status: &str) {
+        let error_type = match (status, self.error_type.as_str()) {
+            ("ok", _) => None,
+            (_, "") => Some("client_or_engine"),
+            (_, code) => Some(code),
+        };
+        spans.finish(RequestSummary {
+            chat: self.request.kind == RequestKind::Chat,
+            model: &self.front.config.served_model,
+            max_tokens: self.request.sampling.max_tokens,
+            temperature: self.request.sampling.temperature,
+            input_tokens: self.request.tokens.len() as u64,
+            output_tokens: self.completion_tokens,
+            request_id: &self.request_id,
+            engine_request_id: &self.engine_request_id,
+            policy: &self.policy,
+            status,
+            route: &self.route,
+            pattern: self.pattern.as_deref(),
+            ttft_ms: self
+                .first_token
+                .map(|t| t.duration_since(self.started).as_secs_f64() * 1e3),
+            error_type,
+        });
     }
 
     fn push_fast_record(&mut self, ended: Instant, ok: bool) {

@@ -105,6 +105,9 @@ struct OpenSegment {
     span: SpanGuard,
     /// Its generation's verb span, while it runs (fast path: one per try).
     generate: Option<SpanGuard>,
+    /// Its end is recorded (tokens, reason); the span itself stays open until the deciding
+    /// side has ended the spans it made under it.
+    ended: bool,
 }
 
 pub struct RequestSpans {
@@ -112,6 +115,9 @@ pub struct RequestSpans {
     engine_request_id: String,
     request: SpanGuard,
     segment: Option<OpenSegment>,
+    /// The segment before a hand-off, open until the policy has answered for the next one:
+    /// the Python side ends its generation's verb span as it takes the hand-off.
+    handed_off: Option<SpanGuard>,
     segments: i64,
     /// The engines of the request's segments, in order, repeats included.
     engines: Vec<String>,
@@ -143,6 +149,7 @@ impl RequestSpans {
             engine_request_id: engine_request_id.to_owned(),
             request: SpanGuard::new(span),
             segment: None,
+            handed_off: None,
             segments: 0,
             engines: Vec::new(),
             shared: false,
@@ -152,7 +159,8 @@ impl RequestSpans {
     /// Segment k begins: its decision is about to be made — by the Python policy when
     /// `for_python` (the segment is registered for it to find), else by the fast path.
     pub fn begin_segment(&mut self, for_python: bool) {
-        self.end_segment(0, "abandoned");
+        self.segment_ended(0, "abandoned");
+        self.handed_off = self.segment.take().map(|s| s.span);
         let span = SpanGuard::new(self.tracer.start(
             "router.segment",
             Some(self.request.context()),
@@ -168,6 +176,7 @@ impl RequestSpans {
         self.segment = Some(OpenSegment {
             span,
             generate: None,
+            ended: false,
         });
     }
 
@@ -198,8 +207,9 @@ impl RequestSpans {
         }
     }
 
-    /// The segment's stream came back from `engine`.
+    /// The segment's stream came back from `engine` (the segment it took over from ends).
     pub fn segment_on(&mut self, engine: &str) {
+        self.handed_off = None;
         if let Some(segment) = &mut self.segment {
             segment
                 .span
@@ -209,11 +219,16 @@ impl RequestSpans {
     }
 
     /// The running segment ended after `tokens` tokens: the engine's finish reason, "handoff",
-    /// "stop" (a stop string), or how the request ended.
-    pub fn end_segment(&mut self, tokens: u64, reason: &str) {
-        let Some(mut segment) = self.segment.take() else {
+    /// "stop" (a stop string), or how the request ended. Its generation's span ends now, its
+    /// own when the next segment has its stream, or when the request closes.
+    pub fn segment_ended(&mut self, tokens: u64, reason: &str) {
+        let Some(segment) = &mut self.segment else {
             return;
         };
+        if segment.ended {
+            return;
+        }
+        segment.ended = true;
         drop(segment.generate.take());
         segment.span.set_all(vec![
             KeyValue::new("switchyard.segment.tokens", tokens as i64),
@@ -232,7 +247,9 @@ impl RequestSpans {
     /// Ends every span, with the request's own attributes on its span.
     pub fn finish(mut self, summary: RequestSummary<'_>) {
         let ok = summary.error_type.is_none();
-        self.end_segment(summary.output_tokens, summary.status);
+        self.segment_ended(summary.output_tokens, summary.status);
+        self.handed_off = None;
+        self.segment = None;
         let engines = self.engines();
         let error_type = summary.error_type.map(str::to_owned);
         self.request.set_all(summary.attributes(engines));

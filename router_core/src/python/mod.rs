@@ -18,6 +18,7 @@ mod tokenize;
 
 use pyo3::prelude::*;
 
+mod tracing;
 #[pymodule]
 fn _router_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", crate::version())?;
@@ -25,6 +26,7 @@ fn _router_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     names::register(m)?;
     sampling::register(m)?;
     m.add_class::<index::PyPrefixIndex>()?;
+    tracing::register(m)?;
     m.add_class::<table::PyEngineLoad>()?;
     m.add_class::<table::PyEngineTable>()?;
     m.add_class::<router::PyScoreWeights>()?;
