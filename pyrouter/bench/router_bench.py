@@ -192,8 +192,8 @@ def _start_tracing_targets(started: Procs, span_dir: str) -> list[Target]:
     """--tracing compares routers with each other only: no direct HTTP row, no anchors; the
     untraced router's direct-grpc row stays (the per-response shape names it)."""
     targets: list[Target] = []
-    for suffix, env in tracing_variants(span_dir):
-        pair = _start_switchyard(started, suffix, [], env)
+    for suffix, env, python_policy in tracing_variants(span_dir):
+        pair = _start_switchyard(started, suffix, [], env, python_policy)
         targets += pair if not suffix else pair[:1]
     return targets
 
@@ -285,7 +285,8 @@ def run(args: argparse.Namespace) -> int:
     p.add_argument("--streaming-only", action="store_true")
     p.add_argument("--json", default="", help="also write the raw rows here")
     p.add_argument("--tracing", action="store_true",
-                   help="compare the router with tracing off, on (100%%) and sampled (10%%, 1%%)")
+                   help="compare the router with tracing off, on (100%%) and sampled (10%%, 1%%), "
+                        "and the Python-policy router off and at 100%%")
     p.add_argument("--repeat", type=int, default=1,
                    help="measure every target this many times, interleaved; report medians")
     a = p.parse_args(getattr(args, "rest", None) or [])

@@ -86,8 +86,15 @@ def test_tracing_cost_is_the_median_of_per_round_ratios() -> None:
                row("switchyard", 1000, 0.40), row("switchyard-trace100", 900, 0.44)]
     (line,) = tracing_cost(results)
     assert line.startswith("tracing cost (streaming, c=32): switchyard-trace100 -4.0% "
-                           "throughput vs off (median of 3 rounds; rounds -4%, -2%, -10%)")
+                           "throughput vs switchyard (median of 3 rounds; rounds -4%, -2%, "
+                           "-10%)")
     assert "router CPU per request +5.0%" in line
+    # The Python-policy router's traced row is compared with the Python-policy router.
+    python_rows = [row("switchyard-py", 400, 1.0), row("switchyard-py-trace100", 380, 1.1)]
+    assert [line.split(":")[1].split("(")[0].strip() for line in
+            tracing_cost(results + python_rows)] == [
+        "switchyard-trace100 -4.0% throughput vs switchyard",
+        "switchyard-py-trace100 -5.0% throughput vs switchyard-py"]
     medians = {r.target: r for r in median_rows(results)}
     assert medians["switchyard"].measure.rps == 1000 and medians["switchyard"].router_cpu_ms == 0.4
     assert medians["switchyard-trace100"].measure.requests == (960 + 490 + 900) * 5
