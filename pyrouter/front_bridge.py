@@ -9,6 +9,34 @@ serve itself (/ready, /metrics, /openapi.json, /admin/...) come to `ops`, which 
 with pyrouter/http/ops.py behind the key ring: the request carries the client's own
 Authorization header, so an admin route takes an admin key. While the router drains, `admit`
 answers 503 `shutting_down`.
+
+What crosses between the front and this bridge is typed (router_core's `AdmitSpec`,
+`AdmitOutcome` of `Admitted` or `RequestFailure`, `SegmentHandoff`, `SegmentStart`,
+`RequestEnd`, `OpsCall`/`OpsReply`; router_core/src/python/bridge_values.rs): an answer of any
+other type is the client's 500 naming it, never a failed unpacking. Chunks are `EngineChunk`s,
+made once in Rust: no protobuf is encoded or decoded on this side.
+
+Crossings of a pd request between Rust and Python (prep_recv and remote_send as the policy
+awaits them, counted as they were on each side; "R->P": the front's tokio threads queue a job
+for this loop, one GIL hand-off per batch of jobs; "P->R": a call from this loop into Rust):
+
+  before (issue 22)                          now
+  R->P admit(spec dict)                      R->P admit(AdmitSpec)
+  P->R start_generate(request bytes)         P->R start_generate(request bytes)
+  P->R next_chunk()                          P->R next_chunk()
+  R->P the first chunk, as bytes             R->P the first chunk, an EngineChunk
+  P->R admit's answer, a tuple               P->R admit's answer, an AdmitOutcome
+  R->P close(6 positional values)            R->P close(RequestEnd)
+  P->R close's done-callback                 (none: close logs its own failures)
+  = 7 crossings (3 hand-offs from tokio);    = 6 crossings (3 hand-offs from tokio);
+  the first chunk encoded in Rust, decoded   the first chunk is the message tonic decoded,
+  and re-encoded in Python, decoded again    read in place: no encode or decode.
+  in Rust (4 extra codings)
+
+A request refused before the policy ran (bad sampling, drain, per-caller limit) has no close
+at all now (its AdmitOutcome's run is None). A hand-off adds one R->P next_segment and one
+P->R answer per segment (plus the new segment's start_generate and first-chunk read); before,
+next_segment took the GIL from a tokio thread itself, now it queues like admit.
 """
 from __future__ import annotations
 
@@ -31,11 +59,20 @@ from pyrouter.request_end import record_request_end
 from pyrouter.request_trace import start_request_trace
 from pyrouter.state import RouterState
 from pyrouter.timeline import RequestTimeline
+from router_core import (
+    AdmitOutcome,
+    AdmitSpec,
+    Admitted,
+    EngineChunk,
+    OpsCall,
+    OpsReply,
+    RequestEnd,
+    RequestFailure,
+    SegmentHandoff,
+    SegmentStart,
+)
 
 log = logging.getLogger("switchyard.router")
-
-# (status, body) of a failure, as the client gets it.
-Failure = tuple[bool, tuple[int, bytes]]
 
 
 @dataclass(slots=True, eq=False)
@@ -52,26 +89,33 @@ class FrontRequest:
     error_type: str = ""  # why admission failed (the error metric's label)
 
 
-def _failure(exc: RouterError, handle: FrontRequest | None = None) -> Failure:
+def _failure(exc: RouterError, handle: FrontRequest | None = None) -> RequestFailure:
     if handle is not None:
         handle.error_type = exc.code or exc.error_type
-    return False, (exc.status, json.dumps(exc.body()).encode())
+    return RequestFailure(exc.status, json.dumps(exc.body()).encode())
 
 
-def _request(spec: dict[str, Any], served_model: str) -> RouterRequest:
+def _front_chunk(chunk: object) -> EngineChunk:
+    """A segment's first chunk as the front takes it back: the EngineChunk it made."""
+    if not isinstance(chunk, EngineChunk):
+        raise TypeError(f"a first chunk read through the Rust front must be an EngineChunk, "
+                        f"got {type(chunk).__name__} (an engine not attached to the front?)")
+    return chunk
+
+
+def _request(spec: AdmitSpec, served_model: str) -> RouterRequest:
     try:
         sampling = SamplingParams(
-            max_tokens=spec["max_tokens"], temperature=spec["temperature"],
-            top_p=spec["top_p"], top_k=spec["top_k"], min_tokens=spec["min_tokens"],
-            seed=spec["seed"], stop=list(spec["stop"]), ignore_eos=spec["ignore_eos"])
+            max_tokens=spec.max_tokens, temperature=spec.temperature, top_p=spec.top_p,
+            top_k=spec.top_k, min_tokens=spec.min_tokens, seed=spec.seed, stop=spec.stop,
+            ignore_eos=spec.ignore_eos)
     except InvalidRequest as exc:
         raise BadRequest(str(exc), param=exc.param) from exc
     req = RouterRequest(
-        request_id=spec["request_id"], tokens=list(spec["tokens"]), sampling=sampling,
-        kind=spec["kind"], model=served_model, stream=spec["stream"],
-        include_usage=spec["include_usage"], return_token_ids=spec["return_token_ids"],
-        slo=SloSpec(spec["slo_ttft_ms"], spec["slo_tpot_ms"]))
-    req.engine_request_id = spec["engine_request_id"]
+        request_id=spec.request_id, tokens=spec.tokens, sampling=sampling, kind=spec.kind,
+        model=served_model, stream=spec.stream, include_usage=spec.include_usage,
+        return_token_ids=spec.return_token_ids, slo=SloSpec(spec.slo_ttft_ms, spec.slo_tpot_ms))
+    req.engine_request_id = spec.engine_request_id
     return req
 
 
@@ -81,7 +125,7 @@ class FrontBridge:
         self._admitting: dict[str, asyncio.Task[Any]] = {}
 
     # ---- once per request ----
-    async def admit(self, spec: dict[str, Any]) -> tuple[FrontRequest | None, str, bool, Any]:
+    async def admit(self, spec: AdmitSpec) -> AdmitOutcome:
         state = self.state
         policy = state.slot.current.name
         try:
@@ -90,11 +134,11 @@ class FrontBridge:
             req = _request(spec, state.config.served_model)
             caller = None
             if state.limiter.rules.active:
-                caller = state.config.keys.caller_id(spec["authorization"], spec["client_host"])
+                caller = state.config.keys.caller_id(spec.authorization, spec.client_host)
                 state.limiter.acquire(caller)
         except RouterError as exc:
             state.metrics.count_error(exc.code or exc.error_type)
-            return None, policy, *_failure(exc)
+            return AdmitOutcome(None, policy, _failure(exc))  # nothing taken: nothing to close
         req.timeline = RequestTimeline()
         req.timeline.trace = start_request_trace(state.tracer, req)
         handle = FrontRequest(req, policy, req.engine_request_id, caller)
@@ -104,25 +148,27 @@ class FrontBridge:
             self._admitting[handle.key] = task
         try:
             run = await state.dispatcher.admit(req)
+            first = _front_chunk(run.first)
         except RouterError as exc:
             if isinstance(exc, PolicyFailed):
                 state.metrics.child(state.metrics.policy_errors, policy).inc()
-            return handle, policy, *_failure(exc, handle)
+            return AdmitOutcome(handle, policy, _failure(exc, handle))
         except asyncio.CancelledError:  # the client went away: close() still cleans up
-            return handle, policy, *_failure(RouterError("client closed the request"), handle)
+            return AdmitOutcome(handle, policy,
+                                _failure(RouterError("client closed the request"), handle))
         except Exception as exc:  # never a broken response: the client gets a 500
             log.exception("request %s: admission failed", req.request_id)
-            return handle, policy, *_failure(PolicyFailed(policy, f"{type(exc).__name__}: {exc}"),
-                                             handle)
+            return AdmitOutcome(handle, policy, _failure(
+                PolicyFailed(policy, f"{type(exc).__name__}: {exc}"), handle))
         finally:
             self._admitting.pop(handle.key, None)
         handle.run, handle.policy = run, run.policy_name
         state.runs[handle.key] = run
         state.metrics.count_selection(run.policy_name, req.route.label())
-        req.timeline.arrived(len(run.first.token_ids), req.timeline.first_token)
-        return handle, run.policy_name, True, (
-            run.stream.rust_call, run.first.SerializeToString(), run.stream.engine.id,
-            req.route.header(), req.route.pattern or "unknown")
+        req.timeline.arrived(len(first.token_ids), req.timeline.first_token)
+        segment = SegmentStart(run.stream.rust_call, run.stream.engine.id, first)
+        return AdmitOutcome(handle, run.policy_name, Admitted(
+            segment, req.route.header(), req.route.pattern or "unknown"))
 
     def cancel_admission(self, engine_request_id: str) -> None:
         task = self._admitting.get(engine_request_id)
@@ -130,9 +176,9 @@ class FrontBridge:
             task.cancel()
 
     # ---- once per segment boundary ----
-    async def next_segment(self, handle: FrontRequest, segment_tokens: list[int]
-                           ) -> tuple[bool, Any]:
-        run = handle.run
+    async def next_segment(self, handle: FrontRequest, handoff: SegmentHandoff
+                           ) -> SegmentStart | RequestFailure:
+        run, segment_tokens = handle.run, handoff.tokens
         if run is None:
             return _failure(RouterError("no policy session for a hand-off"))
         run.stream.mark_delivered()  # the hand-off chunk ended the segment on its engine
@@ -143,28 +189,33 @@ class FrontBridge:
             # The segment's first chunk is read here: an engine that fails before it is
             # replaced (RequestRun.next_started) before the front sees anything.
             stream, first = await run.next_started(segment_tokens)
+            return SegmentStart(stream.rust_call, stream.engine.id, _front_chunk(first))
         except RouterError as exc:
             return _failure(exc)
         except Exception as exc:
             log.exception("request %s: the next segment failed", handle.req.request_id)
             return _failure(PolicyFailed(run.policy_name, f"{type(exc).__name__}: {exc}"))
-        return True, (stream.rust_call, stream.engine.id, first.SerializeToString())
 
     # ---- once at the end ----
-    async def close(self, handle: FrontRequest | None, status: str, completion_tokens: int,
-                    delivered: bool, since_start_s: float, since_first_token_s: float | None
-                    ) -> None:
-        if handle is None:
-            return
+    async def close(self, handle: FrontRequest, end: RequestEnd) -> None:
+        """Runs as a task nobody awaits: a failure is logged here (the request has ended)."""
+        try:
+            await self._close(handle, end)
+        except Exception:
+            log.exception("request %s: closing it failed", handle.req.request_id)
+
+    async def _close(self, handle: FrontRequest, end: RequestEnd) -> None:
         state, req, run = self.state, handle.req, handle.run
-        req.completion_tokens = completion_tokens
+        status, delivered = end.status, end.delivered
+        req.completion_tokens = end.completion_tokens
         if run is not None:
             # The front read the rest: the request's last arrival is its end (the timeline's
             # inter-token figures are per segment, not per chunk, on this front).
-            req.timeline.arrived(max(0, completion_tokens - len(run.first.token_ids)))
+            req.timeline.arrived(max(0, end.completion_tokens - len(run.first.token_ids)))
             if delivered:  # the verb's span ends inside its segment's
                 run.stream.mark_delivered()
-            req.timeline.end_segment(completion_tokens, "finished" if delivered else status)
+            req.timeline.end_segment(end.completion_tokens,
+                                     "finished" if delivered else status)
             if state.runs.get(handle.key) is run:
                 del state.runs[handle.key]
             await run.close()
@@ -175,13 +226,12 @@ class FrontBridge:
         record_request_end(state, req, handle.policy, status, error_type)
 
     # ---- the routes the front does not serve ----
-    async def ops(self, plane: str, method: str, path: str, query: str, body: bytes,
-                  authorization: str, client_host: str = ""
-                  ) -> tuple[int, str, list[tuple[str, str]], bytes]:
+    async def ops(self, call: OpsCall) -> OpsReply:
         resp = await answer(self.state, OpsRequest(
-            plane, method, path, dict(parse_qsl(query, keep_blank_values=True)), body,
-            authorization, client_host=client_host or None))
-        return resp.status, resp.content_type, resp.headers, resp.body
+            call.plane, call.method, call.path,
+            dict(parse_qsl(call.query, keep_blank_values=True)), call.body, call.authorization,
+            client_host=call.client_host or None))
+        return OpsReply(resp.status, resp.content_type, resp.body, resp.headers)
 
     def engine_unavailable(self, num: int, message: str) -> None:
         for engine in self.state.engines.engines.values():

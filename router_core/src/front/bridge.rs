@@ -56,8 +56,9 @@ pub struct Admitted {
 }
 
 pub struct AdmitOutcome<R> {
-    /// The request's state on the deciding side; `close` ends it, whatever happened.
-    pub run: R,
+    /// The request's state on the deciding side; `close` ends it, whatever happened (None: the
+    /// deciding side refused it before making one, and has nothing to close).
+    pub run: Option<R>,
     /// The policy that admitted it (metrics).
     pub policy: String,
     pub result: Result<Admitted, ShapedError>,

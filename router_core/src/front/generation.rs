@@ -449,7 +449,7 @@ impl<B: PolicyBridge> RequestTask<B> {
                 admitting.await
             }
         };
-        self.run = Some(outcome.run);
+        self.run = outcome.run;
         self.policy = outcome.policy;
         let admitted = match outcome.result {
             Ok(admitted) => admitted,

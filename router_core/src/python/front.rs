@@ -4,15 +4,16 @@
 //! request, once per segment boundary and once at the end; tokens never reach Python, except a
 //! segment's first chunk while the policy admits it (the policy reads it through `GenerateCall`).
 
-use super::bridge_jobs::{BridgeJobs, Job};
+use super::bridge_jobs::{admit_failed, bridge_failed, ops_failed, BridgeJobs, Job};
+use super::generate_call::PyGenerateCall;
 use super::router::PyRouterCore;
 use crate::background_server::BackgroundServer;
 use crate::detok::DetokenizerVocab;
-use crate::engine_rpc::{code_name, CallError, EngineRpc, EngineTls, GenerateCall};
-use crate::front::api_error::{ApiError, ShapedError};
+use crate::engine_rpc::{EngineRpc, EngineTls};
+use crate::front::api_error::ShapedError;
 use crate::front::bridge::{
-    AdmitOutcome, AdmitSpec, Admitted, BoxFuture, OpsRequest, OpsResponse, Plane, PolicyBridge,
-    RequestEnd, Segment,
+    AdmitOutcome, AdmitSpec, BoxFuture, OpsRequest, OpsResponse, Plane, PolicyBridge, RequestEnd,
+    Segment,
 };
 use crate::front::fast_path::{FastPolicy, FastPolicyKind};
 use crate::front::{start_front, FastRecord, Front, FrontConfig};
@@ -20,333 +21,75 @@ use crate::rpc::pb;
 use crate::scoring::ScoreWeights;
 use crate::tokenize::RouterTokenizer;
 use prost::Message;
-use pyo3::exceptions::{PyException, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyTuple};
 use pyo3_async_runtimes::TaskLocals;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::oneshot;
 
-pyo3::create_exception!(
-    _router_core,
-    EngineCallError,
-    PyException,
-    "A GenerateCall failed: args are (grpc status code name, details)."
-);
-
-/// One StartGenerate stream the router started in Rust; Python reads chunks from it (as
-/// serialized `GenerateChunk` bytes) until it hands the call to the front.
-#[pyclass(name = "GenerateCall", module = "router_core._router_core", frozen)]
-pub struct PyGenerateCall {
-    call: Arc<GenerateCall>,
-    /// Where a read's result goes to reach the loop (bridge_jobs.rs).
-    jobs: Arc<BridgeJobs>,
-}
-
-/// A read's result as Python sees it: the chunk's bytes, None at the stream's end, or the error.
-pub(super) fn chunk_to_py(
-    py: Python<'_>,
-    read: Result<Option<pb::GenerateChunk>, CallError>,
-) -> PyResult<PyObject> {
-    match read {
-        Ok(Some(chunk)) => Ok(PyBytes::new(py, &chunk.encode_to_vec()).into_any().unbind()),
-        Ok(None) => Ok(py.None()),
-        Err(CallError::Rpc(status)) => Err(EngineCallError::new_err((
-            code_name(status.code()),
-            status.message().to_owned(),
-        ))),
-        Err(CallError::Cancelled) => Err(EngineCallError::new_err((
-            "CANCELLED",
-            "the call was cancelled",
-        ))),
-        Err(CallError::Busy) => Err(PyRuntimeError::new_err(
-            "two readers of one GenerateCall at once",
-        )),
-    }
-}
-
-#[pymethods]
-impl PyGenerateCall {
-    /// Awaitable (call it on the router's loop): the next chunk's bytes, or None once the engine
-    /// closed the stream; raises EngineCallError(code, details) when the call failed or was
-    /// cancelled. The read runs on tokio; its result reaches the loop through the bridge's job
-    /// queue (no GIL taken on the tokio side).
-    fn next_chunk<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let waiting = self.jobs.event_loop(py).call_method0("create_future")?;
-        let (call, jobs, future) = (
-            self.call.clone(),
-            self.jobs.clone(),
-            waiting.clone().unbind(),
-        );
-        pyo3_async_runtimes::tokio::get_runtime().spawn(async move {
-            let read = call.next().await;
-            jobs.push(Job::Chunk(future, read));
-        });
-        Ok(waiting)
-    }
-
-    /// Ends the call (the engine aborts an unfinished generation); True if it was running.
-    fn cancel(&self) -> bool {
-        self.call.cancel()
-    }
-}
-
-/// The Python object behind the front (pyrouter.front_bridge.FrontBridge) and its loop.
+/// The Python side behind the front (pyrouter.front_bridge.FrontBridge): every call reaches it
+/// through the job queue its loop drains (bridge_jobs.rs), so no tokio thread waits for the GIL
+/// beyond the one wake-up per batch.
 struct PyBridge {
-    handler: PyObject,
-    locals: TaskLocals,
-    /// admit, close and the first chunk's read, the calls every request makes, go through
-    /// this queue.
     jobs: Arc<BridgeJobs>,
-}
-
-fn shaped(status: u16, body: Vec<u8>) -> ShapedError {
-    ShapedError { status, body }
-}
-
-/// The outcome of an admission that never reached the policy's answer.
-pub(super) fn admit_failed(py: Python<'_>, err: PyErr) -> AdmitOutcome<PyObject> {
-    AdmitOutcome {
-        run: py.None(),
-        policy: String::new(),
-        result: Err(internal("the policy bridge failed", err)),
-    }
-}
-
-fn internal(context: &str, err: impl std::fmt::Display) -> ShapedError {
-    ShapedError::from(&ApiError::internal(format!("{context}: {err}")))
-}
-
-/// A bridge answer: `(True, payload)` or `(False, (status, body))`.
-fn split_answer<'py>(
-    answer: &Bound<'py, PyAny>,
-) -> PyResult<Result<Bound<'py, PyAny>, ShapedError>> {
-    let (ok, payload): (bool, Bound<'py, PyAny>) = answer.extract()?;
-    if ok {
-        return Ok(Ok(payload));
-    }
-    let (status, body): (u16, Vec<u8>) = payload.extract()?;
-    Ok(Err(shaped(status, body)))
-}
-
-fn call_of(obj: &Bound<'_, PyAny>) -> PyResult<Arc<GenerateCall>> {
-    Ok(obj.downcast::<PyGenerateCall>()?.get().call.clone())
-}
-
-impl PyBridge {
-    /// Calls `handler.<method>(*args)` (a coroutine function) on the loop; resolves to its result.
-    fn call(
-        &self,
-        method: &'static str,
-        args: impl FnOnce(Python<'_>) -> PyResult<Bound<'_, PyTuple>>,
-    ) -> BoxFuture<PyResult<PyObject>> {
-        let started = Python::with_gil(|py| {
-            let coroutine = self.handler.bind(py).call_method1(method, args(py)?)?;
-            pyo3_async_runtimes::into_future_with_locals(&self.locals, coroutine)
-        });
-        Box::pin(async move { started?.await })
-    }
-
-    /// Calls a plain `handler.<method>(*args)` on the loop, later; nothing comes back.
-    fn schedule(
-        &self,
-        method: &'static str,
-        args: impl FnOnce(Python<'_>) -> PyResult<Bound<'_, PyTuple>>,
-    ) {
-        Python::with_gil(|py| {
-            let scheduled = (|| -> PyResult<()> {
-                let function = self.handler.bind(py).getattr(method)?;
-                let mut call_args = vec![function];
-                call_args.extend(args(py)?.iter());
-                self.locals
-                    .event_loop(py)
-                    .call_method1("call_soon_threadsafe", PyTuple::new(py, call_args)?)?;
-                Ok(())
-            })();
-            if let Err(err) = scheduled {
-                err.print(py);
-            }
-        });
-    }
-}
-
-pub(super) fn spec_dict<'py>(py: Python<'py>, spec: &AdmitSpec) -> PyResult<Bound<'py, PyDict>> {
-    let r = &spec.request;
-    let s = &r.sampling;
-    let d = PyDict::new(py);
-    d.set_item("request_id", &spec.request_id)?;
-    d.set_item("engine_request_id", &spec.engine_request_id)?;
-    d.set_item("kind", r.kind.name())?;
-    d.set_item("tokens", &r.tokens)?;
-    d.set_item("stream", r.stream)?;
-    d.set_item("include_usage", r.include_usage)?;
-    d.set_item("return_token_ids", r.return_token_ids)?;
-    d.set_item("slo_ttft_ms", r.slo_ttft_ms)?;
-    d.set_item("slo_tpot_ms", r.slo_tpot_ms)?;
-    d.set_item("max_tokens", s.max_tokens)?;
-    d.set_item("temperature", s.temperature)?;
-    d.set_item("top_p", s.top_p)?;
-    d.set_item("top_k", s.top_k)?;
-    d.set_item("min_tokens", s.min_tokens)?;
-    d.set_item("seed", s.seed)?;
-    d.set_item("stop", &s.stop)?;
-    d.set_item("ignore_eos", s.ignore_eos)?;
-    d.set_item("trace_headers", spec.trace_headers.clone())?;
-    d.set_item("authorization", &spec.caller.authorization)?;
-    d.set_item("client_host", &spec.caller.host)?;
-    Ok(d)
-}
-
-/// The bridge's admit answer: `(run, policy, ok, payload)`; payload
-/// `(call, first_chunk_bytes, engine, route, pattern)` or `(status, body)`.
-pub(super) fn admitted(answer: &Bound<'_, PyAny>) -> PyResult<AdmitOutcome<PyObject>> {
-    let (run, policy, ok, payload): (PyObject, String, bool, Bound<'_, PyAny>) =
-        answer.extract()?;
-    let result = if ok {
-        type Payload<'py> = (Bound<'py, PyAny>, Vec<u8>, String, String, String);
-        let (call, first, engine, route, pattern): Payload<'_> = payload.extract()?;
-        let first = pb::GenerateChunk::decode(first.as_slice())
-            .map_err(|err| PyValueError::new_err(format!("bad first chunk: {err}")))?;
-        Ok(Admitted {
-            segment: Segment {
-                call: call_of(&call)?,
-                engine,
-            },
-            first,
-            route,
-            pattern,
-        })
-    } else {
-        let (status, body): (u16, Vec<u8>) = payload.extract()?;
-        Err(shaped(status, body))
-    };
-    Ok(AdmitOutcome {
-        run,
-        policy,
-        result,
-    })
 }
 
 impl PolicyBridge for PyBridge {
-    type Run = PyObject;
+    type Run = Arc<PyObject>;
 
-    fn admit(&self, spec: AdmitSpec) -> BoxFuture<AdmitOutcome<PyObject>> {
-        let (reply, outcome) = tokio::sync::oneshot::channel();
+    fn admit(&self, spec: AdmitSpec) -> BoxFuture<AdmitOutcome<Arc<PyObject>>> {
+        let (reply, outcome) = oneshot::channel();
         self.jobs.push(Job::Admit(Box::new(spec), reply));
         Box::pin(async move {
-            outcome.await.unwrap_or_else(|_| {
-                Python::with_gil(|py| {
-                    admit_failed(py, PyRuntimeError::new_err("the router's loop is gone"))
-                })
-            })
+            outcome
+                .await
+                .unwrap_or_else(|_| admit_failed("the router's loop is gone"))
         })
     }
 
-    fn cancel_admission(&self, request_id: &str) {
-        let id = request_id.to_owned();
-        self.schedule("cancel_admission", move |py| PyTuple::new(py, [id]));
+    fn cancel_admission(&self, engine_request_id: &str) {
+        self.jobs
+            .push(Job::CancelAdmission(engine_request_id.to_owned()));
     }
 
     fn next_segment(
         &self,
-        run: &PyObject,
+        run: &Arc<PyObject>,
         segment_tokens: Vec<u32>,
     ) -> BoxFuture<Result<(Segment, pb::GenerateChunk), ShapedError>> {
-        let run = Python::with_gil(|py| run.clone_ref(py));
-        let answer = self.call("next_segment", move |py| {
-            PyTuple::new(
-                py,
-                [
-                    run.into_bound(py),
-                    segment_tokens.into_pyobject(py)?.into_any(),
-                ],
-            )
-        });
+        let (reply, answer) = oneshot::channel();
+        self.jobs
+            .push(Job::NextSegment(run.clone(), segment_tokens, reply));
         Box::pin(async move {
-            let answer = answer
+            answer
                 .await
-                .map_err(|err| internal("the policy bridge failed", err))?;
-            Python::with_gil(
-                |py| -> PyResult<Result<(Segment, pb::GenerateChunk), ShapedError>> {
-                    Ok(match split_answer(answer.bind(py))? {
-                        Ok(payload) => {
-                            let (call, engine, first): (Bound<'_, PyAny>, String, Vec<u8>) =
-                                payload.extract()?;
-                            let first =
-                                pb::GenerateChunk::decode(first.as_slice()).map_err(|err| {
-                                    PyValueError::new_err(format!("bad first chunk: {err}"))
-                                })?;
-                            Ok((
-                                Segment {
-                                    call: call_of(&call)?,
-                                    engine,
-                                },
-                                first,
-                            ))
-                        }
-                        Err(err) => Err(err),
-                    })
-                },
-            )
-            .unwrap_or_else(|err| Err(internal("the policy bridge answered badly", err)))
+                .unwrap_or_else(|_| Err(bridge_failed("the router's loop is gone")))
         })
     }
 
-    fn close(&self, run: PyObject, end: RequestEnd) -> BoxFuture<()> {
+    fn close(&self, run: Arc<PyObject>, end: RequestEnd) -> BoxFuture<()> {
         self.jobs.push(Job::Close(run, end));
         Box::pin(std::future::ready(()))
     }
 
     fn ops(&self, request: OpsRequest) -> BoxFuture<OpsResponse> {
-        let answer = self.call("ops", move |py| {
-            (
-                request.plane.name(),
-                request.method,
-                request.path,
-                request.query,
-                PyBytes::new(py, &request.body),
-                request.authorization,
-                request.client_host,
-            )
-                .into_pyobject(py)
-        });
+        let (reply, answer) = oneshot::channel();
+        self.jobs.push(Job::Ops(Box::new(request), reply));
         Box::pin(async move {
-            let answer = answer.await.and_then(|answer| {
-                Python::with_gil(|py| {
-                    answer
-                        .bind(py)
-                        .extract::<(u16, String, Vec<(String, String)>, Vec<u8>)>()
-                })
-            });
-            match answer {
-                Ok((status, content_type, headers, body)) => OpsResponse {
-                    status,
-                    content_type,
-                    headers,
-                    body,
-                },
-                Err(err) => {
-                    let err = ApiError::internal(format!("the router's admin side failed: {err}"));
-                    OpsResponse {
-                        status: err.status,
-                        content_type: "application/json".into(),
-                        headers: Vec::new(),
-                        body: err.body_bytes(),
-                    }
-                }
-            }
+            answer
+                .await
+                .unwrap_or_else(|_| ops_failed("the router's loop is gone"))
         })
     }
 
     fn engine_unavailable(&self, engine: u32, message: String) {
-        self.schedule("engine_unavailable", move |py| {
-            (engine, message).into_pyobject(py)
-        });
+        self.jobs.push(Job::EngineUnavailable(engine, message));
     }
 
     fn warn(&self, message: String) {
-        self.schedule("warn", move |py| PyTuple::new(py, [message]));
+        self.jobs.push(Job::Warn(message));
     }
 }
 
@@ -496,13 +239,7 @@ impl PyRouterFront {
             Arc::new(tokenizer),
             Arc::new(vocab),
             PyBridge {
-                jobs: Arc::new(BridgeJobs::new(
-                    py,
-                    bridge.clone_ref(py),
-                    locals.clone_ref(py),
-                )?),
-                handler: bridge,
-                locals,
+                jobs: Arc::new(BridgeJobs::new(py, bridge, locals)?),
             },
             runtime.clone(),
             started_unix,
@@ -679,10 +416,7 @@ impl PyRouterFront {
         let call = engine
             .rpc
             .start_generate(message, &metadata, &self.front.runtime);
-        Ok(PyGenerateCall {
-            call,
-            jobs: self.front.bridge.jobs.clone(),
-        })
+        Ok(PyGenerateCall::new(call, self.front.bridge.jobs.clone()))
     }
 
     /// Stops accepting, lets requests in flight finish for up to `grace_s`, then ends them.

@@ -2,9 +2,11 @@
 //! for the work, and map [`crate::RouterCoreError`] to Python exceptions.
 
 mod bridge_jobs;
+mod bridge_values;
 mod convert;
 mod detok;
 mod front;
+mod generate_call;
 mod hashing;
 mod index;
 mod ints;
@@ -41,11 +43,13 @@ fn _router_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<servers::PyMockEngineServer>()?;
     m.add_class::<servers::PyMockOpenAIWorker>()?;
     m.add_class::<front::PyRouterFront>()?;
-    m.add_class::<front::PyGenerateCall>()?;
     m.add_class::<front::PyFastRecord>()?;
+    m.add_class::<generate_call::PyGenerateCall>()?;
+    m.add_class::<generate_call::PyEngineChunk>()?;
     m.add(
         "EngineCallError",
-        m.py().get_type::<front::EngineCallError>(),
+        m.py().get_type::<generate_call::EngineCallError>(),
     )?;
+    bridge_values::register(m)?;
     Ok(())
 }

@@ -1,0 +1,197 @@
+"""The values crossing the policy bridge are typed, and a wrong one is a clear error, not a crash.
+
+In-process: the router's state (the default model's tokenizer), the Rust front and one mock
+engine. A bridge whose hook answers the wrong type (the old positional tuples, a dict) gets the
+client a 500 naming the hook and the type it returned, and the router keeps serving; so does a
+policy that returns something other than a stream, or a segmented one that yields one. The
+first chunk reaches the policy as an EngineChunk made in Rust (no protobuf on the Python side).
+"""
+from __future__ import annotations
+
+import argparse
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import pytest
+
+import pyrouter.server as router_server
+from pyrouter.engines.front_call import FrontCall
+from pyrouter.front_bridge import FrontBridge
+from pyrouter.policy_registry import policy
+from pyrouter.server import build_state, start_front
+from pyrouter.state import RouterState
+from router_core import (
+    AdmitOutcome,
+    Admitted,
+    EngineChunk,
+    MockEngineServer,
+    OpsCall,
+    RequestEnd,
+    RequestFailure,
+    SegmentHandoff,
+)
+
+pytestmark = pytest.mark.timeout(120)
+BODY = {"prompt": "hello", "max_tokens": 6, "ignore_eos": True}
+
+
+@policy("test_returns_a_dict")
+async def _returns_a_dict(req: Any, cluster: Any) -> Any:
+    return {"engine": cluster.engines()[0].id}
+
+
+@policy("test_two_segments")
+async def _two_segments(req: Any, cluster: Any) -> AsyncIterator[Any]:
+    engine = cluster.engines()[0]
+    yield engine.start_generate(req, begin=0, max_new_tokens_here=2)
+    yield engine.start_generate(req, begin=0)
+
+
+@policy("test_second_segment_is_a_string")
+async def _second_segment_is_a_string(req: Any, cluster: Any) -> AsyncIterator[Any]:
+    yield cluster.engines()[0].start_generate(req, begin=0, max_new_tokens_here=2)
+    yield "e0"
+
+
+Router = Callable[..., Awaitable[tuple[int, dict[str, Any]]]]
+
+
+async def _serve(bridge: type[FrontBridge], policy_name: str,
+                 monkeypatch: pytest.MonkeyPatch) -> tuple[Any, RouterState, Any]:
+    monkeypatch.setattr(router_server, "FrontBridge", bridge)
+    engine = MockEngineServer(0)
+    args = argparse.Namespace(engine=[f"127.0.0.1:{engine.port}"], policy=policy_name,
+                              policy_file=None, model=None, host="127.0.0.1", port=0,
+                              poll_s=0.05)
+    state = await build_state(args)
+    front = start_front(state, args)
+    assert await state.engines.wait_ready(1, timeout_s=30)
+    return engine, state, front
+
+
+@pytest.fixture
+async def router(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Callable[..., Any]]:
+    """router(bridge_class, policy) -> post(path, body) -> (status, json body)."""
+    started: list[tuple[Any, RouterState, Any]] = []
+
+    async def start(bridge: type[FrontBridge], policy_name: str) -> Router:
+        engine, state, front = await _serve(bridge, policy_name, monkeypatch)
+        started.append((engine, state, front))
+
+        async def request(path: str = "/v1/completions", body: dict[str, Any] | None = None,
+                          method: str = "POST") -> tuple[int, dict[str, Any]]:
+            async with aiohttp.ClientSession() as http, http.request(
+                    method, f"http://127.0.0.1:{front.port}{path}",
+                    json=BODY if body is None and method == "POST" else body) as resp:
+                return resp.status, await resp.json(content_type=None)
+        return request
+
+    yield start
+    for engine, state, front in started:
+        front.shutdown(0.0)
+        await state.engines.close()
+        engine.shutdown(0.0)
+
+
+def _message(answer: dict[str, Any]) -> str:
+    return str(answer["error"]["message"])
+
+
+class OldTupleAdmit(FrontBridge):
+    """Answers admit the way the bridge did before it was typed."""
+
+    async def admit(self, spec: Any) -> Any:
+        return None, "test_two_segments", True, ("call", b"", "e0", "dp", "dp")
+
+
+class DictOps(FrontBridge):
+    async def ops(self, call: OpsCall) -> Any:
+        return {"status": 200}
+
+
+class ListSegment(FrontBridge):
+    async def next_segment(self, handle: Any, handoff: SegmentHandoff) -> Any:
+        answer = await super().next_segment(handle, handoff)
+        return [answer]
+
+
+async def test_admit_answering_a_tuple_is_a_500_naming_it(router: Any) -> None:
+    post = await router(OldTupleAdmit, "test_two_segments")
+    status, answer = await post()
+    assert status == 500
+    assert ("the policy bridge's admit returned tuple, expected AdmitOutcome"
+            in _message(answer)), answer
+
+
+async def test_ops_answering_a_dict_is_a_500_and_the_router_serves_on(router: Any) -> None:
+    post = await router(DictOps, "test_two_segments")
+    status, answer = await post("/admin/policy", method="GET")
+    assert status == 500
+    assert "the policy bridge's ops returned dict, expected OpsReply" in _message(answer)
+    status, answer = await post()
+    assert status == 200 and answer["usage"]["completion_tokens"] == 6, answer
+
+
+async def test_next_segment_answering_a_list_is_a_500_naming_it(router: Any) -> None:
+    post = await router(ListSegment, "test_two_segments")
+    status, answer = await post()
+    assert status == 500
+    assert ("the policy bridge's next_segment returned list, expected SegmentStart or "
+            "RequestFailure" in _message(answer)), answer
+
+
+async def test_two_segments_through_the_typed_bridge(router: Any,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    firsts: list[object] = []
+    read = FrontCall.read
+
+    async def recording(self: FrontCall) -> object:
+        chunk = await read(self)
+        firsts.append(chunk)
+        return chunk
+    monkeypatch.setattr(FrontCall, "read", recording)
+    post = await router(FrontBridge, "test_two_segments")
+    status, answer = await post(body={**BODY, "return_token_ids": True})
+    assert status == 200, answer
+    assert answer["usage"]["completion_tokens"] == 6
+    # One first chunk per segment, read by the policy's side: EngineChunks made in Rust.
+    assert len(firsts) == 2 and all(isinstance(c, EngineChunk) for c in firsts), firsts
+    assert isinstance(firsts[0], EngineChunk) and len(firsts[0].token_ids) >= 1
+
+
+@pytest.mark.parametrize(("policy_name", "phrase"), [
+    ("test_returns_a_dict", "must return the stream from start_generate"),
+    ("test_second_segment_is_a_string", "must return the stream from start_generate"),
+])
+async def test_a_policy_answering_the_wrong_type_is_a_500(router: Any, policy_name: str,
+                                                          phrase: str) -> None:
+    post = await router(FrontBridge, policy_name)
+    status, answer = await post()
+    assert status == 500 and phrase in _message(answer), answer
+    assert policy_name in _message(answer)
+
+
+async def test_the_router_serves_after_a_wrong_answer(router: Any) -> None:
+    post = await router(FrontBridge, "test_returns_a_dict")
+    assert (await post())[0] == 500
+    status, answer = await post("/admin/policy", {"policy": "test_two_segments"}, "PUT")
+    assert status == 200, answer
+    status, answer = await post()
+    assert status == 200 and answer["usage"]["completion_tokens"] == 6, answer
+
+
+def test_outcome_takes_only_admitted_or_failure() -> None:
+    with pytest.raises(TypeError, match="must be Admitted or RequestFailure, got str"):
+        AdmitOutcome(None, "p", "oops")  # type: ignore[arg-type]
+    failure = RequestFailure(503, b'{"error": {}}')
+    outcome = AdmitOutcome(None, "p", failure)
+    assert outcome.result is failure and outcome.run is None and failure.body == b'{"error": {}}'
+    with pytest.raises(TypeError):
+        Admitted("not a segment", "dp", "dp")  # type: ignore[arg-type]
+
+
+def test_the_values_python_only_reads_are_not_constructible() -> None:
+    for cls in (RequestEnd, SegmentHandoff, OpsCall, EngineChunk):
+        with pytest.raises(TypeError):
+            cls()
