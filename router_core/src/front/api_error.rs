@@ -57,6 +57,8 @@ impl ApiError {
             404 => "not_found".to_owned(),
             405 => "method_not_allowed".to_owned(),
             413 => "request_too_large".to_owned(),
+            414 => "uri_too_long".to_owned(),
+            431 => "request_header_fields_too_large".to_owned(),
             _ => status.to_string(),
         };
         Self::new(status, "invalid_request_error", reason).with_code(code)

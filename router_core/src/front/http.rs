@@ -13,6 +13,7 @@ use super::engine_names::first_engine_request_id;
 use super::front_state::Front;
 use super::generation::{envelope, error_response, json_response, respond, Prepared};
 use super::openai_request::{parse_generation, RequestKind};
+use super::parse_error_reply::ShapedParseErrors;
 use super::request_ids::{client_request_id, new_request_id};
 use crate::background_server::{BackgroundServer, ServeFuture, Shutdown};
 use crate::error::Result;
@@ -56,7 +57,9 @@ pub fn start_front<B: PolicyBridge>(
 
 /// Accepts connections until shutdown, then lets open ones finish (the server's grace bounds
 /// that). Each connection is hyper's HTTP/1 with a timer: its request heads must arrive within
-/// `idle_timeout` (slowloris; an idle keep-alive connection closes after it too).
+/// `idle_timeout` (slowloris; an idle keep-alive connection closes after it too). A head hyper
+/// cannot parse is answered by hyper itself, which the socket's wrapper gives the JSON error
+/// body (front/parse_error_reply.rs).
 fn serve<B: PolicyBridge>(
     listener: TcpListener,
     front: Arc<Front<B>>,
@@ -89,8 +92,9 @@ fn serve<B: PolicyBridge>(
                 plane,
             });
             let service = TowerToHyperService::new(app);
-            let connection =
-                connections.watch(http.serve_connection(TokioIo::new(socket), service));
+            // hyper's own replies to heads it cannot parse get the front's JSON error body.
+            let socket = TokioIo::new(ShapedParseErrors::new(socket));
+            let connection = connections.watch(http.serve_connection(socket, service));
             tokio::spawn(async move {
                 // A client that goes away or times out ends its connection; nothing to report.
                 let _ = connection.await;

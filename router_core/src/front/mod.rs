@@ -13,6 +13,7 @@ mod front_state;
 mod generation;
 mod http;
 pub mod openai_request;
+mod parse_error_reply;
 mod request_ids;
 pub mod response_body;
 
