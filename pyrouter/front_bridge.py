@@ -16,27 +16,31 @@ What crosses between the front and this bridge is typed (router_core's `AdmitSpe
 other type is the client's 500 naming it, never a failed unpacking. Chunks are `EngineChunk`s,
 made once in Rust: no protobuf is encoded or decoded on this side.
 
-Crossings of a pd request between Rust and Python (prep_recv and remote_send as the policy
-awaits them, counted as they were on each side; "R->P": the front's tokio threads queue a job
-for this loop, one GIL hand-off per batch of jobs; "P->R": a call from this loop into Rust):
+Crossings of a pd request between Rust and Python, admission to close ("R->P": a tokio thread
+queues a job for this loop, one GIL hand-off per batch of jobs; "P->R": this loop calls into
+Rust, no hand-off):
 
-  before (issue 22)                          now
-  R->P admit(spec dict)                      R->P admit(AdmitSpec)
-  P->R start_generate(request bytes)         P->R start_generate(request bytes)
-  P->R next_chunk()                          P->R next_chunk()
-  R->P the first chunk, as bytes             R->P the first chunk, an EngineChunk
-  P->R admit's answer, a tuple               P->R admit's answer, an AdmitOutcome
-  R->P close(6 positional values)            R->P close(RequestEnd)
-  P->R close's done-callback                 (none: close logs its own failures)
-  = 7 crossings (3 hand-offs from tokio);    = 6 crossings (3 hand-offs from tokio);
-  the first chunk encoded in Rust, decoded   the first chunk is the message tonic decoded,
-  and re-encoded in Python, decoded again    read in place: no encode or decode.
-  in Rust (4 extra codings)
+  before (issue 22)                              now
+  R->P admit(spec dict)                          R->P admit(AdmitSpec)
+  (prep_recv, remote_send on Python's grpc.aio   P->R prep_recv, R->P its answer
+   client: no crossing, a second gRPC stack)     P->R remote_send, R->P its answer
+  P->R start_generate                            P->R start_generate
+  P->R next_chunk()                              P->R next_chunk()
+  R->P the first chunk, as bytes                 R->P the first chunk, an EngineChunk
+  P->R admit's answer, a 5-tuple in a 4-tuple    P->R admit's answer, an AdmitOutcome
+  R->P close(6 positional values)                R->P close(RequestEnd)
+  P->R close's done-callback                     (none: close logs its own failures)
+  = 7 crossings, 3 hand-offs; the first chunk    = 10 crossings, 5 hand-offs (the verbs' 4
+  encoded in Rust, decoded and re-encoded in     replace the second client); the first chunk
+  Python, decoded again in Rust: 4 codings       is the message tonic decoded: no coding
 
-A request refused before the policy ran (bad sampling, drain, per-caller limit) has no close
-at all now (its AdmitOutcome's run is None). A hand-off adds one R->P next_segment and one
-P->R answer per segment (plus the new segment's start_generate and first-chunk read); before,
-next_segment took the GIL from a tokio thread itself, now it queues like admit.
+A request refused before the policy ran (bad sampling, drain, per-caller limit) is not closed at
+all now (its AdmitOutcome's run is None). A hand-off adds R->P next_segment(SegmentHandoff) and
+P->R its answer per segment, besides the next segment's start_generate and first chunk; before,
+next_segment (like ops, cancel_admission and the log calls) took the GIL on a tokio thread
+itself, now every call queues like admit. Left: the policy's side reads each segment's first
+chunk (2 crossings) because the dispatcher retries an engine that fails before its first token;
+start_generate still takes a StartGenerateRequest serialized here and decoded in Rust.
 """
 from __future__ import annotations
 
