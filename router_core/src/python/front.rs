@@ -1,8 +1,9 @@
-//! `RouterFront` and `GenerateCall` for Python: the Rust HTTP front (crate::front) serving on the
+//! `RouterFront` for Python: the Rust HTTP front (crate::front) serving on the
 //! pyo3-async-runtimes tokio runtime, with the Python side (pyrouter/front_bridge.py) as its
-//! `PolicyBridge`. The front calls the bridge's coroutines on the router's asyncio loop once per
-//! request, once per segment boundary and once at the end; tokens never reach Python, except a
-//! segment's first chunk while the policy admits it (the policy reads it through `GenerateCall`).
+//! `PolicyBridge`. The front calls the bridge on the router's asyncio loop once per request,
+//! once per segment boundary and once at the end, always through the job queue
+//! (bridge_jobs.rs) and with typed values (bridge_values.rs); tokens never reach Python, except
+//! a segment's first chunk while the policy admits it (an `EngineChunk`, generate_call.rs).
 
 use super::bridge_jobs::{admit_failed, bridge_failed, ops_failed, BridgeJobs, Job};
 use super::generate_call::PyGenerateCall;
