@@ -618,6 +618,7 @@ class RouterFront:
     def shutdown(self, grace_s: float = 1.0) -> None: ...
 
 
+@final
 class RouterTracer:
     """The router's tracer (router_core/src/otel): the front's spans and the Python decisions'."""
 
@@ -634,6 +635,7 @@ class RouterTracer:
     def shutdown(self) -> None: ...
 
 
+@final
 class RouterSpan:
     @property
     def traceparent(self) -> str: ...
