@@ -109,6 +109,7 @@ class EngineLoad:
     router_tokens: int            # router-side: tokens dispatched that the latest Stats can't include yet
     router_prefill_tokens: int    # router-side, as router_tokens: their prefill (also sends')
     router_seqs: int              # router-side, as router_tokens: generations (decodes to come)
+    pending_prefill_tokens: int   # the queue predictions see: reported + dispatched, less what finished since
 
 @final
 class EngineTable:
@@ -127,12 +128,16 @@ class EngineTable:
         """From an engine's Stats: latency_model = dict(stats.latency_model.coeffs_ms) (None or {}
         = no model yet: predicted times are NaN). ValueError for an unknown or repeated term or a
         non-finite coefficient, or a non-finite/negative decode_step_ms."""
-    def on_dispatch(self, engine_id: int, prefill_tokens: int, decode_tokens: int) -> None:
+    def on_dispatch(self, engine_id: int, prefill_tokens: int, decode_tokens: int) -> int:
         """inflight += 1, router_tokens += prefill + decode, router_prefill_tokens += prefill,
-        router_seqs += 1 when decode > 0."""
-    def on_prefill_dispatch(self, engine_id: int, prefill_tokens: int) -> None:
+        router_seqs += 1 when decode > 0. Returns the dispatch's stamp for on_prefill_done."""
+    def on_prefill_dispatch(self, engine_id: int, prefill_tokens: int) -> int:
         """Prefill work that is no generation (a RemoteSend's K/V): router_prefill_tokens +=
-        prefill_tokens until the next Stats covers it; nothing in flight."""
+        prefill_tokens until the next Stats covers it; nothing in flight. Returns the stamp."""
+    def on_prefill_done(self, engine_id: int, prefill_tokens: int, stamp: int) -> None:
+        """The prefill dispatched with `stamp` finished (first token seen, send answered): it
+        leaves the queue the predictions see (router_prefilled_tokens, or the latest Stats'
+        queue when that Stats was asked for after the dispatch)."""
     def on_complete(self, engine_id: int) -> None:
         """The request ended: inflight -= 1. Its tokens leave router_tokens with the engine's next
         Stats (which covers them), so no request is counted on both sides."""
@@ -380,182 +385,14 @@ class MockOpenAIWorker:
 
 # ---- the router's HTTP front (axum + tonic; pyrouter/front_bridge.py decides) ----
 class EngineCallError(Exception):
-    """A GenerateCall failed or was cancelled; args are (code, details) too."""
-    code: str     # the gRPC status code's name ("UNAVAILABLE", "CANCELLED", ...)
-    details: str
-
-@final
-class EngineChunk:
-    """One chunk of a generation (the GenerateChunk message's fields), made once in Rust from
-    the message the front decoded."""
-    @property
-    def token_ids(self) -> list[int]: ...
-    @property
-    def text(self) -> str: ...
-    @property
-    def finish_reason(self) -> str: ...
-    @property
-    def prompt_tokens(self) -> int: ...
-    @property
-    def cached_tokens(self) -> int: ...
-    @property
-    def queue_ms(self) -> float: ...
-    @property
-    def prefill_ms(self) -> float: ...
-    @property
-    def step_ms(self) -> float: ...
-    @property
-    def logprobs(self) -> list[float]: ...
-    @property
-    def error(self) -> str: ...
+    """A GenerateCall failed: args are (grpc status code name, details)."""
 
 @final
 class GenerateCall:
     """One StartGenerate stream started in Rust; Python reads chunks until the front takes it."""
-    async def next_chunk(self) -> EngineChunk | None:
-        """The next chunk; None once the engine closed the stream. Raises EngineCallError."""
+    async def next_chunk(self) -> bytes | None:
+        """The next serialized GenerateChunk; None once the engine closed the stream."""
     def cancel(self) -> bool: ...
-
-# ---- the values crossing the policy bridge (router_core/src/python/bridge_values.rs) ----
-@final
-class AdmitSpec:
-    """A parsed request the front hands `FrontBridge.admit`."""
-    @property
-    def request_id(self) -> str: ...
-    @property
-    def engine_request_id(self) -> str: ...
-    @property
-    def kind(self) -> Literal["completion", "chat"]: ...
-    @property
-    def tokens(self) -> list[int]: ...
-    @property
-    def stream(self) -> bool: ...
-    @property
-    def include_usage(self) -> bool: ...
-    @property
-    def return_token_ids(self) -> bool: ...
-    @property
-    def slo_ttft_ms(self) -> float | None: ...
-    @property
-    def slo_tpot_ms(self) -> float | None: ...
-    @property
-    def max_tokens(self) -> int: ...
-    @property
-    def temperature(self) -> float: ...
-    @property
-    def top_p(self) -> float: ...
-    @property
-    def top_k(self) -> int: ...
-    @property
-    def min_tokens(self) -> int: ...
-    @property
-    def seed(self) -> int | None: ...
-    @property
-    def stop(self) -> list[str]: ...
-    @property
-    def ignore_eos(self) -> bool: ...
-    @property
-    def trace_headers(self) -> list[tuple[str, str]]: ...
-    @property
-    def authorization(self) -> str: ...
-    @property
-    def client_host(self) -> str: ...
-
-@final
-class SegmentStart:
-    """A segment for the front to stream: its call, engine id, and the first chunk read."""
-    def __new__(cls, call: GenerateCall, engine: str, first: EngineChunk) -> SegmentStart: ...
-    @property
-    def call(self) -> GenerateCall: ...
-    @property
-    def engine(self) -> str: ...
-    @property
-    def first(self) -> EngineChunk: ...
-
-@final
-class Admitted:
-    """The policy ran: its first segment, X-Switchyard-Route, and the pattern (metrics)."""
-    def __new__(cls, segment: SegmentStart, route: str, pattern: str) -> Admitted: ...
-    @property
-    def segment(self) -> SegmentStart: ...
-    @property
-    def route(self) -> str: ...
-    @property
-    def pattern(self) -> str: ...
-
-@final
-class RequestFailure:
-    """The HTTP status and OpenAI error body a failing request answers."""
-    def __new__(cls, status: int, body: bytes) -> RequestFailure: ...
-    @property
-    def status(self) -> int: ...
-    @property
-    def body(self) -> bytes: ...
-
-@final
-class AdmitOutcome:
-    """`FrontBridge.admit`'s answer: the request's handle (`close` gets it back; None: nothing
-    to close), the policy that decided, and how. TypeError for any other `result`."""
-    def __new__(cls, run: object | None, policy: str,
-                result: Admitted | RequestFailure) -> AdmitOutcome: ...
-    @property
-    def run(self) -> object | None: ...
-    @property
-    def policy(self) -> str: ...
-    @property
-    def result(self) -> Admitted | RequestFailure: ...
-
-@final
-class SegmentHandoff:
-    """The running segment ended with a hand-off after `tokens` (`FrontBridge.next_segment`)."""
-    @property
-    def tokens(self) -> list[int]: ...
-
-@final
-class RequestEnd:
-    """How a request ended (`FrontBridge.close`)."""
-    @property
-    def status(self) -> str: ...  # "ok" | "error" (a failure, or the client went away)
-    @property
-    def completion_tokens(self) -> int: ...
-    @property
-    def delivered(self) -> bool: ...  # the running segment's engine sent its finish
-    @property
-    def since_start_s(self) -> float: ...
-    @property
-    def since_first_token_s(self) -> float | None: ...  # None: no token came
-
-@final
-class OpsCall:
-    """A request to a route the bridge answers (`FrontBridge.ops`)."""
-    @property
-    def plane(self) -> str: ...  # "public" | "admin"
-    @property
-    def method(self) -> str: ...
-    @property
-    def path(self) -> str: ...
-    @property
-    def query(self) -> str: ...
-    @property
-    def body(self) -> bytes: ...
-    @property
-    def authorization(self) -> str: ...
-    @property
-    def client_host(self) -> str: ...
-
-@final
-class OpsReply:
-    """`FrontBridge.ops`'s answer."""
-    def __new__(cls, status: int, content_type: str, body: bytes,
-                headers: Sequence[tuple[str, str]] = ...) -> OpsReply: ...
-    @property
-    def status(self) -> int: ...
-    @property
-    def content_type(self) -> str: ...
-    @property
-    def headers(self) -> list[tuple[str, str]]: ...
-    @property
-    def body(self) -> bytes: ...
 
 @final
 class FastRequestRecord:
@@ -618,7 +455,6 @@ class RouterFront:
     def shutdown(self, grace_s: float = 1.0) -> None: ...
 
 
-@final
 class RouterTracer:
     """The router's tracer (router_core/src/otel): the front's spans and the Python decisions'."""
 
@@ -635,7 +471,6 @@ class RouterTracer:
     def shutdown(self) -> None: ...
 
 
-@final
 class RouterSpan:
     @property
     def traceparent(self) -> str: ...

@@ -100,8 +100,9 @@ class EngineHandle:
         timing = req.scope.enter(self, "remote_send", req.engine_request_id)
         hold = req.scope.hold(self, req.engine_request_id)
         hold.sends += 1
-        # The send's prefill is queued work on this engine until its next Stats says so.
-        self.core.table.on_prefill_dispatch(self.num, end - begin)
+        # The send's prefill is queued work on this engine until it answers (then done: the
+        # K/V was computed) or its next Stats says so.
+        stamp = self.core.table.on_prefill_dispatch(self.num, end - begin)
         try:
             resp = await self.client.remote_send(req.engine_request_id, req.tokens, kv.kv_addr,
                                                  kv.dst_address, begin, end,
@@ -116,6 +117,7 @@ class EngineHandle:
                                  f"{exc.details()}") from exc
         finally:
             timing[3] = time.perf_counter()
+            _prefill_done(self, end - begin, stamp)
         hold.sends -= 1  # answered: the sender has finished with it
         hold.settle()
         return SendResult(resp.bytes_sent, resp.transport, resp.total_ms, resp.cached_on_sender,
@@ -188,7 +190,9 @@ class GenerationStream:
             self._call = engine.client.start_generate_request(request, metadata=metadata)
         self.finished = False   # accounting released (the stream ended or was cancelled)
         self.delivered = False  # the engine sent its finish chunk: it holds nothing for us
-        engine.core.table.on_dispatch(engine.num, self._prefill, self._decode)
+        self._prefilled = True  # (nothing to release until the dispatch is counted)
+        self._stamp = engine.core.table.on_dispatch(engine.num, self._prefill, self._decode)
+        self._prefilled = False
 
     async def next_chunk(self) -> pb.GenerateChunk | None:
         """The next chunk, or None once the engine has closed the stream."""
@@ -196,6 +200,7 @@ class GenerationStream:
         if chunk is grpc.aio.EOF:
             self.finish()
             return None
+        self.prefill_done()  # a first token means the prompt is computed
         if chunk.finish_reason:
             self.mark_delivered()
         return chunk  # type: ignore[no-any-return]
@@ -218,8 +223,16 @@ class GenerationStream:
             self._hold.settle()
             self.finish()
 
+    def prefill_done(self) -> None:
+        """Its prefill is no longer queued on the engine (the first chunk arrived, or the
+        stream ended): predictions stop counting it before the engine's next Stats."""
+        if not self._prefilled:
+            self._prefilled = True
+            _prefill_done(self.engine, self._prefill, self._stamp)
+
     def finish(self) -> None:
         """Account the request as complete on its engine (idempotent)."""
+        self.prefill_done()
         if not self.finished:
             self.finished = True
             self._timing[3] = time.perf_counter()
@@ -237,3 +250,10 @@ class GenerationStream:
         if not self.delivered:
             self._call.cancel()
         self.finish()
+
+
+def _prefill_done(engine: EngineHandle, tokens: int, stamp: int) -> None:
+    try:
+        engine.core.table.on_prefill_done(engine.num, tokens, stamp)
+    except (KeyError, ValueError, LookupError):
+        pass  # engine removed meanwhile

@@ -76,6 +76,18 @@ pub struct EngineLoad {
     /// Router-side, as `router_tokens`: generations dispatched that the latest Stats cannot
     /// include yet — decodes the engine will be running by its next Stats.
     pub router_seqs: u64,
+    /// Router-side: of `router_prefill_tokens`, those whose prefill the router has seen finish
+    /// (the generation's first token arrived, the send answered). Without it every request of a
+    /// poll interval counts as queued until the next Stats, long after the engine computed it:
+    /// at light load a phantom queue of half a poll interval's prompts.
+    pub router_prefilled_tokens: u64,
+    /// Of the latest Stats' `queued_prefill_tokens`, those the router has since seen finish
+    /// (dispatched before that Stats was asked for, done after it was answered).
+    pub stats_prefilled_tokens: u64,
+    /// Stats asked for so far (a dispatch is stamped with it: `on_dispatch`'s return value)...
+    stats_asked: u64,
+    /// ...and the one the latest answer covers.
+    stats_answered: u64,
     /// The router-side counts at the moment the pending Stats was asked for: what its answer
     /// covers.
     stats_mark: Pending,
@@ -86,7 +98,9 @@ pub struct EngineLoad {
 struct Pending {
     tokens: u64,
     prefill_tokens: u64,
+    prefilled_tokens: u64,
     seqs: u64,
+    epoch: u64,
 }
 
 impl EngineLoad {
@@ -109,6 +123,10 @@ impl EngineLoad {
             router_tokens: 0,
             router_prefill_tokens: 0,
             router_seqs: 0,
+            router_prefilled_tokens: 0,
+            stats_prefilled_tokens: 0,
+            stats_asked: 0,
+            stats_answered: 0,
             stats_mark: Pending::default(),
         }
     }
@@ -124,7 +142,11 @@ impl EngineLoad {
     /// and they all herd onto it).
     pub fn pending_prefill_tokens(&self) -> u64 {
         self.queued_prefill_tokens
-            .saturating_add(self.router_prefill_tokens)
+            .saturating_sub(self.stats_prefilled_tokens)
+            .saturating_add(
+                self.router_prefill_tokens
+                    .saturating_sub(self.router_prefilled_tokens),
+            )
     }
 
     /// The decodes the engine will be running once what the router dispatched since its latest
@@ -244,28 +266,37 @@ impl EngineTable {
         row.router_prefill_tokens = row
             .router_prefill_tokens
             .saturating_sub(mark.prefill_tokens);
+        row.router_prefilled_tokens = row
+            .router_prefilled_tokens
+            .saturating_sub(mark.prefilled_tokens);
         row.router_seqs = row.router_seqs.saturating_sub(mark.seqs);
+        row.stats_prefilled_tokens = 0;
+        row.stats_answered = mark.epoch;
         Ok(())
     }
 
     /// A Stats request is about to go out: its answer will include the work dispatched so far.
     pub fn stats_requested(&mut self, engine_id: u32) -> Result<()> {
         let row = self.row_mut(engine_id)?;
+        row.stats_asked += 1;
         row.stats_mark = Pending {
             tokens: row.router_tokens,
             prefill_tokens: row.router_prefill_tokens,
+            prefilled_tokens: row.router_prefilled_tokens,
             seqs: row.router_seqs,
+            epoch: row.stats_asked,
         };
         Ok(())
     }
 
     /// The router sent work: counted until `on_complete`, so back-to-back requests see it.
+    /// Returns the dispatch's stamp for `on_prefill_done`.
     pub fn on_dispatch(
         &mut self,
         engine_id: u32,
         prefill_tokens: u64,
         decode_tokens: u64,
-    ) -> Result<()> {
+    ) -> Result<u64> {
         let row = self.row_mut(engine_id)?;
         row.inflight += 1;
         row.router_tokens = row
@@ -275,14 +306,37 @@ impl EngineTable {
         if decode_tokens > 0 {
             row.router_seqs += 1;
         }
-        Ok(())
+        Ok(row.stats_asked)
     }
 
     /// The router asked the engine for prefill work that is no generation (a `RemoteSend`'s
-    /// K/V): part of its queue until the next Stats covers it, nothing in flight.
-    pub fn on_prefill_dispatch(&mut self, engine_id: u32, prefill_tokens: u64) -> Result<()> {
+    /// K/V): part of its queue until the next Stats covers it, nothing in flight. Returns the
+    /// dispatch's stamp for `on_prefill_done`.
+    pub fn on_prefill_dispatch(&mut self, engine_id: u32, prefill_tokens: u64) -> Result<u64> {
         let row = self.row_mut(engine_id)?;
         row.router_prefill_tokens = row.router_prefill_tokens.saturating_add(prefill_tokens);
+        Ok(row.stats_asked)
+    }
+
+    /// The router saw the prefill of `prefill_tokens` it dispatched with `stamp` finish (the
+    /// generation's first token, the send's answer): no longer queued, whichever count holds
+    /// it. Dispatched since the latest Stats was asked for: the router's own count. Dispatched
+    /// before a Stats that has been answered since: that answer counted it as queued (it
+    /// finished after). Covered by a Stats still unanswered: the answer tells.
+    pub fn on_prefill_done(
+        &mut self,
+        engine_id: u32,
+        prefill_tokens: u64,
+        stamp: u64,
+    ) -> Result<()> {
+        let row = self.row_mut(engine_id)?;
+        if stamp == row.stats_asked {
+            row.router_prefilled_tokens =
+                (row.router_prefilled_tokens + prefill_tokens).min(row.router_prefill_tokens);
+        } else if stamp < row.stats_answered {
+            row.stats_prefilled_tokens =
+                (row.stats_prefilled_tokens + prefill_tokens).min(row.queued_prefill_tokens);
+        }
         Ok(())
     }
 
@@ -414,6 +468,40 @@ mod tests {
         t.upsert(1, Role::Prefill);
         assert_eq!(t.get(1).unwrap().inflight, 0, "upsert keeps the row");
         assert_eq!(t.get(1).unwrap().role, Role::Prefill);
+    }
+
+    #[test]
+    fn finished_prefills_leave_the_queue_before_the_next_stats() {
+        let mut t = EngineTable::new();
+        t.upsert(1, Role::Any);
+        t.update_stats(1, &stats(0, 1.0, vec![])).unwrap(); // reports 10 queued
+                                                            // Dispatched with no Stats asked since: the router's own count drops at once.
+        let a = t.on_dispatch(1, 100, 5).unwrap();
+        let b = t.on_dispatch(1, 50, 5).unwrap();
+        assert_eq!(t.get(1).unwrap().pending_prefill_tokens(), 160);
+        t.on_prefill_done(1, 100, a).unwrap();
+        assert_eq!(t.get(1).unwrap().pending_prefill_tokens(), 60);
+        // A Stats is asked for: its answer covers `b` (done or not, the engine will say).
+        t.stats_requested(1).unwrap();
+        let c = t.on_dispatch(1, 30, 5).unwrap();
+        t.on_prefill_done(1, 50, b).unwrap(); // covered by the pending answer: no change yet
+        assert_eq!(t.get(1).unwrap().pending_prefill_tokens(), 90);
+        let mut answer = stats(0, 1.0, vec![]);
+        answer.queued_prefill_tokens = 40; // `b`, still queued when the engine answered
+        t.update_stats(1, &answer).unwrap();
+        // 40 reported + `c` (dispatched after the ask): `a` and `b` left with the mark.
+        assert_eq!(t.get(1).unwrap().pending_prefill_tokens(), 70);
+        assert_eq!(t.get(1).unwrap().router_prefilled_tokens, 0);
+        // `b` finishes after that answer counted it: it leaves the reported queue.
+        t.on_prefill_done(1, 50, b).unwrap();
+        assert_eq!(t.get(1).unwrap().pending_prefill_tokens(), 30);
+        t.on_prefill_done(1, 30, c).unwrap();
+        assert_eq!(t.get(1).unwrap().pending_prefill_tokens(), 0);
+        // The next Stats replaces what was learned in between.
+        t.stats_requested(1).unwrap();
+        t.update_stats(1, &stats(0, 1.0, vec![])).unwrap();
+        assert_eq!(t.get(1).unwrap().pending_prefill_tokens(), 10);
+        assert_eq!(t.get(1).unwrap().router_prefill_tokens, 0);
     }
 
     #[test]

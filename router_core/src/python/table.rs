@@ -34,6 +34,8 @@ pub struct PyEngineLoad {
     router_tokens: u64,
     router_prefill_tokens: u64,
     router_seqs: u64,
+    /// EngineLoad::pending_prefill_tokens: the queue the predictions see.
+    pending_prefill_tokens: u64,
 }
 
 impl From<&EngineLoad> for PyEngineLoad {
@@ -57,6 +59,7 @@ impl From<&EngineLoad> for PyEngineLoad {
             router_tokens: row.router_tokens,
             router_prefill_tokens: row.router_prefill_tokens,
             router_seqs: row.router_seqs,
+            pending_prefill_tokens: row.pending_prefill_tokens(),
         }
     }
 }
@@ -149,7 +152,7 @@ impl PyEngineTable {
         engine_id: u32,
         prefill_tokens: u64,
         decode_tokens: u64,
-    ) -> PyResult<()> {
+    ) -> PyResult<u64> {
         Ok(py.allow_threads(|| {
             lock(&self.inner).on_dispatch(engine_id, prefill_tokens, decode_tokens)
         })?)
@@ -160,8 +163,20 @@ impl PyEngineTable {
         py: Python<'_>,
         engine_id: u32,
         prefill_tokens: u64,
-    ) -> PyResult<()> {
+    ) -> PyResult<u64> {
         Ok(py.allow_threads(|| lock(&self.inner).on_prefill_dispatch(engine_id, prefill_tokens))?)
+    }
+
+    fn on_prefill_done(
+        &self,
+        py: Python<'_>,
+        engine_id: u32,
+        prefill_tokens: u64,
+        stamp: u64,
+    ) -> PyResult<()> {
+        Ok(py.allow_threads(|| {
+            lock(&self.inner).on_prefill_done(engine_id, prefill_tokens, stamp)
+        })?)
     }
 
     fn on_complete(&self, py: Python<'_>, engine_id: u32) -> PyResult<()> {
