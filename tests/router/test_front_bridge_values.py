@@ -9,6 +9,7 @@ first chunk reaches the policy as an EngineChunk made in Rust (no protobuf on th
 from __future__ import annotations
 
 import argparse
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -114,6 +115,24 @@ class ListSegment(FrontBridge):
     async def next_segment(self, handle: Any, handoff: SegmentHandoff) -> Any:
         answer = await super().next_segment(handle, handoff)
         return [answer]
+
+
+class FailingClose(FrontBridge):
+    async def _close(self, handle: Any, end: RequestEnd) -> None:
+        raise RuntimeError(f"close failed after {end.completion_tokens} tokens")
+
+
+async def test_a_close_that_raises_is_logged_and_the_router_serves_on(
+        router: Any, caplog: pytest.LogCaptureFixture) -> None:
+    post = await router(FailingClose, "test_two_segments")
+    for _ in range(2):
+        status, answer = await post()
+        assert status == 200 and answer["usage"]["completion_tokens"] == 6, answer
+    while len([r for r in caplog.records if "closing it failed" in r.getMessage()]) < 2:
+        await asyncio.sleep(0.01)  # close runs after the response (bounded by the timeout)
+    failed = [r for r in caplog.records if "closing it failed" in r.getMessage()]
+    assert all(r.exc_info and "close failed after 6 tokens" in str(r.exc_info[1])
+               for r in failed)
 
 
 async def test_admit_answering_a_tuple_is_a_500_naming_it(router: Any) -> None:
