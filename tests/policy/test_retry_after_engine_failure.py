@@ -14,6 +14,7 @@ import pytest
 from pyrouter.errors import EngineFailed
 from pyrouter.retry_budget import RetryBudget
 from pyrouter.testing import FakeCluster, FakeEngine, Fault
+from router_core import retry_engine_request_id
 
 PROMPT = list(range(3000, 3050))
 MAX_TOKENS = 8
@@ -50,7 +51,10 @@ def test_an_engine_dying_before_output_is_retried_elsewhere(code: grpc.StatusCod
     assert not cluster.engines["e0"].healthy  # out of rotation until its health says otherwise
     first, retry = [rid for verb, rid in cluster.client("e0").calls + cluster.client("e1").calls
                     if verb == "start_generate"]
-    assert retry != first and retry.startswith(first)  # a fresh engine-side id
+    # A fresh engine-side id, named by the one scheme both request paths use, after a first id
+    # the router made (not the request's own id).
+    assert retry == retry_engine_request_id(first, 1)
+    assert run.request.request_id not in first
     cluster.assert_clean()
 
 
