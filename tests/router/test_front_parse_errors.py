@@ -78,3 +78,9 @@ def test_pipelined_good_then_bad_answers_both(mock_cluster: Any) -> None:
     assert good[0] == 200 and json.loads(good[2]) == {"status": "ok"}
     _assert_json_error(bad, 400, "malformed_request")
     assert bad[1]["x-request-id"] != good[1]["x-request-id"]
+
+
+def test_a_uri_over_the_limit_gets_the_json_414(mock_cluster: Any) -> None:
+    data = b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n"
+    [response] = _responses(_exchange(mock_cluster.base, data))
+    _assert_json_error(response, 414, "uri_too_long")
