@@ -14,7 +14,7 @@ from pyrouter.scope import RouterCounters
 from pyrouter.security.engine_allow import EngineAllowList
 from pyrouter.security.keys import KeyRing
 from pyrouter.security.rate_limit import CallerLimiter, RateRules
-from router_core import DetokenizerVocab, RouterTracer
+from router_core import DetokenizerVocab, RouterTracer, sampling_error
 
 if TYPE_CHECKING:
     from pyrouter.fast_path import FastRequestRecorder
@@ -48,8 +48,11 @@ class RouterConfig:
         if self.max_body_bytes < 1024 or not (self.body_timeout_s > 0 and self.idle_timeout_s > 0
                                               and self.drain_s >= 0):
             raise ValueError("max_body_bytes must be >= 1024, the timeouts > 0, drain_s >= 0")
-        if not 0.0 <= self.default_temperature <= 2.0 or not 0.0 < self.default_top_p <= 1.0:
-            raise ValueError("default temperature must be in [0, 2] and top_p in (0, 1]")
+        # The defaults a request without its own values takes meet the rules the request would.
+        broken = sampling_error(self.default_temperature, self.default_top_p, top_k=0,
+                                max_tokens=1, min_tokens=0)
+        if broken is not None:
+            raise ValueError(f"default {broken[1]}")
 
 
 @dataclass(slots=True)
