@@ -13,9 +13,10 @@ under that segment:
 
 Every span is made by router_core's tracer (the front's exporters: the JSONL file, OTLP), so the
 router process runs no Python OpenTelemetry SDK. Verb spans open when their call starts (the
-engines need their ids); a decision's span opens with its first verb, or when the request ends
-(a decision that only found the policy had nothing more leaves none), and all end when the
-request ends, with the times its timeline recorded.
+engines need their ids); a segment's verb.start_generate is then kept and ended by the front,
+which reads the stream to its end. A decision's span opens with its first verb, or when the
+request ends (a decision that only found the policy had nothing more leaves none); the
+decisions and the other verbs end when the request ends, with the times its timeline recorded.
 """
 from __future__ import annotations
 
@@ -40,6 +41,9 @@ class SpanTracer(Protocol):
     """What this module needs of router_core.RouterTracer."""
 
     def segment_parent(self, engine_request_id: str) -> str | None: ...
+
+    def start_generate_span(self, engine_request_id: str, engine: str, start_ns: int
+                            ) -> list[tuple[str, str]]: ...
 
     def start_span(self, name: str, parent: str, start_ns: int,
                    attributes: dict[str, Any] | None = None) -> RouterSpan | None: ...
@@ -104,10 +108,16 @@ class RequestTrace:
         return the metadata that carries it to the engine."""
         verb, engine_id = timing[0], timing[1]
         current = self._decisions[-1] if self._decisions else None
+        if verb == "start_generate":
+            # Under the segment, and ended by the front, which reads the stream to its end.
+            if current is not None:
+                current.verbs += 1
+            return tuple(self.tracer.start_generate_span(
+                self.engine_request_id, engine_id, perf_to_wall_ns(timing[2])))
         parent = current.segment if current is not None else self._segment()
         if current is not None:
             current.verbs += 1
-            if verb != "start_generate" and not current.times.decided:
+            if not current.times.decided:
                 decision = self._decision_span(current)
                 parent = decision.traceparent if decision is not None else None
         if parent is None:

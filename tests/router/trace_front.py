@@ -26,19 +26,20 @@ class FrontSpans:
         self.open_segment()
 
     def open_segment(self) -> None:
-        if self.segments:
-            self.segments[-1].end()
         segment = self.tracer.start_span("router.segment", self.root.traceparent,
                                          time.time_ns(),
                                          {"switchyard.segment.index": len(self.segments)})
         assert segment is not None
-        self.segments.append(segment)
+        # Registering the next segment ends the last one's generation span, then the last one.
         self.tracer.set_segment(self.engine_request_id, segment.traceparent)
+        if self.segments:
+            self.segments[-1].end()
+        self.segments.append(segment)
 
     def close(self) -> None:
+        self.tracer.forget_request(self.engine_request_id)  # ends the generation's span
         for span in (*self.segments, self.root):
             span.end()
-        self.tracer.forget_request(self.engine_request_id)
 
 
 class FrontTimeline(RequestTimeline):

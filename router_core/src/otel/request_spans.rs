@@ -76,6 +76,7 @@ pub fn verb_span(
     parent: &SpanContext,
     verb: &str,
     engine: &str,
+    start: SystemTime,
 ) -> Option<(SpanGuard, Vec<(String, String)>)> {
     if !parent.is_sampled() {
         return None;
@@ -83,7 +84,7 @@ pub fn verb_span(
     let span = SpanGuard::new(tracer.start(
         format!("verb.{verb}"),
         Some(parent),
-        SystemTime::now(),
+        start,
         vec![
             KeyValue::new("switchyard.engine", engine.to_owned()),
             KeyValue::new("rpc.method", rpc_method(verb)),
@@ -191,6 +192,7 @@ impl RequestSpans {
             segment.span.context(),
             "start_generate",
             engine,
+            SystemTime::now(),
         ) {
             Some((span, metadata)) => {
                 segment.generate = Some(span);
@@ -230,6 +232,9 @@ impl RequestSpans {
         }
         segment.ended = true;
         drop(segment.generate.take());
+        if self.shared {
+            self.tracer.end_generate(&self.engine_request_id);
+        }
         segment.span.set_all(vec![
             KeyValue::new("switchyard.segment.tokens", tokens as i64),
             KeyValue::new("switchyard.segment.end_reason", reason.to_owned()),

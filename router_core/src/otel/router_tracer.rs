@@ -12,6 +12,7 @@
 //! span hangs.
 
 use super::jsonl::JsonlExporter;
+use super::request_spans::{verb_span, SpanGuard};
 use opentelemetry::trace::{SpanBuilder, SpanContext, TraceContextExt, Tracer, TracerProvider};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider, Span};
@@ -62,11 +63,20 @@ impl Exporters {
     }
 }
 
-/// The router's tracer and the current segment of each traced request (see `segment_parent`).
+/// A traced request's open segment, as the deciding side sees it: the segment's span, and the
+/// verb span of the generation the policy started there (the front ends it with the segment's
+/// stream, which it reads).
+struct SharedSegment {
+    segment: SpanContext,
+    generate: Option<SpanGuard>,
+}
+
+/// The router's tracer and the open segment of each traced request the Python side decides
+/// (see `segment_parent`).
 pub struct RouterTracer {
     provider: SdkTracerProvider,
     tracer: SdkTracer,
-    segments: Mutex<HashMap<String, SpanContext>>,
+    segments: Mutex<HashMap<String, SharedSegment>>,
 }
 
 fn resource() -> Resource {
@@ -143,24 +153,66 @@ impl RouterTracer {
         let _ = self.provider.shutdown();
     }
 
-    fn segments(&self) -> std::sync::MutexGuard<'_, HashMap<String, SpanContext>> {
+    fn segments(&self) -> std::sync::MutexGuard<'_, HashMap<String, SharedSegment>> {
         self.segments.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The request task opened a segment of a traced request: the deciding side's spans for it
-    /// hang there. Keyed by the engine-side request id, which is router-made and unique.
+    /// The request task opened a segment of a traced request for the Python policy to decide:
+    /// its spans hang there. Keyed by the engine-side request id, which is router-made and
+    /// unique. The previous segment's generation span, if still open, ends.
     pub fn set_segment(&self, engine_request_id: &str, segment: SpanContext) {
-        self.segments()
-            .insert(engine_request_id.to_owned(), segment);
+        let shared = SharedSegment {
+            segment,
+            generate: None,
+        };
+        let previous = self.segments().insert(engine_request_id.to_owned(), shared);
+        drop(previous);
     }
 
-    /// The running segment of a traced request (None: not traced, or already closed).
+    /// The open segment of a traced request (None: not traced, or already closed).
     pub fn segment_parent(&self, engine_request_id: &str) -> Option<SpanContext> {
-        self.segments().get(engine_request_id).cloned()
+        self.segments()
+            .get(engine_request_id)
+            .map(|s| s.segment.clone())
+    }
+
+    /// The policy starts the open segment's generation on `engine`: its verb span, under the
+    /// segment, kept here until the front ends it (`end_generate`); the metadata that carries
+    /// it to the engine. Empty when the request has no open segment.
+    pub fn start_generate(
+        &self,
+        engine_request_id: &str,
+        engine: &str,
+        start: SystemTime,
+    ) -> Vec<(String, String)> {
+        let Some(parent) = self.segment_parent(engine_request_id) else {
+            return Vec::new();
+        };
+        let Some((span, metadata)) = verb_span(self, &parent, "start_generate", engine, start)
+        else {
+            return Vec::new();
+        };
+        // A second try in the same segment (its first engine failed) replaces the first.
+        let previous = self
+            .segments()
+            .get_mut(engine_request_id)
+            .and_then(|s| s.generate.replace(span));
+        drop(previous);
+        metadata
+    }
+
+    /// The open segment's stream ended: its generation's verb span ends now.
+    pub fn end_generate(&self, engine_request_id: &str) {
+        let span = self
+            .segments()
+            .get_mut(engine_request_id)
+            .and_then(|s| s.generate.take());
+        drop(span);
     }
 
     pub fn forget_request(&self, engine_request_id: &str) {
-        self.segments().remove(engine_request_id);
+        let removed = self.segments().remove(engine_request_id);
+        drop(removed);
     }
 }
 

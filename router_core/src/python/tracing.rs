@@ -61,6 +61,19 @@ impl PyRouterTracer {
         Ok(())
     }
 
+    /// The policy starts the open segment's generation on `engine` at `start_ns` (Unix ns):
+    /// its verb span, which the front ends with the segment's stream; returns the gRPC
+    /// metadata carrying it to the engine (empty when the request is not traced).
+    fn start_generate_span(
+        &self,
+        engine_request_id: &str,
+        engine: &str,
+        start_ns: u64,
+    ) -> Vec<(String, String)> {
+        self.inner
+            .start_generate(engine_request_id, engine, unix_ns(start_ns))
+    }
+
     fn forget_request(&self, engine_request_id: &str) {
         self.inner.forget_request(engine_request_id);
     }
