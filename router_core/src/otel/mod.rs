@@ -5,6 +5,8 @@
 
 pub mod jsonl;
 pub mod request_spans;
+#[cfg(test)]
+mod request_spans_tests;
 pub mod router_tracer;
 pub mod traceparent;
 

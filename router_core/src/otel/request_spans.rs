@@ -106,8 +106,9 @@ struct OpenSegment {
     span: SpanGuard,
     /// Its generation's verb span, while it runs (fast path: one per try).
     generate: Option<SpanGuard>,
-    /// Its end is recorded (tokens, reason); the span itself stays open until the deciding
-    /// side has ended the spans it made under it.
+    /// Its end is recorded (tokens, reason). A segment handed off ends when the next one
+    /// begins; the last stays open until the request closes, after the deciding side's spans
+    /// under it.
     ended: bool,
 }
 
@@ -116,9 +117,6 @@ pub struct RequestSpans {
     engine_request_id: String,
     request: SpanGuard,
     segment: Option<OpenSegment>,
-    /// The segment before a hand-off, open until the policy has answered for the next one:
-    /// the Python side ends its generation's verb span as it takes the hand-off.
-    handed_off: Option<SpanGuard>,
     segments: i64,
     /// The engines of the request's segments, in order, repeats included.
     engines: Vec<String>,
@@ -150,7 +148,6 @@ impl RequestSpans {
             engine_request_id: engine_request_id.to_owned(),
             request: SpanGuard::new(span),
             segment: None,
-            handed_off: None,
             segments: 0,
             engines: Vec::new(),
             shared: false,
@@ -161,7 +158,7 @@ impl RequestSpans {
     /// `for_python` (the segment is registered for it to find), else by the fast path.
     pub fn begin_segment(&mut self, for_python: bool) {
         self.segment_ended(0, "abandoned");
-        self.handed_off = self.segment.take().map(|s| s.span);
+        self.segment = None;
         let span = SpanGuard::new(self.tracer.start(
             "router.segment",
             Some(self.request.context()),
@@ -209,9 +206,8 @@ impl RequestSpans {
         }
     }
 
-    /// The segment's stream came back from `engine` (the segment it took over from ends).
+    /// The segment's stream came back from `engine`.
     pub fn segment_on(&mut self, engine: &str) {
-        self.handed_off = None;
         if let Some(segment) = &mut self.segment {
             segment
                 .span
@@ -222,7 +218,7 @@ impl RequestSpans {
 
     /// The running segment ended after `tokens` tokens: the engine's finish reason, "handoff",
     /// "stop" (a stop string), or how the request ended. Its generation's span ends now, its
-    /// own when the next segment has its stream, or when the request closes.
+    /// own when the next segment begins, or when the request closes.
     pub fn segment_ended(&mut self, tokens: u64, reason: &str) {
         let Some(segment) = &mut self.segment else {
             return;
@@ -253,7 +249,6 @@ impl RequestSpans {
     pub fn finish(mut self, summary: RequestSummary<'_>) {
         let ok = summary.error_type.is_none();
         self.segment_ended(summary.output_tokens, summary.status);
-        self.handed_off = None;
         self.segment = None;
         let engines = self.engines();
         let error_type = summary.error_type.map(str::to_owned);
