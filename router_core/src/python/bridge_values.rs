@@ -99,11 +99,6 @@ impl PyAdmitSpec {
     fn ignore_eos(&self) -> bool {
         self.spec.request.sampling.ignore_eos
     }
-    /// W3C trace context headers the client sent (traceparent, tracestate).
-    #[getter]
-    fn trace_headers(&self) -> Vec<(String, String)> {
-        self.spec.trace_headers.clone()
-    }
     /// The client's Authorization header ("" when absent).
     #[getter]
     fn authorization(&self) -> &str {
