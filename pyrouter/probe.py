@@ -2,12 +2,14 @@
 
 Exit 0 when the target is healthy, 1 when not (Docker's HEALTHCHECK contract). `http` wants a
 200 from the router's `/health`; `grpc` asks an engine's standard grpc.health.v1 service for
-the overall status ("") and wants SERVING. Kubernetes needs neither: its probes speak HTTP and
+the overall status ("") and wants SERVING, through the router's own engine client (Rust,
+pyrouter/engines/rust_client.py: the deployment's TLS settings apply). Kubernetes needs neither: its probes speak HTTP and
 gRPC health natively (deploy/k8s/).
 """
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 import urllib.error
 import urllib.request
@@ -22,16 +24,12 @@ def http_healthy(url: str, timeout_s: float) -> bool:
 
 
 def grpc_healthy(address: str, timeout_s: float) -> bool:
-    import grpc
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from pyrouter.engines.rust_client import dial
 
-    with grpc.insecure_channel(address) as channel:
-        try:
-            reply = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service=""), timeout=timeout_s)
-        except grpc.RpcError:
-            return False
-    return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
+    async def check() -> bool:
+        return await dial(address, timeout_s).healthy(timeout_s)
+
+    return asyncio.run(check())
 
 
 def main(argv: list[str] | None = None) -> int:

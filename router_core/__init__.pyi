@@ -5,7 +5,7 @@ Engine ids are small non-negative ints chosen by the caller (pyrouter maps "e0" 
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, Literal, final
 
 __version__: str
@@ -421,6 +421,55 @@ class GenerateCall:
         """The next chunk; None once the engine closed the stream. Raises EngineCallError."""
     def cancel(self) -> bool: ...
 
+# ---- the router's one client per engine (router_core/src/python/engine_client.rs) ----
+@final
+class EngineRpcClient:
+    """One engine's gRPC client (tonic: one lazily opened HTTP/2 connection), its calls as
+    awaitables answered on the asyncio loop it was made on. Answers are serialized response
+    messages (read them with switchyard_rpc.engine_pb2); failures raise EngineCallError;
+    cancelling an awaitable cancels its call. pyrouter/engines/rust_client.py wraps it."""
+    def __new__(cls, address: str, timeout_s: float, engine_token: str = "",
+                tls_ca: bytes | None = None, tls_cert: bytes | None = None,
+                tls_key: bytes | None = None, tls_server_name: str | None = None
+                ) -> EngineRpcClient: ...
+    @property
+    def address(self) -> str: ...
+    @property
+    def timeout_s(self) -> float:
+        """The unary calls' deadline when they name none."""
+    def attach_to(self, front: RouterFront, num: int) -> None:
+        """Engine `num` of `front` streams over this client's connection."""
+    def prep_recv(self, request_id: str, tokens: Sequence[int], end: int = ...,
+                  lease_s: float = 0.0, metadata: Sequence[tuple[str, str]] = ...
+                  ) -> Awaitable[bytes]:
+        """A serialized PrepRecvResponse."""
+    def remote_send(self, request_id: str, tokens: Sequence[int], kv_addr: bytes, dst: str,
+                    begin: int, end: int, transport: str = ...,
+                    metadata: Sequence[tuple[str, str]] = ..., timeout_s: float | None = None
+                    ) -> Awaitable[bytes]:
+        """A serialized RemoteSendResponse."""
+    def start_generate(self, request: bytes,
+                       metadata: Sequence[tuple[str, str]] = ...) -> GenerateCall:
+        """`request`: a serialized StartGenerateRequest; the call starts now."""
+    def abort(self, request_id: str, handoff: bool = False) -> Awaitable[bool]: ...
+    def stats(self, timeout_s: float | None = None) -> Awaitable[bytes]:
+        """A serialized StatsResponse."""
+    def model_info(self, timeout_s: float | None = None) -> Awaitable[bytes]:
+        """A serialized ModelInfoResponse."""
+    def configure(self, prefill_chunk_size: int | None = None,
+                  timeout_s: float | None = None) -> Awaitable[bytes]:
+        """A serialized ConfigureResponse."""
+    def healthy(self, timeout_s: float = 2.0) -> Awaitable[bool]:
+        """grpc.health.v1 answers SERVING; False for anything else (never raises for that)."""
+    def kv_events(self, snapshot: bool = False) -> KvEventStream: ...
+
+@final
+class KvEventStream:
+    """One KVEvents stream (endless until cancelled)."""
+    def next_batch(self) -> Awaitable[bytes | None]:
+        """A serialized KVEventBatch; None once the engine closed the stream."""
+    def cancel(self) -> bool: ...
+
 # ---- the values crossing the policy bridge (router_core/src/python/bridge_values.rs) ----
 @final
 class AdmitSpec:
@@ -600,10 +649,6 @@ class RouterFront:
     def admin_port(self) -> int | None: ...
     @property
     def inflight(self) -> int: ...
-    def set_engine(self, num: int, address: str, timeout_s: float,
-                   engine_token: str = ..., tls_ca: bytes | None = None,
-                   tls_cert: bytes | None = None, tls_key: bytes | None = None,
-                   tls_server_name: str | None = None) -> None: ...
     def remove_engine(self, num: int) -> None: ...
     def set_engine_max_context(self, tokens: int) -> None: ...
     def set_core(self, core: RouterCore) -> None: ...
@@ -616,8 +661,6 @@ class RouterFront:
     def set_draining(self, draining: bool) -> None: ...
     def end_requests(self) -> None: ...
     def drain_fast_records(self) -> tuple[list[FastRequestRecord], int]: ...
-    def start_generate(self, num: int, request: bytes,
-                       metadata: Sequence[tuple[str, str]] = ...) -> GenerateCall: ...
     def shutdown(self, grace_s: float = 1.0) -> None: ...
 
 

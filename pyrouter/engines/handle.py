@@ -2,7 +2,9 @@
 
 The verbs act on the request's current tokens (prompt + tokens generated so far) and record
 everything they take in the request's scope (pyrouter/scope.py) before they take it, so
-whatever way the request ends, the scope knows what to give back.
+whatever way the request ends, the scope knows what to give back. They reach the engine through
+`client` (pyrouter/engines/engine_api.py's EngineVerbs): in the router, its one Rust client
+(rust_client.py); in tests and the simulator, an engine double.
 """
 from __future__ import annotations
 
@@ -14,14 +16,14 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from engine.server.convert import sampling_to_proto
+from pyrouter.engines.engine_api import EngineCall, EngineVerbs
 from pyrouter.engines.front_call import FrontCall
 from pyrouter.errors import TransferFailed, VerbOrderError
 from pyrouter.request import RouterRequest
-from router_core import GenerateCall, RouterCore, RouterFront
+from router_core import GenerateCall, RouterCore
 from switchyard_rpc import engine_pb2 as pb
 
 if TYPE_CHECKING:
-    from engine.server.client import EngineClient
     from pyrouter.scope import _EngineHold
 
 
@@ -58,16 +60,13 @@ class EngineHandle:
     num: int             # the int id router_core uses
     address: str
     role: str
-    client: EngineClient
+    client: EngineVerbs
     core: RouterCore     # table accounting on dispatch/complete
     healthy: bool = False
     draining: bool = False
     model_id: str = ""
     cached_blocks: int = 0  # from the engine's last Stats
     active: set[str] = field(default_factory=set)  # engine request ids with work on this engine
-    # The Rust front, when it serves: generations stream through it (the HTTP front reads them
-    # after the policy has decided), not through `client`.
-    front: RouterFront | None = None
 
     async def prep_recv(self, req: RouterRequest, end: int | None = None) -> KvReservation:
         """Reserve KV pages here for tokens[matched:end] of the request's current tokens.
@@ -180,14 +179,9 @@ class GenerationStream:
                                        min_tokens=max(0, req.sampling.min_tokens - req.generated)),
             max_new_tokens_here=max_new_tokens_here, output_offset=req.generated)
         metadata = req.timeline.verb_metadata(timing)  # opens the verb's span when traced
-        self.front_call: FrontCall | None = None
-        self._call: Any
-        if engine.front is not None:
-            self.front_call = FrontCall(engine.front.start_generate(
-                engine.num, request.SerializeToString(), list(metadata or ())))
-            self._call = self.front_call
-        else:
-            self._call = engine.client.start_generate_request(request, metadata=metadata)
+        self._call: EngineCall = engine.client.start_generate_request(request, metadata=metadata)
+        # A call of the Rust client: the HTTP front can read the rest of it.
+        self.front_call = self._call if isinstance(self._call, FrontCall) else None
         self.finished = False   # accounting released (the stream ended or was cancelled)
         self.delivered = False  # the engine sent its finish chunk: it holds nothing for us
         self._prefilled = True  # (nothing to release until the dispatch is counted)
@@ -209,7 +203,7 @@ class GenerationStream:
     def rust_call(self) -> GenerateCall:
         """The Rust call behind this stream (the Rust front reads the rest of it)."""
         if self.front_call is None:
-            raise RuntimeError("this stream was not started through the Rust front")
+            raise RuntimeError("this stream was not started through the Rust engine client")
         return self.front_call.call
 
     def mark_delivered(self) -> None:

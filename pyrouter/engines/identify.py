@@ -11,13 +11,13 @@ import asyncio
 
 import grpc
 
-from engine.server.client import EngineClient
+from pyrouter.engines.rust_client import dial
 from pyrouter.errors import BadRequest
 
 
 async def check_is_engine(address: str, deadline_s: float = 3.0) -> None:
     """Return when `address` answers as a Switchyard engine; else a 400 saying why."""
-    client = EngineClient(address, timeout_s=deadline_s)
+    client = dial(address, deadline_s)  # the router's own client, dropped when answered
     try:
         async with asyncio.timeout(deadline_s):
             if not await client.healthy(timeout_s=deadline_s):
@@ -36,5 +36,3 @@ async def check_is_engine(address: str, deadline_s: float = 3.0) -> None:
         raise BadRequest(f"{address} does not answer as a Switchyard engine "
                          f"({exc.code().name}); nothing was added", param="address",
                          code="engine_unreachable") from None
-    finally:
-        await client.close()

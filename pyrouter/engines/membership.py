@@ -2,6 +2,8 @@
 
 Each engine gets one background task that keeps its health, load and prefix view fresh; an
 unhealthy engine is out of rotation (router_core scores only healthy engines) until it recovers.
+Every call to an engine, these and the requests' verbs, goes through its one Rust client
+(pyrouter/engines/rust_client.py), which the HTTP front streams from too.
 """
 from __future__ import annotations
 
@@ -10,10 +12,9 @@ import logging
 
 import grpc
 
-from engine.server.auth import client_tls, engine_token
-from engine.server.client import EngineClient
 from pyrouter.core import make_router_core
 from pyrouter.engines.handle import EngineHandle
+from pyrouter.engines.rust_client import RustEngineClient, dial
 from pyrouter.errors import BadRequest, NotFound
 from router_core import RouterCore, RouterFront, engine_name
 from switchyard_rpc import engine_pb2 as pb
@@ -52,6 +53,7 @@ class EngineSet:
         self._core_key: tuple[int, int] | None = None  # (block_size, seed) learned from engines
         self._next = 0
         self._tasks: dict[str, list[asyncio.Task[None]]] = {}
+        self._clients: dict[str, RustEngineClient] = {}
         self.model_id = ""
         # Smallest context any member engine accepts (ModelInfo.max_context); 0 = unknown yet.
         self.max_context = 0
@@ -70,14 +72,8 @@ class EngineSet:
 
     def _join_front(self, handle: EngineHandle) -> None:
         if self.front is not None:
-            # The front's own gRPC calls carry the deployment's engine token, as EngineClient's.
-            tls = client_tls()  # as EngineClient's channels (engine/server/auth.py)
-            self.front.set_engine(
-                handle.num, handle.address, _VERB_TIMEOUT_S, engine_token() or "",
-                tls_ca=tls.ca if tls else None, tls_cert=tls.cert if tls else None,
-                tls_key=tls.key if tls else None, tls_server_name=tls.server_name if tls else None)
+            self._clients[handle.id].attach_to(self.front, handle.num)
             self.front.set_engine_max_context(self.max_context)
-            handle.front = self.front
 
     # ---- membership ----
     def add(self, address: str, role: str | None = None) -> EngineHandle:
@@ -89,15 +85,17 @@ class EngineSet:
         num = self._next
         self._next += 1
         # The verbs' deadline: a RemoteSend of a long prompt prefills for minutes on a CPU.
-        client = EngineClient(address, timeout_s=_VERB_TIMEOUT_S)
+        client = dial(address, _VERB_TIMEOUT_S)
         handle = EngineHandle(engine_name(num), num, address, role or "any", client, self.core)
         self.engines[handle.id] = handle
+        self._clients[handle.id] = client
         self.core.table.upsert(num, handle.role)
         self.core.table.set_health(num, False)
         self.core.index.add_engine(num)
         self._join_front(handle)
-        self._tasks[handle.id] = [asyncio.create_task(self._watch(handle, role is None)),
-                                  asyncio.create_task(self._follow_kv_events(handle))]
+        self._tasks[handle.id] = [
+            asyncio.create_task(self._watch(handle, client, role is None)),
+            asyncio.create_task(self._follow_kv_events(handle, client))]
         return handle
 
     def get(self, engine_id: str) -> EngineHandle:
@@ -118,6 +116,7 @@ class EngineSet:
         for task in self._tasks.pop(engine_id, []):
             task.cancel()
         self.engines.pop(engine_id, None)
+        self._clients.pop(engine_id, None)
         self.core.table.remove(handle.num)
         self.core.index.remove_engine(handle.num)
         if self.front is not None:
@@ -193,15 +192,17 @@ class EngineSet:
             tasks = self._tasks.get(handle.id)
             if tasks:
                 tasks[1].cancel()
-                tasks[1] = asyncio.create_task(self._follow_kv_events(handle))
+                tasks[1] = asyncio.create_task(
+                    self._follow_kv_events(handle, self._clients[handle.id]))
         del old
 
-    async def _watch(self, handle: EngineHandle, learn_role: bool) -> None:
+    async def _watch(self, handle: EngineHandle, client: RustEngineClient,
+                     learn_role: bool) -> None:
         info_known = False
         while True:
             try:
                 if not info_known:
-                    info = await handle.client.model_info(timeout_s=5.0)
+                    info = await client.model_info(timeout_s=5.0)
                     self._adopt_layout(info.page_size or 16, int(info.block_hash_seed))
                     handle.model_id = info.model_id
                     if info.max_context > 0:
@@ -214,10 +215,10 @@ class EngineSet:
                         handle.role = info.role
                         self.core.table.upsert(handle.num, handle.role)
                     info_known = True
-                serving = await handle.client.healthy()
+                serving = await client.healthy()
                 if serving:
                     self.core.table.stats_requested(handle.num)
-                    s = await handle.client.stats(timeout_s=2.0)
+                    s = await client.stats(timeout_s=2.0)
                     apply_stats(self.core, handle, s)
             except grpc.aio.AioRpcError as exc:
                 serving = False
@@ -236,12 +237,12 @@ class EngineSet:
             self.core.table.set_health(handle.num, serving and not handle.draining)
             await asyncio.sleep(self.poll_s)
 
-    async def _follow_kv_events(self, handle: EngineHandle) -> None:
+    async def _follow_kv_events(self, handle: EngineHandle, client: RustEngineClient) -> None:
         """Apply KV event batches to the prefix index; on a sequence gap, ask for a snapshot."""
         snapshot = True
         while True:
             try:
-                async for batch in handle.client.kv_events(snapshot):
+                async for batch in client.kv_events(snapshot):
                     index = self.core.index
                     if batch.snapshot:
                         index.apply_snapshot(handle.num, batch.last_seq, list(batch.stored))

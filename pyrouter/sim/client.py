@@ -18,9 +18,9 @@ import grpc
 from engine.core.errors import EngineError, InvalidRequest
 from engine.core.outputs import StepOutput
 from engine.core.validation import resolve_end
-from engine.server.client import Metadata
 from engine.server.convert import chunk_from_outputs, sampling_from_proto
 from engine.server.errors import RequestInUse, status_code
+from pyrouter.engines.engine_api import Metadata
 from pyrouter.sim.engine import SimEngine
 from pyrouter.sim.transfer import KvLink, KvTransfer
 from pyrouter.testing.fake_engine import rpc_error

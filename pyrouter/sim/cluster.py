@@ -50,7 +50,7 @@ class SimCluster:
             engine_id = engine_name(num)
             sim = SimEngine(engine_id, role, profile, seed, self._deliver_to(engine_id), cores)
             client = SimEngineClient(sim, self._sims, self.tokens, coalesce)
-            handle = EngineHandle(engine_id, num, client.address, role, client,  # type: ignore[arg-type]
+            handle = EngineHandle(engine_id, num, client.address, role, client,
                                   self.core, healthy=True, model_id=profile.model.model_id)
             self._sims[engine_id], self._clients[engine_id] = sim, client
             self.engines[engine_id] = handle

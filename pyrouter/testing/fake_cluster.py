@@ -68,7 +68,7 @@ class FakeCluster:
             name = engine_name(num)
             client = FakeEngineClient(self, name, f"fake-{num}:1", num, block_size,
                                       faults=list(spec.faults))
-            handle = EngineHandle(name, num, client.address, spec.role, client,  # type: ignore[arg-type]
+            handle = EngineHandle(name, num, client.address, spec.role, client,
                                   self.core, healthy=spec.healthy)
             self.engines[name], self._clients[name] = handle, client
             self.core.table.upsert(num, spec.role)

@@ -283,14 +283,24 @@ impl EngineRpc {
     }
 }
 
-/// `call`'s answer, or DEADLINE_EXCEEDED (as grpc.aio reports it) once `timeout` has passed.
+/// `call`'s answer, or DEADLINE_EXCEEDED (as grpc.aio reports it) once `timeout` has passed —
+/// whether this timer or the channel's own (it enforces the request's `grpc-timeout` too, and
+/// reports it as CANCELLED "Timeout expired") sees it first.
 async fn within<Resp>(
     timeout: Duration,
     call: impl Future<Output = std::result::Result<tonic::Response<Resp>, Status>>,
 ) -> std::result::Result<Resp, Status> {
+    let expired = || Status::deadline_exceeded("Deadline Exceeded");
     match tokio::time::timeout(timeout, call).await {
-        Ok(answer) => answer.map(tonic::Response::into_inner),
-        Err(_) => Err(Status::deadline_exceeded("Deadline Exceeded")),
+        Ok(Ok(answer)) => Ok(answer.into_inner()),
+        Ok(Err(status))
+            if status.code() == tonic::Code::Cancelled
+                && status.message() == tonic::TimeoutExpired(()).to_string() =>
+        {
+            Err(expired())
+        }
+        Ok(Err(status)) => Err(status),
+        Err(_) => Err(expired()),
     }
 }
 

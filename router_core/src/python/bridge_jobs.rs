@@ -13,6 +13,7 @@ use super::bridge_values::{
     admit_outcome, next_segment, ops_response, PyAdmitSpec, PyOpsCall, PyRequestEnd,
     PySegmentHandoff,
 };
+use super::interpreter_exit::HandOver;
 use crate::front::api_error::{ApiError, ShapedError};
 use crate::front::bridge::{AdmitOutcome, AdmitSpec, OpsRequest, OpsResponse, RequestEnd, Segment};
 use crate::rpc::pb;
@@ -105,6 +106,9 @@ impl BridgeJobs {
         if self.pending.scheduled.swap(true, Ordering::AcqRel) {
             return;
         }
+        let Some(_handing_over) = HandOver::begin() else {
+            return; // the interpreter is exiting (interpreter_exit.rs)
+        };
         Python::with_gil(|py| {
             let scheduled = self
                 .locals

@@ -6,11 +6,10 @@
 //! a segment's first chunk while the policy admits it (an `EngineChunk`, generate_call.rs).
 
 use super::bridge_jobs::{admit_failed, bridge_failed, ops_failed, BridgeJobs, Job};
-use super::generate_call::PyGenerateCall;
 use super::router::PyRouterCore;
 use crate::background_server::BackgroundServer;
 use crate::detok::DetokenizerVocab;
-use crate::engine_rpc::{EngineRpc, EngineTls};
+use crate::engine_rpc::EngineRpc;
 use crate::front::api_error::ShapedError;
 use crate::front::bridge::{
     AdmitOutcome, AdmitSpec, BoxFuture, OpsRequest, OpsResponse, Plane, PolicyBridge, RequestEnd,
@@ -21,7 +20,6 @@ use crate::front::{start_front, FastRecord, Front, FrontConfig};
 use crate::rpc::pb;
 use crate::scoring::ScoreWeights;
 use crate::tokenize::RouterTokenizer;
-use prost::Message;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3_async_runtimes::TaskLocals;
@@ -169,6 +167,14 @@ pub struct PyRouterFront {
     admin_port: Option<u16>,
 }
 
+impl PyRouterFront {
+    /// Engine `num` streams through `rpc` (the router's one client for it: engine_client.rs).
+    pub(super) fn set_engine_rpc(&self, num: u32, rpc: EngineRpc) {
+        let _runtime = self.front.runtime.enter();
+        self.front.set_engine(num, rpc);
+    }
+}
+
 #[pymethods]
 impl PyRouterFront {
     /// Call from a coroutine on the router's asyncio loop: `bridge`'s coroutines run there.
@@ -278,38 +284,6 @@ impl PyRouterFront {
         self.front.inflight()
     }
 
-    /// An engine the front may stream from (`num`: the router_core engine id); its calls carry
-    /// `engine_token` ("" = none).
-    /// With `tls_ca` (PEM) the engine is dialled over TLS, presenting `tls_cert`/`tls_key`
-    /// when given (mTLS) and expecting `tls_server_name` (default: the address's host).
-    #[pyo3(signature = (num, address, timeout_s, engine_token = "", tls_ca = None,
-                        tls_cert = None, tls_key = None, tls_server_name = None))]
-    #[allow(clippy::too_many_arguments)]
-    fn set_engine(
-        &self,
-        num: u32,
-        address: &str,
-        timeout_s: f64,
-        engine_token: &str,
-        tls_ca: Option<Vec<u8>>,
-        tls_cert: Option<Vec<u8>>,
-        tls_key: Option<Vec<u8>>,
-        tls_server_name: Option<String>,
-    ) -> PyResult<()> {
-        let timeout = duration("timeout_s", timeout_s)?;
-        let tls = tls_ca.map(|ca_pem| EngineTls {
-            ca_pem,
-            identity: tls_cert.zip(tls_key),
-            server_name: tls_server_name,
-        });
-        let _runtime = self.front.runtime.enter();
-        self.front.set_engine(
-            num,
-            EngineRpc::connect_lazy(address, timeout, engine_token, tls.as_ref())?,
-        );
-        Ok(())
-    }
-
     fn remove_engine(&self, num: u32) {
         self.front.remove_engine(num);
     }
@@ -397,27 +371,6 @@ impl PyRouterFront {
             records.into_iter().map(PyFastRecord::from).collect(),
             dropped,
         )
-    }
-
-    /// Starts a StartGenerate call (a serialized `StartGenerateRequest`) on engine `num`, with
-    /// `metadata` added to the call (the verb span's trace context when the request is traced).
-    #[pyo3(signature = (num, request, metadata = Vec::new()))]
-    fn start_generate(
-        &self,
-        num: u32,
-        request: &[u8],
-        metadata: Vec<(String, String)>,
-    ) -> PyResult<PyGenerateCall> {
-        let engine = self
-            .front
-            .engine(num)
-            .ok_or_else(|| PyValueError::new_err(format!("no engine {num} in the front")))?;
-        let message = pb::StartGenerateRequest::decode(request)
-            .map_err(|err| PyValueError::new_err(format!("bad StartGenerateRequest: {err}")))?;
-        let call = engine
-            .rpc
-            .start_generate(message, &metadata, &self.front.runtime);
-        Ok(PyGenerateCall::new(call, self.front.bridge.jobs.clone()))
     }
 
     /// Stops accepting, lets requests in flight finish for up to `grace_s`, then ends them.

@@ -5,10 +5,12 @@ mod bridge_jobs;
 mod bridge_values;
 mod convert;
 mod detok;
+mod engine_client;
 mod front;
 mod generate_call;
 mod hashing;
 mod index;
+mod interpreter_exit;
 mod ints;
 mod names;
 mod prediction;
@@ -17,18 +19,19 @@ mod sampling;
 mod servers;
 mod table;
 mod tokenize;
+mod tracing;
 
 use pyo3::prelude::*;
 
-mod tracing;
 #[pymodule]
 fn _router_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", crate::version())?;
     hashing::register(m)?;
+    interpreter_exit::register(m)?;
+    tracing::register(m)?;
     names::register(m)?;
     sampling::register(m)?;
     m.add_class::<index::PyPrefixIndex>()?;
-    tracing::register(m)?;
     m.add_class::<table::PyEngineLoad>()?;
     m.add_class::<table::PyEngineTable>()?;
     m.add_class::<router::PyScoreWeights>()?;
@@ -50,6 +53,8 @@ fn _router_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "EngineCallError",
         m.py().get_type::<generate_call::EngineCallError>(),
     )?;
+    m.add_class::<engine_client::PyEngineRpcClient>()?;
+    m.add_class::<engine_client::PyKvEventStream>()?;
     bridge_values::register(m)?;
     Ok(())
 }
