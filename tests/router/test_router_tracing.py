@@ -104,3 +104,52 @@ def test_sampling_off_writes_no_spans(tmp_path, policy):
     kept = read_spans([files["parentbased_always_off"]])
     assert {s["trace_id"] for s in kept} == {CLIENT_TRACE}
     assert [s["name"] for s in kept].count("router.request") == 1
+
+
+def test_handoff_through_the_front_gives_one_segment_each(tmp_path):
+    """A tandem request (two segments) through the Rust front: the front's two router.segment
+    spans in order (handoff, then the engine's finish), each with the policy's decision and
+    its own verb.start_generate; the KV move under the second decision; every span nests in
+    its parent."""
+    trace_file = str(tmp_path / "trace.jsonl")
+    ports, rp = [free_port(), free_port()], free_port()
+    engines = [start_mock(p) for p in ports]
+    router = start_router(rp, ports, "--policy", "tandem", env={
+        "SWITCHYARD_TRACE_FILE": trace_file, "OTEL_BSP_SCHEDULE_DELAY": "50"})
+    base = f"http://127.0.0.1:{rp}"
+    try:
+        wait_ready(base, router, want_engines=2)
+        r = requests.post(f"{base}/v1/completions", json={
+            "prompt": list(range(300, 600)), "max_tokens": 12, "stream": True})
+        assert r.status_code == 200
+        route = r.headers["X-Switchyard-Route"]
+    finally:
+        router.stop()
+        for e in engines:
+            e.stop()
+    params = dict(kv.split("=", 1) for kv in route.split()[1:])
+    spans = {s["span_id"]: s for s in read_spans([trace_file])}
+    (root,) = [s for s in spans.values() if s["name"] == "router.request"]
+
+    def children(parent: dict) -> list[dict]:
+        return sorted((s for s in spans.values() if s["parent_id"] == parent["span_id"]),
+                      key=lambda s: s["start_ms"])
+
+    first, second = children(root)
+    assert first["end_ms"] <= second["start_ms"]
+    assert [(s["attrs"]["switchyard.engine"], s["attrs"]["switchyard.segment.end_reason"],
+             s["attrs"]["switchyard.segment.tokens"]) for s in (first, second)] == [
+        (params["lead"], "handoff", int(params["k"])),
+        (params["follow"], "length", 12 - int(params["k"]))]
+    for segment, engine in ((first, params["lead"]), (second, params["follow"])):
+        names = [(s["name"], s["attrs"].get("switchyard.engine")) for s in children(segment)]
+        assert sorted(names) == [("router.decision", engine), ("verb.start_generate", engine)]
+    (decision,) = [s for s in children(second) if s["name"] == "router.decision"]
+    assert [s["name"] for s in children(decision)] == ["verb.prep_recv", "verb.remote_send"]
+    assert root["attrs"]["switchyard.engines"] == ",".join(sorted({params["lead"],
+                                                                  params["follow"]}))
+    for s in spans.values():
+        if s is not root:
+            p = spans[s["parent_id"]]
+            assert p["start_ms"] <= s["start_ms"] <= s["end_ms"] <= p["end_ms"], (s["name"],
+                                                                                  p["name"])
