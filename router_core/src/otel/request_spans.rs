@@ -57,13 +57,14 @@ impl SpanGuard {
     }
 }
 
-fn rpc_method(verb: &str) -> &'static str {
+/// A verb's span name and gRPC method (static: no allocation per call).
+fn verb_names(verb: &str) -> (&'static str, &'static str) {
     match verb {
-        "prep_recv" => "PrepRecv",
-        "remote_send" => "RemoteSend",
-        "start_generate" => "StartGenerate",
-        "abort" => "Abort",
-        _ => "other",
+        "prep_recv" => ("verb.prep_recv", "PrepRecv"),
+        "remote_send" => ("verb.remote_send", "RemoteSend"),
+        "start_generate" => ("verb.start_generate", "StartGenerate"),
+        "abort" => ("verb.abort", "Abort"),
+        _ => ("verb.other", "other"),
     }
 }
 
@@ -81,13 +82,14 @@ pub fn verb_span(
     if !parent.is_sampled() {
         return None;
     }
+    let (name, method) = verb_names(verb);
     let span = SpanGuard::new(tracer.start(
-        format!("verb.{verb}"),
+        name,
         Some(parent),
         start,
         vec![
             KeyValue::new("switchyard.engine", engine.to_owned()),
-            KeyValue::new("rpc.method", rpc_method(verb)),
+            KeyValue::new("rpc.method", method),
         ],
     ));
     let mut metadata = vec![(TRACEPARENT.to_owned(), span.traceparent())];
