@@ -85,7 +85,7 @@ async def test_fast_path_routes_as_the_python_policy(front: RouterFront, policy:
 def test_fast_path_only_for_unchanged_builtins_without_tracing() -> None:
     rr = get_policy("round_robin")
     assert fast_policy_for(ActivePolicy(rr, {}), in_python=False) == ("round_robin", None)
-    assert fast_policy_for(ActivePolicy(rr, {}), in_python=True) is None  # tracing or per-caller limits
+    assert fast_policy_for(ActivePolicy(rr, {}), in_python=True) is None  # per-caller limits
     ca = get_policy("cache_aware")
     active = ActivePolicy(ca, ca.check_params({"kv_weight": 2.0}))
     assert fast_policy_for(active, in_python=False) == ("cache_aware", (1.0, 1.0, 1.0, 2.0))
