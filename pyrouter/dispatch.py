@@ -361,9 +361,14 @@ class RequestRun:
                 continue
             timeline.end_segment(len(segment_tokens),
                                  "handoff" if self._interrupt is None else "interrupted")
-            chunk.finish_reason = ""
             if chunk.token_ids:
-                yield chunk  # the client sees these before the policy decides what is next
+                # The client sees these before the policy decides what is next; a copy without
+                # the hand-off (a chunk read through the Rust client is read-only).
+                yield pb.GenerateChunk(
+                    token_ids=chunk.token_ids, text=chunk.text, prompt_tokens=chunk.prompt_tokens,
+                    cached_tokens=chunk.cached_tokens, queue_ms=chunk.queue_ms,
+                    prefill_ms=chunk.prefill_ms, step_ms=chunk.step_ms, logprobs=chunk.logprobs,
+                    error=chunk.error)
             _, chunk = await self.next_started(segment_tokens)
             segment_tokens = []
             timeline.arrived(len(chunk.token_ids))

@@ -1,21 +1,21 @@
 """FaultyClient: a real engine client with faults injected at chosen calls (fault tests only).
 
-Wraps engine/server/client.py's EngineClient: the `nth` prep_recv / remote_send /
-start_generate fails before or after the real call went through (pyrouter/testing/
-fake_engine.py's Fault), so tests can check that whatever a real engine was left holding is
-given back.
+Wraps the router's client of a real engine (pyrouter/engines/engine_api.py's EngineVerbs): the
+`nth` prep_recv / remote_send / start_generate fails before or after the real call went through
+(pyrouter/testing/fake_engine.py's Fault), so tests can check that whatever a real engine was
+left holding is given back.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from engine.server.client import EngineClient
+from pyrouter.engines.engine_api import EngineCall, EngineVerbs, Metadata
 from pyrouter.testing.fake_engine import Fault
 from switchyard_rpc import engine_pb2 as pb
 
 
 class FaultyClient:
-    def __init__(self, inner: EngineClient, faults: list[Fault]) -> None:
+    def __init__(self, inner: EngineVerbs, faults: list[Fault]) -> None:
         self.inner = inner
         self.faults = faults
         self._counts: dict[str, int] = {}
@@ -47,18 +47,17 @@ class FaultyClient:
         await self.fire("remote_send", nth, after=True)
         return resp
 
-    def start_generate_request(self, request: pb.StartGenerateRequest,
-                               timeout_s: float | None = None, metadata: Any = None
-                               ) -> _FaultyCall:
+    def start_generate_request(self, request: pb.StartGenerateRequest, *,
+                               metadata: Metadata | None = None) -> _FaultyCall:
         nth = self._nth("start_generate")
-        return _FaultyCall(self, nth, self.inner.start_generate_request(request, timeout_s,
-                                                                        metadata))
+        return _FaultyCall(self, nth, self.inner.start_generate_request(request,
+                                                                        metadata=metadata))
 
 
 class _FaultyCall:
     """The real StartGenerate call; faults surface on its first read, as gRPC errors do."""
 
-    def __init__(self, client: FaultyClient, nth: int, call: Any) -> None:
+    def __init__(self, client: FaultyClient, nth: int, call: EngineCall) -> None:
         self._client, self._nth, self._call = client, nth, call
         self._first = True
 

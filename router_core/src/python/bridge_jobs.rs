@@ -110,14 +110,19 @@ impl BridgeJobs {
             return; // the interpreter is exiting (interpreter_exit.rs)
         };
         Python::with_gil(|py| {
-            let scheduled = self
-                .locals
-                .event_loop(py)
-                .call_method1("call_soon_threadsafe", (self.drainer.bind(py),));
+            let event_loop = self.locals.event_loop(py);
+            let scheduled =
+                event_loop.call_method1("call_soon_threadsafe", (self.drainer.bind(py),));
             if let Err(err) = scheduled {
                 // The loop is closed (shutdown): nothing will run the jobs; their senders drop
-                // and the calls waiting on them end as failures.
-                err.print(py);
+                // and the calls waiting on them end as failures. An engine call still answering
+                // then (a Stats poll, a KV event read) is no news.
+                let closed = event_loop
+                    .call_method0("is_closed")
+                    .and_then(|c| c.is_truthy());
+                if !matches!(closed, Ok(true)) {
+                    err.print(py);
+                }
                 self.pending.scheduled.store(false, Ordering::Release);
                 drop(self.pending.take());
             }
