@@ -425,8 +425,9 @@ class GenerateCall:
 @final
 class EngineRpcClient:
     """One engine's gRPC client (tonic: one lazily opened HTTP/2 connection), its calls as
-    awaitables answered on the asyncio loop it was made on. Answers are serialized response
-    messages (read them with switchyard_rpc.engine_pb2); failures raise EngineCallError;
+    awaitables answered on the asyncio loop it was made on. The verbs answer PrepRecvResult /
+    RemoteSendResult, the upkeep calls serialized response messages (read them with
+    switchyard_rpc.engine_pb2); failures raise EngineCallError;
     cancelling an awaitable cancels its call. pyrouter/engines/rust_client.py wraps it."""
     def __new__(cls, address: str, timeout_s: float, engine_token: str = "",
                 tls_ca: bytes | None = None, tls_cert: bytes | None = None,
@@ -441,13 +442,11 @@ class EngineRpcClient:
         """Engine `num` of `front` streams over this client's connection."""
     def prep_recv(self, request_id: str, tokens: Sequence[int], end: int = ...,
                   lease_s: float = 0.0, metadata: Sequence[tuple[str, str]] = ...
-                  ) -> Awaitable[bytes]:
-        """A serialized PrepRecvResponse."""
+                  ) -> Awaitable[PrepRecvResult]: ...
     def remote_send(self, request_id: str, tokens: Sequence[int], kv_addr: bytes, dst: str,
                     begin: int, end: int, transport: str = ...,
                     metadata: Sequence[tuple[str, str]] = ..., timeout_s: float | None = None
-                    ) -> Awaitable[bytes]:
-        """A serialized RemoteSendResponse."""
+                    ) -> Awaitable[RemoteSendResult]: ...
     def start_generate(self, request: bytes,
                        metadata: Sequence[tuple[str, str]] = ...) -> GenerateCall:
         """`request`: a serialized StartGenerateRequest; the call starts now."""
@@ -469,6 +468,45 @@ class KvEventStream:
     def next_batch(self) -> Awaitable[bytes | None]:
         """A serialized KVEventBatch; None once the engine closed the stream."""
     def cancel(self) -> bool: ...
+
+# ---- the verbs' answers (router_core/src/python/verb_results.rs; the messages' fields) ----
+@final
+class PrepRecvResult:
+    """PrepRecv's answer, made in Rust from the message tonic decoded."""
+    @property
+    def kv_addr(self) -> bytes: ...
+    @property
+    def matched_len(self) -> int: ...
+    @property
+    def end(self) -> int: ...
+    @property
+    def page_size(self) -> int: ...
+
+@final
+class RemoteSendResult:
+    """RemoteSend's answer (every byte has landed), made in Rust from the decoded message."""
+    @property
+    def bytes_sent(self) -> int: ...
+    @property
+    def transport(self) -> str: ...
+    @property
+    def compute_ms(self) -> float: ...
+    @property
+    def transfer_ms(self) -> float: ...
+    @property
+    def total_ms(self) -> float: ...
+    @property
+    def cached_on_sender(self) -> int: ...
+    @property
+    def bytes_expected(self) -> int: ...
+    @property
+    def begin(self) -> int: ...
+    @property
+    def end(self) -> int: ...
+    @property
+    def hidden_fraction(self) -> float: ...
+    @property
+    def tail_ms(self) -> float: ...
 
 # ---- the values crossing the policy bridge (router_core/src/python/bridge_values.rs) ----
 @final

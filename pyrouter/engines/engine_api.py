@@ -2,7 +2,8 @@
 (pyrouter/engines/rust_client.py) and the engine doubles tests and the simulator run
 (pyrouter/testing/fake_engine.py, pyrouter/sim/client.py) all satisfy.
 
-Answers are the engine proto's messages (switchyard_rpc/engine.proto); a failed call raises
+Answers have the engine proto's messages' fields (switchyard_rpc/engine.proto): the Rust
+client's verbs answer typed values made in Rust, the doubles the messages; a failed call raises
 grpc.aio.AioRpcError with the engine's status code and details, whichever client made it
 (the Rust client's EngineCallError is turned into one in a single place,
 pyrouter/engines/front_call.py), so CALLER_MISTAKES and TransferFailed read the same code from
@@ -31,6 +32,36 @@ class EngineCall(Protocol):
         ...
 
 
+class PrepRecvAnswer(Protocol):
+    """PrepRecv's answer as EngineHandle reads it: router_core.PrepRecvResult from the Rust
+    client, the proto's message from a double."""
+
+    @property
+    def kv_addr(self) -> bytes: ...
+    @property
+    def matched_len(self) -> int: ...
+    @property
+    def end(self) -> int: ...
+    @property
+    def page_size(self) -> int: ...
+
+
+class RemoteSendAnswer(Protocol):
+    """RemoteSend's answer as EngineHandle reads it (router_core.RemoteSendResult, or the
+    proto's message)."""
+
+    @property
+    def bytes_sent(self) -> int: ...
+    @property
+    def transport(self) -> str: ...
+    @property
+    def total_ms(self) -> float: ...
+    @property
+    def cached_on_sender(self) -> int: ...
+    @property
+    def tail_ms(self) -> float: ...
+
+
 class EngineVerbs(Protocol):
     """What a request's EngineHandle calls on its engine."""
 
@@ -38,11 +69,11 @@ class EngineVerbs(Protocol):
 
     async def prep_recv(self, request_id: str, tokens: list[int], end: int = -1,
                         lease_s: float = 0.0, metadata: Metadata | None = None
-                        ) -> pb.PrepRecvResponse: ...
+                        ) -> PrepRecvAnswer: ...
 
     async def remote_send(self, request_id: str, tokens: list[int], kv_addr: bytes, dst: str,
                           begin: int, end: int, transport: str = "",
-                          metadata: Metadata | None = None) -> pb.RemoteSendResponse: ...
+                          metadata: Metadata | None = None) -> RemoteSendAnswer: ...
 
     def start_generate_request(self, request: pb.StartGenerateRequest, *,
                                metadata: Metadata | None = None) -> EngineCall:

@@ -5,8 +5,9 @@ ModelInfo, KV events).
 
 The router process dials each engine once, in Rust, with the deployment's engine token and TLS
 settings (engine/server/auth.py); the HTTP front streams from that same connection
-(`attach_to`). Each call here crosses into Rust once and back once: the answer is the
-serialized response, read here with the proto's generated class; a failure is the
+(`attach_to`). Each call here crosses into Rust once and back once: a verb's answer is a typed
+value made in Rust (PrepRecvResult, RemoteSendResult: no protobuf decoded here), an upkeep
+call's the serialized response, read here with the proto's generated class; a failure is the
 AioRpcError every engine double raises (front_call.rpc_error_of).
 """
 from __future__ import annotations
@@ -17,7 +18,13 @@ from typing import TypeVar
 from engine.server.auth import client_tls, engine_token
 from pyrouter.engines.engine_api import Metadata
 from pyrouter.engines.front_call import FrontCall, rpc_error_of
-from router_core import EngineCallError, EngineRpcClient, RouterFront
+from router_core import (
+    EngineCallError,
+    EngineRpcClient,
+    PrepRecvResult,
+    RemoteSendResult,
+    RouterFront,
+)
 from switchyard_rpc import engine_pb2 as pb
 
 T = TypeVar("T")
@@ -41,18 +48,16 @@ class RustEngineClient:
     # ---- the verbs (engine_api.EngineVerbs) ----
     async def prep_recv(self, request_id: str, tokens: list[int], end: int = -1,
                         lease_s: float = 0.0, metadata: Metadata | None = None
-                        ) -> pb.PrepRecvResponse:
-        data = await _answer(self.rpc.prep_recv(request_id, tokens, end, lease_s,
+                        ) -> PrepRecvResult:
+        return await _answer(self.rpc.prep_recv(request_id, tokens, end, lease_s,
                                                 list(metadata or ())))
-        return pb.PrepRecvResponse.FromString(data)
 
     async def remote_send(self, request_id: str, tokens: list[int], kv_addr: bytes, dst: str,
                           begin: int, end: int, transport: str = "",
                           metadata: Metadata | None = None, timeout_s: float | None = None
-                          ) -> pb.RemoteSendResponse:
-        data = await _answer(self.rpc.remote_send(request_id, tokens, kv_addr, dst, begin, end,
+                          ) -> RemoteSendResult:
+        return await _answer(self.rpc.remote_send(request_id, tokens, kv_addr, dst, begin, end,
                                                   transport, list(metadata or ()), timeout_s))
-        return pb.RemoteSendResponse.FromString(data)
 
     def start_generate_request(self, request: pb.StartGenerateRequest, *,
                                metadata: Metadata | None = None) -> FrontCall:

@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyrouter.engines.engine_api import EngineCall, EngineVerbs, Metadata
+from pyrouter.engines.engine_api import (
+    EngineCall,
+    EngineVerbs,
+    Metadata,
+    PrepRecvAnswer,
+    RemoteSendAnswer,
+)
 from pyrouter.testing.fake_engine import Fault
 from switchyard_rpc import engine_pb2 as pb
 
@@ -33,14 +39,14 @@ class FaultyClient:
             if (fault.verb, fault.nth, fault.after) == (verb, nth, after):
                 await fault.fire(f"{verb}#{nth} on {self.inner.address}")
 
-    async def prep_recv(self, *args: Any, **kwargs: Any) -> pb.PrepRecvResponse:
+    async def prep_recv(self, *args: Any, **kwargs: Any) -> PrepRecvAnswer:
         nth = self._nth("prep_recv")
         await self.fire("prep_recv", nth, after=False)
         resp = await self.inner.prep_recv(*args, **kwargs)
         await self.fire("prep_recv", nth, after=True)
         return resp
 
-    async def remote_send(self, *args: Any, **kwargs: Any) -> pb.RemoteSendResponse:
+    async def remote_send(self, *args: Any, **kwargs: Any) -> RemoteSendAnswer:
         nth = self._nth("remote_send")
         await self.fire("remote_send", nth, after=False)
         resp = await self.inner.remote_send(*args, **kwargs)

@@ -4,7 +4,8 @@ In-process: the router's state (the default model's tokenizer), the Rust front a
 engine. A bridge whose hook answers the wrong type (the old positional tuples, a dict) gets the
 client a 500 naming the hook and the type it returned, and the router keeps serving; so does a
 policy that returns something other than a stream, or a segmented one that yields one. The
-first chunk reaches the policy as an EngineChunk made in Rust (no protobuf on the Python side).
+first chunk reaches the policy as an EngineChunk made in Rust (no protobuf on the Python side),
+and the verbs a policy awaits answer PrepRecvResult / RemoteSendResult, made in Rust too.
 """
 from __future__ import annotations
 
@@ -26,8 +27,11 @@ from router_core import (
     AdmitOutcome,
     Admitted,
     EngineChunk,
+    EngineRpcClient,
     MockEngineServer,
     OpsCall,
+    PrepRecvResult,
+    RemoteSendResult,
     RequestEnd,
     RequestFailure,
     SegmentHandoff,
@@ -198,6 +202,19 @@ async def test_the_router_serves_after_a_wrong_answer(router: Any) -> None:
     assert status == 200, answer
     status, answer = await post()
     assert status == 200 and answer["usage"]["completion_tokens"] == 6, answer
+
+
+async def test_the_verbs_answer_typed_results_made_in_rust() -> None:
+    tokens = list(range(100, 140))
+    with MockEngineServer(0) as sender, MockEngineServer(0, page_size=8) as receiver:
+        send_from = EngineRpcClient(f"127.0.0.1:{sender.port}", 10.0)
+        recv_on = EngineRpcClient(f"127.0.0.1:{receiver.port}", 10.0)
+        kv = await recv_on.prep_recv("r1", tokens, 39)
+        assert isinstance(kv, PrepRecvResult)
+        assert (kv.kv_addr, kv.matched_len, kv.end, kv.page_size) == (b"mock:r1", 0, 39, 8)
+        sent = await send_from.remote_send("r1", tokens, kv.kv_addr, recv_on.address, 4, 39)
+        assert isinstance(sent, RemoteSendResult)
+        assert (sent.transport, sent.begin, sent.end, sent.cached_on_sender) == ("mock", 4, 39, 0)
 
 
 def test_outcome_takes_only_admitted_or_failure() -> None:

@@ -6,13 +6,16 @@
 //!
 //! An awaitable crosses into Rust once (the call starts on tokio) and back once: the answer is
 //! queued through the bridge's job queue (bridge_jobs.rs) and converted on the loop, so the
-//! tokio side never takes the GIL. Answers are the serialized response message (Python reads
-//! it with the generated protobuf class); a failed call raises EngineCallError with the gRPC
-//! status code's name and the details. Cancelling the awaitable cancels the call.
+//! tokio side never takes the GIL. The verbs a policy awaits answer typed values made from the
+//! message tonic decoded (verb_results.rs: PrepRecvResult, RemoteSendResult); the upkeep calls
+//! answer the serialized response message (Python reads it with the generated protobuf class);
+//! a failed call raises EngineCallError with the gRPC status code's name and the details.
+//! Cancelling the awaitable cancels the call.
 
 use super::bridge_jobs::{BridgeJobs, Job};
 use super::front::PyRouterFront;
 use super::generate_call::{engine_call_error, PyGenerateCall};
+use super::verb_results::{prep_recv_to_py, remote_send_to_py};
 use crate::engine_rpc::{code_name, CallError, EngineRpc, EngineTls, KvEventsCall};
 use crate::rpc::pb;
 use prost::Message;
@@ -191,7 +194,7 @@ impl PyEngineRpcClient {
     }
 
     /// PrepRecv: reserve KV pages for tokens[matched:end] (`end` < 0 counts from the end).
-    /// Awaitable: the serialized PrepRecvResponse.
+    /// Awaitable: a PrepRecvResult.
     #[pyo3(signature = (request_id, tokens, end = -1, lease_s = 0.0, metadata = Vec::new()))]
     fn prep_recv<'py>(
         &self,
@@ -212,12 +215,12 @@ impl PyEngineRpcClient {
         self.answer(
             py,
             async move { rpc.prep_recv(message, &metadata).await },
-            |py, answer| encoded(py, &answer),
+            prep_recv_to_py,
         )
     }
 
     /// RemoteSend: compute KV for tokens[begin:end] and push it into `kv_addr` (a reservation
-    /// on the engine at `dst`). Awaitable: the serialized RemoteSendResponse.
+    /// on the engine at `dst`). Awaitable: a RemoteSendResult.
     #[pyo3(signature = (request_id, tokens, kv_addr, dst, begin, end, transport = String::new(),
                         metadata = Vec::new(), timeout_s = None))]
     #[allow(clippy::too_many_arguments)]
@@ -247,7 +250,7 @@ impl PyEngineRpcClient {
         self.answer(
             py,
             async move { rpc.remote_send(message, &metadata, timeout).await },
-            |py, answer| encoded(py, &answer),
+            remote_send_to_py,
         )
     }
 

@@ -20,6 +20,7 @@ mod servers;
 mod table;
 mod tokenize;
 mod tracing;
+mod verb_results;
 
 use pyo3::prelude::*;
 
@@ -56,5 +57,6 @@ fn _router_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<engine_client::PyEngineRpcClient>()?;
     m.add_class::<engine_client::PyKvEventStream>()?;
     bridge_values::register(m)?;
+    verb_results::register(m)?;
     Ok(())
 }
