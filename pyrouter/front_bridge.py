@@ -22,8 +22,8 @@ Rust, no hand-off):
 
   before (issue 22)                              now
   R->P admit(spec dict)                          R->P admit(AdmitSpec)
-  (prep_recv, remote_send on Python's grpc.aio   P->R prep_recv, R->P its answer
-   client: no crossing, a second gRPC stack)     P->R remote_send, R->P its answer
+  (prep_recv, remote_send on Python's grpc.aio   P->R prep_recv, R->P a PrepRecvResult
+   client: no crossing, a second gRPC stack)     P->R remote_send, R->P a RemoteSendResult
   P->R start_generate                            P->R start_generate
   P->R next_chunk()                              P->R next_chunk()
   R->P the first chunk, as bytes                 R->P the first chunk, an EngineChunk
@@ -152,7 +152,6 @@ class FrontBridge:
             self._admitting[handle.key] = task
         try:
             run = await state.dispatcher.admit(req)
-            first = _front_chunk(run.first)
         except RouterError as exc:
             if isinstance(exc, PolicyFailed):
                 state.metrics.child(state.metrics.policy_errors, policy).inc()
@@ -166,11 +165,17 @@ class FrontBridge:
                 PolicyFailed(policy, f"{type(exc).__name__}: {exc}"), handle))
         finally:
             self._admitting.pop(handle.key, None)
-        handle.run, handle.policy = run, run.policy_name
+        handle.run, handle.policy = run, run.policy_name  # close() ends the run, whatever follows
         state.runs[handle.key] = run
+        try:
+            segment = SegmentStart(run.stream.rust_call, run.stream.engine.id,
+                                   _front_chunk(run.first))
+        except (RuntimeError, TypeError) as exc:  # a stream the Rust client did not start
+            log.exception("request %s: the front cannot stream its segment", req.request_id)
+            return AdmitOutcome(handle, run.policy_name, _failure(
+                PolicyFailed(run.policy_name, f"{type(exc).__name__}: {exc}"), handle))
         state.metrics.count_selection(run.policy_name, req.route.label())
-        req.timeline.arrived(len(first.token_ids), req.timeline.first_token)
-        segment = SegmentStart(run.stream.rust_call, run.stream.engine.id, first)
+        req.timeline.arrived(len(segment.first.token_ids), req.timeline.first_token)
         return AdmitOutcome(handle, run.policy_name, Admitted(
             segment, req.route.header(), req.route.pattern or "unknown"))
 

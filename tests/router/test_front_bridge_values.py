@@ -19,6 +19,7 @@ import pytest
 
 import pyrouter.server as router_server
 from pyrouter.engines.front_call import FrontCall
+from pyrouter.engines.handle import GenerationStream
 from pyrouter.front_bridge import FrontBridge
 from pyrouter.policy_registry import policy
 from pyrouter.server import build_state, start_front
@@ -90,6 +91,7 @@ async def router(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Callable[...,
                     method, f"http://127.0.0.1:{front.port}{path}",
                     json=BODY if body is None and method == "POST" else body) as resp:
                 return resp.status, await resp.json(content_type=None)
+        request.state = state  # type: ignore[attr-defined]
         return request
 
     yield start
@@ -162,6 +164,20 @@ async def test_next_segment_answering_a_list_is_a_500_naming_it(router: Any) -> 
     assert status == 500
     assert ("the policy bridge's next_segment returned list, expected SegmentStart or "
             "RequestFailure" in _message(answer)), answer
+
+
+async def test_a_stream_the_front_cannot_read_is_a_500_and_its_run_is_closed(
+        router: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    def not_rust(self: GenerationStream) -> Any:
+        raise RuntimeError("this stream was not started through the Rust engine client")
+    monkeypatch.setattr(GenerationStream, "rust_call", property(not_rust))
+    post = await router(FrontBridge, "test_two_segments")
+    status, answer = await post()
+    assert status == 500 and "not started through the Rust engine client" in _message(answer)
+    while post.state.runs:  # close() ends the admitted run (bounded by the test's timeout)
+        await asyncio.sleep(0.01)
+    assert post.state.counters.inflight == 0
+    assert all(not e.active for e in post.state.engines.engines.values())
 
 
 async def test_two_segments_through_the_typed_bridge(router: Any,
