@@ -1,5 +1,5 @@
-"""The engine client surface the router's EngineHandle calls (engine/server/client.py's
-EngineClient), answered by a simulated engine in virtual time: what the gRPC servicer and its
+"""The engine client surface the router's EngineHandle calls (pyrouter/engines/engine_api.py's
+EngineVerbs), answered by a simulated engine in virtual time: what the gRPC servicer and its
 KV sender do (engine/server/servicer.py, kv_sender.py), without processes or sockets.
 
 Errors are the servicer's: engine exceptions become grpc.aio.AioRpcError with the same status

@@ -83,7 +83,7 @@ class FakeGeneration:
 
 @dataclass(eq=False)
 class FakeEngineClient:
-    """Stands in for engine.server.client.EngineClient (the methods the router calls)."""
+    """Stands in for the router's engine client (engine_api.EngineVerbs: what EngineHandle calls)."""
 
     cluster: FakeCluster
     name: str
