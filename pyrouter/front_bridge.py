@@ -52,7 +52,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from engine.core.errors import InvalidRequest
-from engine.core.sampling_params import SamplingParams
+from engine.core.sampling_params import ResponseFormat, SamplingParams
 from pyrouter.dispatch import RequestRun
 from pyrouter.errors import BadRequest, PolicyFailed, RouterError
 from pyrouter.http.drain import shutting_down
@@ -112,7 +112,9 @@ def _request(spec: AdmitSpec, served_model: str) -> RouterRequest:
         sampling = SamplingParams(
             max_tokens=spec.max_tokens, temperature=spec.temperature, top_p=spec.top_p,
             top_k=spec.top_k, min_tokens=spec.min_tokens, seed=spec.seed, stop=spec.stop,
-            ignore_eos=spec.ignore_eos)
+            ignore_eos=spec.ignore_eos,
+            response_format=(ResponseFormat(spec.response_format, spec.json_schema)
+                             if spec.response_format else None))
     except InvalidRequest as exc:
         raise BadRequest(str(exc), param=exc.param) from exc
     req = RouterRequest(

@@ -20,6 +20,7 @@ import router_core
 from engine.attention.graph_buckets import capture_sizes
 from engine.config import EngineConfig, EngineConfigError
 from engine.core.errors import InvalidRequest, UnknownRequest
+from engine.core.grammar import GrammarCompiler
 from engine.core.latency_model import VERSION as LATENCY_VERSION
 from engine.core.latency_model import LatencyModel, decode_knee
 from engine.core.outputs import Reservation, StepOutput, StepTimings
@@ -97,6 +98,7 @@ class EngineCore:
         self.latency = LatencyModel(config.latency_window, clock="cpu" if on_cpu else "wall",
                                     knee=decode_knee(kv_bytes) if on_cpu else None)
         self.detokenizer_vocab = _detokenizer_vocab(loaded.tokenizer)
+        self.grammars = GrammarCompiler(loaded.tokenizer, mc.vocab_size, mc.eos_token_ids)
         self._lock = threading.RLock()
         self._requests: dict[str, Request] = {}
         runner = ModelRunner(loaded, self.kv, backend)
@@ -138,6 +140,10 @@ class EngineCore:
             raise InvalidRequest("sampling must be SamplingParams")
         if max_new_tokens_here < 0:
             raise InvalidRequest(f"max_new_tokens_here must be >= 0, got {max_new_tokens_here}")
+        # Compiled outside the lock (a new schema takes milliseconds; the server compiles it
+        # off the step loop first, so this finds it cached).
+        grammar = (None if sampling.response_format is None
+                   else self.grammars.request_grammar(sampling.response_format))
         with self._lock:
             self._check_new_id(request_id, allow_reservation=True)
             prompt = check_tokens(tokens, self.model_config.vocab_size, self.max_context)
@@ -146,12 +152,15 @@ class EngineCore:
                 raise InvalidRequest(f"output_offset must be in [0, len(tokens)), got "
                                      f"{output_offset}")
             self._check_fits(len(prompt) + 1)
+            if grammar is not None and output_offset:
+                grammar.replay(prompt[len(prompt) - output_offset:])
             request = Request(request_id, "generate", prompt, len(prompt), sampling, begin=begin,
                               max_new_tokens_here=max_new_tokens_here,
                               generator=make_generator(sampling.seed),
                               sample_seed=request_seed(sampling.seed),
                               output_offset=output_offset,
-                              detokenizer=self._new_detokenizer(sampling), trace=trace)
+                              detokenizer=self._new_detokenizer(sampling), trace=trace,
+                              grammar=grammar)
             held = self.reservations.get(request_id) if request_id in self.reservations else None
             if held is not None:
                 res = held.reservation

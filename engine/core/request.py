@@ -17,6 +17,8 @@ from engine.core.step_trace import StepTrace
 if TYPE_CHECKING:
     import torch
 
+    from engine.core.grammar import RequestGrammar
+
 RequestKind = Literal["generate", "send"]
 OnLayer = Callable[[SendChunk], None]
 
@@ -40,6 +42,8 @@ class Request:
     output_offset: int = 0
     # router_core.IncrementalDetokenizer when the engine detokenises (stop strings, text deltas).
     detokenizer: Any = None
+    # Structured output: the request's place in its response_format's grammar (None: free text).
+    grammar: RequestGrammar | None = None
     trace: StepTrace | None = None  # steps recorded for a traced request (engine/core/step_trace.py)
 
     num_computed: int = 0  # positions [0, num_computed) have KV in page_table's pages

@@ -1,4 +1,5 @@
-"""Sampler: one token per logits row — greedy, temperature, top-k, top-p, per-request seed.
+"""Sampler: one token per logits row — greedy, temperature, top-k, top-p, per-request seed, and
+a grammar's mask for structured output (applied first, on the row alone: engine/core/grammar.py).
 
 Each random row draws from its own request's torch.Generator, and every row is processed on its
 own, so a seeded request yields the same tokens whatever else shares its batch. The engine reseeds
@@ -10,10 +11,14 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from engine.core.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from engine.core.grammar import RequestGrammar
 
 _GOLDEN_GAMMA = 0x9E3779B97F4A7C15
 _MASK64 = (1 << 64) - 1
@@ -48,6 +53,8 @@ class SampleRow:
     banned_ids: list[int]
     # Reseed the generator with this before drawing (draw_seed); None = draw on from its state.
     seed_now: int | None = None
+    # Structured output: the tokens its grammar allows next (masked before any choice is made).
+    grammar: RequestGrammar | None = None
 
 
 def _filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -65,10 +72,25 @@ def _filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch
     return logits
 
 
-def _sample_row(logits: torch.Tensor, row: SampleRow) -> int:
+def _allowed_logits(logits: torch.Tensor, row: SampleRow) -> torch.Tensor:
+    """The row's logits with what it may not pick now at -inf. Where min_tokens' ban and the
+    grammar leave nothing (the grammar allows only its stop token), the grammar wins: the
+    output must stay valid."""
+    if not row.banned_ids and row.grammar is None:
+        return logits
+    allowed = logits.clone()
+    if row.grammar is not None:
+        row.grammar.mask(allowed)
     if row.banned_ids:
-        logits = logits.clone()
-        logits[row.banned_ids] = float("-inf")
+        constrained = allowed.clone() if row.grammar is not None else allowed
+        constrained[row.banned_ids] = float("-inf")
+        if row.grammar is None or bool(torch.isfinite(constrained).any()):
+            return constrained
+    return allowed
+
+
+def _sample_row(logits: torch.Tensor, row: SampleRow) -> int:
+    logits = _allowed_logits(logits, row)
     params = row.params
     if params.greedy:
         return int(torch.argmax(logits))
@@ -84,7 +106,8 @@ def sample(logits: torch.Tensor, rows: list[SampleRow]) -> tuple[list[int], list
     distribution, as OpenAI reports them)."""
     assert logits.shape[0] == len(rows), "one SampleRow per logits row"
     logits = logits.float()
-    plain_greedy = [i for i, row in enumerate(rows) if row.params.greedy and not row.banned_ids]
+    plain_greedy = [i for i, row in enumerate(rows)
+                    if row.params.greedy and not row.banned_ids and row.grammar is None]
     tokens = [0] * len(rows)
     if plain_greedy:  # one argmax for all of them (per-row calls cost ~50 us each)
         picked = logits if len(plain_greedy) == len(rows) else logits[plain_greedy]

@@ -16,6 +16,32 @@ from engine.core.errors import InvalidRequest
 
 MAX_TEMPERATURE = 2.0  # OpenAI's upper bound
 MAX_STOP_STRINGS = 4  # OpenAI accepts at most this many
+# The largest JSON schema (its JSON text) a request may carry: a grammar's compile time and
+# memory grow with it. The router's front holds the same limit (front/response_format.rs).
+MAX_SCHEMA_BYTES = 32 * 1024
+RESPONSE_FORMAT_TYPES = ("json_object", "json_schema")
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseFormat:
+    """Structured output: the tokens must spell JSON (json_object: any object) valid against
+    `json_schema` (its JSON text; type json_schema). engine/core/grammar.py compiles it."""
+
+    type: str
+    json_schema: str = ""
+
+    def __post_init__(self) -> None:
+        if self.type not in RESPONSE_FORMAT_TYPES:
+            raise InvalidRequest(f"response_format type must be one of "
+                                 f"{', '.join(RESPONSE_FORMAT_TYPES)}, got {self.type!r}",
+                                 param="response_format")
+        size = len(self.json_schema.encode())
+        if size > MAX_SCHEMA_BYTES:
+            raise InvalidRequest(f"the response_format's JSON schema is {size} bytes; at most "
+                                 f"{MAX_SCHEMA_BYTES} are accepted", param="response_format")
+        if (self.type == "json_schema") != bool(self.json_schema):
+            raise InvalidRequest("response_format json_schema needs a schema (and json_object "
+                                 "takes none)", param="response_format")
 
 
 @dataclass(slots=True)
@@ -30,6 +56,7 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)
     ignore_eos: bool = False
     return_logprobs: bool = False
+    response_format: ResponseFormat | None = None
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.temperature) or not 0 <= self.temperature <= MAX_TEMPERATURE:

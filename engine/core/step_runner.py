@@ -18,7 +18,7 @@ from engine.core.request import Request
 from engine.core.sampler import SampleRow, draw_seed, sample
 from engine.core.scheduler import ScheduledWork, SchedulerOutput
 from engine.core.step_trace import StepRecord
-from engine.core.stopping import banned_ids, finish_reason_after
+from engine.core.stopping import banned_ids, finish_reason_after, grammar_reason
 
 if TYPE_CHECKING:
     from engine.core.engine_core import EngineCore
@@ -214,7 +214,8 @@ class StepRunner:
         rows = [SampleRow(r.sampling, r.generator or torch.Generator(),
                           banned_ids(r, self.eos_token_ids),
                           None if r.sampling.greedy
-                          else draw_seed(r.sample_seed, r.output_offset + len(r.output_ids)))
+                          else draw_seed(r.sample_seed, r.output_offset + len(r.output_ids)),
+                          r.grammar)
                 for r, _ in to_sample]
         picked = [i for _, i in to_sample]
         if picked != list(range(logits.shape[0])):  # usually every row, in order: no copy
@@ -238,6 +239,10 @@ class StepRunner:
                 text, stop_hit = request.detokenizer.push([token])
             reason = finish_reason_after(request, token, stop_hit, self.eos_token_ids,
                                          engine.max_context)
+            if request.grammar is not None:
+                reason = grammar_reason(request.grammar, token, reason)
+                if reason == "error":
+                    request.error = f"token {token} does not follow the response_format"
             if reason is not None and request.detokenizer is not None and not stop_hit:
                 text += request.detokenizer.flush()
             token_logprobs = [logprobs[n]] if request.sampling.return_logprobs else None

@@ -1,7 +1,12 @@
 """When a generation stops, and which tokens it may not pick yet (min_tokens)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from engine.core.request import Request
+
+if TYPE_CHECKING:
+    from engine.core.grammar import RequestGrammar
 
 
 def banned_ids(request: Request, eos_token_ids: list[int]) -> list[int]:
@@ -30,3 +35,14 @@ def finish_reason_after(request: Request, token: int, stop_string_hit: bool,
     if request.max_new_tokens_here and produced >= request.max_new_tokens_here:
         return "handoff"
     return None
+
+
+def grammar_reason(grammar: RequestGrammar, token: int, reason: str | None) -> str | None:
+    """The finish reason under structured output, once the grammar has taken `token`: "stop" when
+    the grammar is complete (its stop token taken, even under ignore_eos: nothing valid may
+    follow), "error" if the token broke it (the sampler's mask makes that impossible)."""
+    if not grammar.accept(token):
+        return "error"
+    if grammar.finished:
+        return "stop"
+    return reason

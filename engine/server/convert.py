@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from engine.core.outputs import StepOutput
-from engine.core.sampling_params import SamplingParams
+from engine.core.sampling_params import ResponseFormat, SamplingParams
 from engine.core.stats import EngineStats
 from engine.kvcache.events import KVEvent
 from switchyard_rpc import engine_pb2 as pb
@@ -27,6 +27,8 @@ def sampling_from_proto(msg: pb.SamplingParams) -> SamplingParams:
         stop=list(msg.stop),
         ignore_eos=msg.ignore_eos,
         return_logprobs=msg.return_logprobs,
+        response_format=(ResponseFormat(msg.response_format.type, msg.response_format.json_schema)
+                         if msg.HasField("response_format") else None),
     )
 
 
@@ -42,6 +44,9 @@ def sampling_to_proto(params: SamplingParams, max_tokens: int | None = None,
         return_logprobs=params.return_logprobs)
     if params.seed is not None:
         msg.seed = params.seed
+    if params.response_format is not None:  # every segment carries the grammar
+        msg.response_format.type = params.response_format.type
+        msg.response_format.json_schema = params.response_format.json_schema
     return msg
 
 

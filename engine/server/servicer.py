@@ -104,6 +104,11 @@ class EngineServicer(pb_grpc.EngineServicer):  # type: ignore[misc]
 
         async def start() -> asyncio.Queue[StepOutput]:
             sampling = sampling_from_proto(request.sampling)
+            if sampling.response_format is not None:
+                # A new schema's grammar is compiled here, off the step loop (add_request then
+                # finds it cached); one the library rejects is INVALID_ARGUMENT before any work.
+                await asyncio.to_thread(self._steps.core.grammars.compile,
+                                        sampling.response_format)
             outputs = self._steps.watch(rid)
             try:
                 await self._steps.call(lambda core: core.add_request(

@@ -174,7 +174,7 @@ def read_pins(*names: str) -> dict[str, str]:
 
 def test_pins_satisfy_pyproject():
     project = tomllib.load(open(os.path.join(ROOT, "pyproject.toml"), "rb"))
-    engine = read_pins("engine.txt", "torch-cpu.txt")
+    engine = read_pins("engine.txt", "torch-cpu.txt", "grammar.txt")
     router = read_pins("router.txt")
     for dep in project["project"]["dependencies"]:
         req = Requirement(dep)

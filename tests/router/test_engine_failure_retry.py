@@ -190,8 +190,8 @@ def test_engine_add_needs_an_engine_and_small_points() -> None:
         tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
         for body, param in [
             ({"messages": [user], "response_format": {"type": "json_schema", "json_schema": {
-                "name": "x", "strict": True, "schema": {"type": "object"}}}}, "response_format"),
-            ({"messages": [user], "response_format": {"type": "json_object"}}, "response_format"),
+                "name": "x", "strict": True}}}, "response_format"),
+            ({"messages": [user], "response_format": {"type": "yaml"}}, "response_format"),
             ({"messages": [user], "tools": tools, "tool_choice": "required"}, "tool_choice"),
             ({"messages": [{"role": "user", "content": [
                 {"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}]},

@@ -331,6 +331,10 @@ impl<B: PolicyBridge> RequestTask<B> {
                 stop: Vec::new(),
                 ignore_eos: s.ignore_eos,
                 return_logprobs: false,
+                response_format: s
+                    .response_format
+                    .as_ref()
+                    .map(super::response_format::ResponseFormat::to_proto),
             }),
             max_new_tokens_here: 0,
             output_offset: 0,

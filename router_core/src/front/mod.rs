@@ -16,6 +16,7 @@ pub mod openai_request;
 mod parse_error_reply;
 mod request_ids;
 pub mod response_body;
+pub mod response_format;
 
 pub use front_state::{FastRecord, Front, FrontConfig, FrontEngine, InflightGuard};
 pub use http::start_front;

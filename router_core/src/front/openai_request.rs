@@ -4,6 +4,7 @@
 //! front had, so clients see the same 400s.
 
 use super::api_error::ApiError;
+use super::response_format::{parse_response_format, ResponseFormat};
 use crate::sampling::{check_sampling, py_float, SamplingFields};
 use crate::tokenize::{parse_chat_messages, ChatMessage, RouterTokenizer};
 use serde_json::{Map, Value};
@@ -77,6 +78,8 @@ pub struct Sampling {
     pub seed: Option<i64>,
     pub stop: Vec<String>,
     pub ignore_eos: bool,
+    /// Structured output the engine's sampler enforces (None: free text).
+    pub response_format: Option<ResponseFormat>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -310,34 +313,9 @@ fn check_unsupported(body: &Fields) -> Result<(), ApiError> {
     check_output_constraints(body)
 }
 
-/// Output the router cannot guarantee is refused rather than answered with free text: a JSON
-/// response format, and a tool call the client requires.
+/// A tool call the client requires is refused rather than answered with free text: Switchyard
+/// has no tool-call parser for its models' chat templates.
 fn check_output_constraints(body: &Fields) -> Result<(), ApiError> {
-    match body.get("response_format") {
-        None | Some(Value::Null) => {}
-        Some(Value::Object(format)) => match format.get("type").and_then(Value::as_str) {
-            Some("text") => {}
-            Some(other) => {
-                return Err(bad(
-                    format!("'response_format' of type {other:?} is not supported (text only)"),
-                    "response_format",
-                )
-                .with_code("unsupported_parameter"))
-            }
-            None => {
-                return Err(bad(
-                    "'response_format' must be an object with a 'type'".into(),
-                    "response_format",
-                ))
-            }
-        },
-        Some(_) => {
-            return Err(bad(
-                "'response_format' must be an object with a 'type'".into(),
-                "response_format",
-            ))
-        }
-    }
     let has_tools = body.get("tools").is_some_and(truthy);
     let choice = body.get("tool_choice").unwrap_or(&Value::Null);
     let forced = match choice {
@@ -483,6 +461,7 @@ fn sampling(body: &Fields, max_tokens: i128, limits: &RequestLimits) -> Result<S
         seed: seed.map(narrow),
         stop,
         ignore_eos,
+        response_format: parse_response_format(body)?,
     })
 }
 

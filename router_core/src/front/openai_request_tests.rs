@@ -226,42 +226,60 @@ fn prompts_that_cannot_fit_are_refused_untokenised() {
 }
 
 #[test]
-fn output_the_router_cannot_guarantee_is_refused() {
-    let schema = json!({"type": "json_schema",
-                        "json_schema": {"name": "x", "strict": true, "schema": {}}});
+fn a_tool_call_the_client_requires_is_refused() {
     let tools = json!([{"type": "function", "function": {"name": "f", "parameters": {}}}]);
-    let cases = [
-        (
-            json!({"prompt": "x", "response_format": schema}),
-            "response_format",
-        ),
-        (
-            json!({"prompt": "x", "response_format": {"type": "json_object"}}),
-            "response_format",
-        ),
-        (
-            json!({"prompt": "x", "response_format": "json"}),
-            "response_format",
-        ),
-        (
-            json!({"prompt": "x", "tools": tools, "tool_choice": "required"}),
-            "tool_choice",
-        ),
-        (
-            json!({"prompt": "x", "tools": tools,
-                   "tool_choice": {"type": "function", "function": {"name": "f"}}}),
-            "tool_choice",
-        ),
-    ];
-    for (body, name) in cases {
-        assert_eq!(param(body), name);
+    for body in [
+        json!({"prompt": "x", "tools": tools, "tool_choice": "required"}),
+        json!({"prompt": "x", "tools": tools,
+               "tool_choice": {"type": "function", "function": {"name": "f"}}}),
+    ] {
+        assert_eq!(param(body), "tool_choice");
     }
     for body in [
-        json!({"prompt": "x", "response_format": {"type": "text"}}),
         json!({"prompt": "x", "tools": tools, "tool_choice": "auto"}),
         json!({"prompt": "x", "tool_choice": "required"}),
     ] {
         assert!(parse(body).is_ok());
+    }
+}
+
+#[test]
+fn response_formats_reach_the_sampling() {
+    let format_of = |format: Value| parse(json!({"prompt": "x", "response_format": format}));
+    let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}});
+    let strict = format_of(json!({"type": "json_schema",
+                                  "json_schema": {"name": "x", "strict": true, "schema": schema}}));
+    assert_eq!(
+        strict.unwrap().sampling.response_format,
+        Some(ResponseFormat::JsonSchema(schema.to_string()))
+    );
+    let object = format_of(json!({"type": "json_object"})).unwrap();
+    assert_eq!(
+        object.sampling.response_format,
+        Some(ResponseFormat::JsonObject)
+    );
+    let text = format_of(json!({"type": "text"})).unwrap();
+    assert_eq!(text.sampling.response_format, None);
+}
+
+#[test]
+fn malformed_response_formats_are_400s() {
+    let huge: Map<String, Value> = (0..4000)
+        .map(|i| (format!("field{i}"), json!({"type": "string"})))
+        .collect();
+    for format in [
+        json!("json"),
+        json!({"kind": "json_object"}),
+        json!({"type": "yaml"}),
+        json!({"type": "json_schema"}),
+        json!({"type": "json_schema", "json_schema": {"name": "x"}}),
+        json!({"type": "json_schema", "json_schema": {"schema": "not an object"}}),
+        json!({"type": "json_schema", "json_schema": {"schema": {}, "strict": "yes"}}),
+        json!({"type": "json_schema",
+               "json_schema": {"schema": {"type": "object", "properties": huge}}}),
+    ] {
+        let body = json!({"prompt": "x", "response_format": format});
+        assert_eq!(param(body), "response_format", "{format}");
     }
 }
 

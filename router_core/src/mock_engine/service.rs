@@ -200,6 +200,16 @@ impl Engine for MockEngine {
         let (Some(begin), false) = (begin, prompt.is_empty()) else {
             return Err(Status::invalid_argument("empty tokens or bad begin"));
         };
+        // Synthetic tokens cannot follow a grammar: refused, never answered as free text.
+        if request
+            .sampling
+            .as_ref()
+            .is_some_and(|s| s.response_format.is_some())
+        {
+            return Err(Status::invalid_argument(
+                "the mock engine does not honour response_format (synthetic tokens)",
+            ));
+        }
         let max_tokens = request.sampling.map_or(0, |s| s.max_tokens);
         let max_tokens = u32::try_from(max_tokens)
             .ok()

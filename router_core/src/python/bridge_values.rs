@@ -99,6 +99,18 @@ impl PyAdmitSpec {
     fn ignore_eos(&self) -> bool {
         self.spec.request.sampling.ignore_eos
     }
+    /// The structured output asked for: "" (free text), "json_object" or "json_schema".
+    #[getter]
+    fn response_format(&self) -> &'static str {
+        let format = self.spec.request.sampling.response_format.as_ref();
+        format.map_or("", |f| f.type_name())
+    }
+    /// A json_schema response format's schema as JSON text ("" otherwise).
+    #[getter]
+    fn json_schema(&self) -> &str {
+        let format = self.spec.request.sampling.response_format.as_ref();
+        format.map_or("", |f| f.schema())
+    }
     /// The client's Authorization header ("" when absent).
     #[getter]
     fn authorization(&self) -> &str {
