@@ -13,6 +13,9 @@
 //! span's trace context, `traceparent`).
 
 mod stream_call;
+#[cfg(test)]
+#[cfg(feature = "mock-engine")]
+mod tests;
 
 pub use stream_call::{CallError, GenerateCall, KvEventsCall, StreamCall};
 
