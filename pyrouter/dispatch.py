@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable
 
 import grpc
 
+from engine.core.sampling_params import RESPONSE_FORMAT_REFUSED
 from pyrouter.cluster import ClusterView, EngineDirectory, EventSink
 from pyrouter.engines.handle import CALLER_MISTAKES, EngineHandle, GenerationStream
 from pyrouter.errors import (
@@ -80,6 +81,11 @@ def _engine_error(req: RouterRequest, policy_name: str, exc: grpc.aio.AioRpcErro
                   stage: str, attempt_verbs: list[tuple[str, str]]) -> RouterError:
     details = public_detail(req, exc.details() or "")
     detail = f"{exc.code().name}: {details}"
+    if exc.code() == grpc.StatusCode.INVALID_ARGUMENT and details.startswith(
+            RESPONSE_FORMAT_REFUSED):
+        # The client's own response_format (a schema the grammar library rejects), whichever
+        # verbs the policy used before it: the client's 400, not the policy's failure.
+        return BadRequest(details, param="response_format")
     if exc.code() in CALLER_MISTAKES:
         only_plain_generate = [v for v, _ in attempt_verbs] == ["start_generate"]
         if only_plain_generate and stage == "generate":

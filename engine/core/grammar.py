@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from engine.core.errors import InvalidRequest
-from engine.core.sampling_params import ResponseFormat
+from engine.core.sampling_params import RESPONSE_FORMAT_REFUSED, ResponseFormat
 
 # Compiled grammars kept for reuse (by schema text): enough for many distinct schemas, bounded
 # so that a stream of one-off schemas cannot grow the engine's memory without limit.
@@ -70,8 +70,8 @@ class RequestGrammar:
         for position, token in enumerate(tokens):
             if not self._matcher.accept_token(int(token)):
                 raise InvalidRequest(
-                    f"generated token {token} (output position {position}) does not follow the "
-                    f"request's response_format", param="response_format")
+                    f"{RESPONSE_FORMAT_REFUSED}generated token {token} (output position "
+                    f"{position}) does not follow the request's grammar", param="response_format")
 
     def mask(self, logits: torch.Tensor) -> None:
         """Set the logits of tokens the grammar does not allow next to -inf (1-D, in place)."""
@@ -136,8 +136,8 @@ class GrammarCompiler:
                                                 any_whitespace=False, strict_mode=True)
         except (RuntimeError, ValueError, TypeError) as exc:
             reason = _library_message(exc)
-            raise InvalidRequest(f"the response_format's JSON schema cannot be compiled to a "
-                                 f"grammar: {reason}", param="response_format") from exc
+            raise InvalidRequest(f"{RESPONSE_FORMAT_REFUSED}the JSON schema cannot be compiled to "
+                                 f"a grammar: {reason}", param="response_format") from exc
 
     def request_grammar(self, response_format: ResponseFormat) -> RequestGrammar:
         import xgrammar as xgr

@@ -20,6 +20,10 @@ MAX_STOP_STRINGS = 4  # OpenAI accepts at most this many
 # memory grow with it. The router's front holds the same limit (front/response_format.rs).
 MAX_SCHEMA_BYTES = 32 * 1024
 RESPONSE_FORMAT_TYPES = ("json_object", "json_schema")
+# How every refusal of a request's response_format begins (the engine's messages): the router
+# tells by it that an engine's INVALID_ARGUMENT is about the client's own field (a 400), not about
+# how a policy used the verbs.
+RESPONSE_FORMAT_REFUSED = "response_format: "
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,16 +36,16 @@ class ResponseFormat:
 
     def __post_init__(self) -> None:
         if self.type not in RESPONSE_FORMAT_TYPES:
-            raise InvalidRequest(f"response_format type must be one of "
+            raise InvalidRequest(f"{RESPONSE_FORMAT_REFUSED}the type must be one of "
                                  f"{', '.join(RESPONSE_FORMAT_TYPES)}, got {self.type!r}",
                                  param="response_format")
         size = len(self.json_schema.encode())
         if size > MAX_SCHEMA_BYTES:
-            raise InvalidRequest(f"the response_format's JSON schema is {size} bytes; at most "
+            raise InvalidRequest(f"{RESPONSE_FORMAT_REFUSED}the JSON schema is {size} bytes; at most "
                                  f"{MAX_SCHEMA_BYTES} are accepted", param="response_format")
         if (self.type == "json_schema") != bool(self.json_schema):
-            raise InvalidRequest("response_format json_schema needs a schema (and json_object "
-                                 "takes none)", param="response_format")
+            raise InvalidRequest(f"{RESPONSE_FORMAT_REFUSED}type json_schema needs a schema (and "
+                                 f"json_object takes none)", param="response_format")
 
 
 @dataclass(slots=True)

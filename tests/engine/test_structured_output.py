@@ -9,6 +9,7 @@ import json
 
 import jsonschema
 import pytest
+from structured_output_cases import PERSON
 from test_core_support import assert_pool_idle, drain, greedy, make_engine
 
 from engine.core.engine_core import EngineCore
@@ -18,14 +19,6 @@ from engine.model.loader import LoadedModel
 
 pytestmark = pytest.mark.timeout(300)
 
-PERSON = {
-    "type": "object",
-    "properties": {"name": {"type": "string", "maxLength": 20},
-                   "age": {"type": "integer", "minimum": 0, "maximum": 150},
-                   "city": {"type": "string", "enum": ["Paris", "Berlin", "Rome"]}},
-    "required": ["name", "age", "city"],
-    "additionalProperties": False,
-}
 AS_PERSON = ResponseFormat("json_schema", json.dumps(PERSON))
 AS_OBJECT = ResponseFormat("json_object")
 
@@ -104,7 +97,7 @@ def test_a_continued_request_keeps_its_grammar(loaded_model_fast: LoadedModel) -
     assert drain(follow).tokens["follow"] == whole[3:]
     # Tokens that the grammar never allowed are the caller's mistake, refused before any work.
     free = _chat(loaded_model_fast, "hello")[-3:]
-    with pytest.raises(InvalidRequest, match="does not follow the request's response_format"):
+    with pytest.raises(InvalidRequest, match="does not follow the request's grammar"):
         follow.add_request("bad", prompt + free, _constrained(10, AS_PERSON), output_offset=3)
     assert_pool_idle(follow)
 

@@ -73,9 +73,15 @@ pub fn first_chunk(
             let message = public_detail(status.message(), engine_request_id);
             let detail = format!("{}: {message}", code_name(status.code()));
             if is_caller_mistake(status.code()) {
-                Err(fail(ApiError::bad_request(format!(
-                    "engine rejected the request: {message}"
-                ))))
+                let error =
+                    ApiError::bad_request(format!("engine rejected the request: {message}"));
+                // The engine's refusals of the client's response_format (a schema its grammar
+                // library rejects) begin so (engine/core/sampling_params.py).
+                Err(fail(if message.starts_with("response_format: ") {
+                    error.with_param("response_format")
+                } else {
+                    error
+                }))
             } else if status.code() == tonic::Code::Unavailable {
                 Err(FirstChunkFailure {
                     error: ApiError::engine_unavailable(format!(
