@@ -24,7 +24,10 @@ tie (it moves no bytes). When no placement lets this request meet its SLO it goe
 least; among those, once some engine's queue alone is past the TTFT SLO (saturation), onto that
 longest queue: under overload this keeps the other engines short enough for the requests that
 can still meet theirs (Tropical's gain), instead of spreading lateness until every request
-misses; before that, where it runs soonest (every engine kept busy). The only parameters are the
+misses; likewise, once some engine's running decodes already step slower than the TPOT SLO
+(saturated in decode steps), onto the slowest: a load spread evenly puts every engine past the
+step time its decodes can bear, an uneven one keeps some within it; before either, where it
+runs soonest (every engine kept busy). The only parameters are the
 SLO, the KV watermark and measured costs.
 """
 from __future__ import annotations
@@ -64,6 +67,7 @@ class Placement:
     prefill_queue_ms: float
     outcome: PredictedOutcome
     prefill_extra_ms: float = 0.0  # what its prefill adds to the prefill engine's steps
+    decode_step_now_ms: float = 0.0  # the decode engine's step as it runs now (without this one)
 
     @property
     def score(self) -> int:
@@ -140,7 +144,8 @@ def _evaluate(p: EngineState, d: EngineState, prompt_len: int, max_tokens: int, 
                              - _finite(dp_.decode_step_now_ms), slo, feedback)
     outcome = PredictedOutcome(pattern, p.id, d.id, ttft, tpot, raw_ttft, raw_tpot)
     return Placement(pattern, p.id, d.id, ttft, tpot, meets, harm, bool(dp_.kv_ok),
-                     _finite(pp.queue_ms), outcome, extra)
+                     _finite(pp.queue_ms), outcome, extra,
+                     _finite(dp_.decode_step_now_ms) * feedback.correction(d.id, pattern, TPOT))
 
 
 def _own_tpot(d: EngineState, share: float, max_tokens: int, starts_after_ms: float) -> float:
@@ -201,6 +206,14 @@ def choose(placements: list[Placement], slo: Slo) -> Placement:
         return least_ttft
     lost = max(top, key=lambda p: (p.prefill_queue_ms, p.pattern == DP))
     if lost.prefill_queue_ms <= slo.ttft_ms:
+        slowest = max(top, key=lambda p: p.decode_step_now_ms)
+        if slowest.decode_step_now_ms > slo.tpot_ms:
+            # Saturated in decode steps instead: some engine's running decodes already step
+            # slower than the TPOT SLO (the engine as it runs now, not this request's prediction:
+            # a burst the engines absorb predicts late TPOTs without any engine being there).
+            # Join the slowest, so the others' decodes keep theirs.
+            return min(top, key=lambda p: (-p.decode_step_now_ms, p.pattern != DP, p.prefill,
+                                           p.decode))
         # No engine's queue is past the TTFT SLO yet: the engines still keep up, and a request
         # late anyway (too long, or unlucky) runs soonest, keeping every engine busy.
         return least_ttft

@@ -110,9 +110,10 @@ def test_prefill_share_decays_over_the_horizon_and_slows_decodes() -> None:
 
 # ---- placement ----
 def _placement(pattern: str, prefill: str, decode: str, ttft: float, meets: bool, harm: int,
-               queue: float = 0.0, kv_ok: bool = True) -> Placement:
+               queue: float = 0.0, kv_ok: bool = True, step_now: float = 5.0) -> Placement:
     outcome = PredictedOutcome(pattern, prefill, decode, ttft, 10.0, ttft, 10.0)
-    return Placement(pattern, prefill, decode, ttft, 10.0, meets, harm, kv_ok, queue, outcome)
+    return Placement(pattern, prefill, decode, ttft, 10.0, meets, harm, kv_ok, queue, outcome,
+                     decode_step_now_ms=step_now)
 
 
 def test_choose_most_within_slo_then_least_ttft_then_least_harm_on_the_longest_queue() -> None:
@@ -130,6 +131,15 @@ def test_choose_most_within_slo_then_least_ttft_then_least_harm_on_the_longest_q
     too_long = [_placement(DP, "e0", "e0", 9000.0, False, 0, queue=1000.0),
                 _placement(DP, "e1", "e1", 8000.0, False, 0, queue=0.0)]
     assert choose(too_long, slo) is too_long[1]      # late on any engine: soonest
+    # saturated in decode steps (no queue past the TTFT SLO, some engine's decodes already
+    # stepping slower than the TPOT SLO): onto the slowest, so the others' decodes keep theirs
+    slow_steps = [_placement(DP, "e0", "e0", 300.0, False, 0, step_now=60.0),
+                  _placement(DP, "e1", "e1", 200.0, False, 0, step_now=90.0)]
+    assert choose(slow_steps, slo) is slow_steps[1]
+    # ...not when a request misses only by its own prediction (steps now within the SLO)
+    busy = [_placement(DP, "e0", "e0", 300.0, False, 0, step_now=40.0),
+            _placement(DP, "e1", "e1", 200.0, False, 0, step_now=45.0)]
+    assert choose(busy, slo) is busy[1]
     over_kv = _placement(DP, "e0", "e0", 10.0, True, 0, kv_ok=False)
     assert choose([over_kv, dp1], slo) is dp1
     assert choose([over_kv], slo) is over_kv         # nothing under the watermark: still runs
