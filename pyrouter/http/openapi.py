@@ -54,6 +54,11 @@ _SAMPLING = {
     "presence_penalty": {**_NUM, "enum": [0]}, "frequency_penalty": {**_NUM, "enum": [0]},
     "slo": {"type": "object", "properties": {"ttft_ms": {**_NUM, "minimum": 0},
                                              "tpot_ms": {**_NUM, "minimum": 0}}},
+    # Structured output (docs/api.md): enforced by the engine's sampler.
+    "response_format": {"type": "object", "required": ["type"], "properties": {
+        "type": {**_STR, "enum": ["text", "json_object", "json_schema"]},
+        "json_schema": {"type": "object", "required": ["schema"], "properties": {
+            "name": _STR, "strict": _BOOL, "schema": {"type": "object"}}}}},
 }
 _TOKEN_IDS = {"type": "array", "items": {**_INT, "minimum": 0}, "minItems": 1}
 _CONTENT_PART = {"type": "object", "required": ["type"],
