@@ -8,9 +8,13 @@ client is told is what an engine would say.
 
 What only one side checks, on purpose, is not compared here:
 - penalties (presence / frequency / repetition), `min_p`, `logprobs` / `top_logprobs`, `n`,
-  `echo`, `response_format`, forced tools: the router refuses them as unsupported (400); the
-  engine's proto has no such fields (`return_logprobs` is a flag the router never sets), so an
-  engine cannot be asked for them;
+  `echo`, forced tools: the router refuses them as unsupported (400); the engine's proto has no
+  such fields (`return_logprobs` is a flag the router never sets), so an engine cannot be asked
+  for them;
+- `response_format`: the router checks its JSON shape (router_core/src/front/response_format.rs),
+  the engine whether its grammar library compiles the schema (engine/core/grammar.py); both hold
+  the same 32 KiB limit on the schema (MAX_SCHEMA_BYTES), tested on each side
+  (`malformed_response_formats_are_400s`, tests/engine/test_structured_output.py);
 - prompt + max_tokens against the context: the router checks it with the model's context length
   and the engine checks it on the tokens it is given (engine/core/validation.py), with messages
   that speak of different things (text the client sent, token ids an engine got);
