@@ -78,7 +78,9 @@ class RequestGrammar:
         import xgrammar as xgr
 
         self._matcher.fill_next_token_bitmask(self._bitmask)
-        xgr.apply_token_bitmask_inplace(logits.view(1, -1), self._bitmask,
+        # The matcher fills a CPU bitmask; on a GPU the mask is applied where the logits are.
+        bitmask = self._bitmask if logits.device.type == "cpu" else self._bitmask.to(logits.device)
+        xgr.apply_token_bitmask_inplace(logits.view(1, -1), bitmask,
                                         vocab_size=self._vocab_size)
 
     def accept(self, token: int) -> bool:
