@@ -57,7 +57,10 @@ def test_constrained_replies_validate_and_match_one_engine(
     _switch(under_test, policy, params)
     asks = [(f"[{policy}] Invent a person: name, age and city.", AS_PERSON),
             (f"[{policy}] Invent a person who lives in Rome.", AS_PERSON),
+            (f"[{policy}] Describe a retired teacher from Berlin.", AS_PERSON),
+            (f"[{policy}] Who is the main character of your favourite book?", AS_PERSON),
             (f"[{policy}] What is 2+2? Answer in JSON.", AS_OBJECT),
+            (f"[{policy}] What is the capital of France? Answer in JSON.", AS_OBJECT),
             (f"[{policy}] Write a haiku about rain.", None)]  # free text beside them
     with ThreadPoolExecutor(len(asks)) as pool:
         replies = list(pool.map(lambda ask: _chat(under_test, *ask), asks))
