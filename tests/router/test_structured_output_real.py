@@ -109,3 +109,22 @@ def test_what_cannot_be_honoured_is_a_400(routers: tuple[str, str], policy: str)
     content, _, finish, _ = _chat(under_test, "Invent a person: name, age and city.", AS_PERSON)
     assert finish == "stop"
     jsonschema.validate(json.loads(content), PERSON)
+
+
+def test_a_streamed_completion_across_a_hand_off(routers: tuple[str, str]) -> None:
+    """/v1/completions, streamed, under tandem: the text deltas join into the JSON one engine
+    gives in one piece."""
+    under_test, reference = routers
+    _switch(under_test, "tandem", {"lead_tokens": 5})
+    body = {"prompt": "A person, as JSON with name, age and city:", "max_tokens": 60,
+            "temperature": 0, "response_format": AS_PERSON}
+    r = requests.post(f"{under_test}/v1/completions", json={**body, "stream": True}, timeout=600)
+    assert r.status_code == 200, r.text
+    assert r.headers["X-Switchyard-Route"].startswith("tandem"), r.headers
+    events = [json.loads(line[6:]) for line in r.text.split("\n")
+              if line.startswith("data: ") and line != "data: [DONE]"]
+    streamed = "".join(e["choices"][0]["text"] for e in events if e["choices"])
+    assert [e["choices"][0]["finish_reason"] for e in events if e["choices"]][-1] == "stop"
+    jsonschema.validate(json.loads(streamed), PERSON)
+    whole = requests.post(f"{reference}/v1/completions", json=body, timeout=600)
+    assert whole.status_code == 200 and whole.json()["choices"][0]["text"] == streamed
