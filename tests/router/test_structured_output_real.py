@@ -7,6 +7,7 @@ the engines serve on after them."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -14,8 +15,9 @@ from typing import Any
 import jsonschema
 import pytest
 import requests
-from router_real_cluster import router_and_reference
+from router_real_cluster import real_engines, router_over
 from structured_output_cases import PERSON
+from test_router_seed_patterns_real import ROUND_ROBIN_PY
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
 
@@ -26,10 +28,15 @@ PATTERNS = [("round_robin", {}, "dp"), ("pd", {}, "pd"), ("tandem", {"lead_token
 
 
 @pytest.fixture(scope="module")
-def routers() -> Iterator[tuple[str, str]]:
-    """(the router under test over two engines, the single-engine reference)."""
-    with router_and_reference("fast") as pair:
-        yield pair
+def routers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """(the router under test over two engines, the single-engine reference). The router under
+    test also has round_robin as a Python policy (a live request moves only under one)."""
+    policies = tmp_path_factory.mktemp("policies")
+    (policies / "round_robin_py.py").write_text(ROUND_ROBIN_PY)
+    with real_engines(["any", "any", "any"], mode="fast") as ports, \
+            router_over(ports[2:]) as reference, \
+            router_over(ports[:2], "--policy-dir", str(policies)) as under_test:
+        yield under_test, reference
 
 
 def _chat(base: str, text: str, response_format: dict[str, Any] | None
@@ -128,3 +135,42 @@ def test_a_streamed_completion_across_a_hand_off(routers: tuple[str, str]) -> No
     jsonschema.validate(json.loads(streamed), PERSON)
     whole = requests.post(f"{reference}/v1/completions", json=body, timeout=600)
     assert whole.status_code == 200 and whole.json()["choices"][0]["text"] == streamed
+
+
+def test_a_live_migration_keeps_the_grammar(routers: tuple[str, str]) -> None:
+    """/admin/migrate moves a running constrained request to the other engine mid-stream: the
+    target replays the tokens so far through the grammar, and the client's tokens are one
+    engine's."""
+    under_test, reference = routers
+    _switch(under_test, "round_robin_py", {})
+    body = {"prompt": "The first 50 prime numbers as JSON:",
+            "max_tokens": 150, "temperature": 0, "response_format": AS_OBJECT,
+            "return_token_ids": True}
+    got: dict[str, Any] = {}
+    streaming = threading.Event()
+
+    def stream() -> None:
+        with requests.post(f"{under_test}/v1/completions", json={**body, "stream": True},
+                           stream=True, timeout=600) as r:
+            got["id"], got["route"] = r.headers["X-Request-Id"], r.headers["X-Switchyard-Route"]
+            streaming.set()
+            events = [json.loads(line[6:]) for line in r.iter_lines(decode_unicode=True)
+                      if line.startswith("data: ") and line != "data: [DONE]"]
+            got["ids"] = [t for e in events if e["choices"]
+                          for t in e["choices"][0].get("token_ids") or []]
+            got["text"] = "".join(e["choices"][0]["text"] for e in events if e["choices"])
+
+    thread = threading.Thread(target=stream)
+    thread.start()
+    assert streaming.wait(120), "the stream never started"
+    engines = dict(kv.split("=") for kv in got["route"].split()[1:])
+    to = {"e0": "e1", "e1": "e0"}[engines["engine"]]
+    moved = requests.post(f"{under_test}/admin/migrate", json={"request_id": got["id"], "to": to},
+                          timeout=300).json()
+    thread.join(600)
+    assert moved.get("outcome") == "migrated" and moved["moved_tokens"] > 0, (moved, got)
+    whole = requests.post(f"{reference}/v1/completions", json=body, timeout=600)
+    assert whole.status_code == 200, whole.text
+    assert got["text"] == whole.json()["choices"][0]["text"]
+    if got["ids"]:
+        assert got["ids"] == whole.json()["choices"][0]["token_ids"]
