@@ -3,7 +3,8 @@
 replays them through the grammar), every constrained reply parses and validates, and its tokens
 are exactly those one engine alone gives, with other requests beside it. Schemas the grammar
 library rejects, or that are too large, and required tool calls are 400s, on both front paths;
-the engines serve on after them."""
+the engines serve on after them. A streamed completion across a hand-off and a live migration
+(/admin/migrate mid-stream) keep the grammar's state: one engine's text."""
 from __future__ import annotations
 
 import json
