@@ -19,6 +19,9 @@ import requests
 from engine.server.launcher import EngineProcess, EngineSpec, launch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The router samples one request in ten by default (router_core's default_sampler); tests that
+# read every request's spans ask for all of them.
+EVERY_REQUEST = {"OTEL_TRACES_SAMPLER": "parentbased_always_on"}
 SWITCHYARD = [sys.executable, "-m", "pyrouter.cli"]
 
 

@@ -10,7 +10,15 @@ import subprocess
 
 import pytest
 import requests
-from router_procs import ROOT, SWITCHYARD, free_port, start_mock, start_router, wait_ready
+from router_procs import (
+    EVERY_REQUEST,
+    ROOT,
+    SWITCHYARD,
+    free_port,
+    start_mock,
+    start_router,
+    wait_ready,
+)
 
 from switchyard_telemetry.jsonl import read_spans
 
@@ -23,7 +31,7 @@ def test_trace_file_and_cli(tmp_path):
     engines = [start_mock(p) for p in ports]
     router = start_router(rp, ports, "--policy", "pd",
                           env={"SWITCHYARD_TRACE_FILE": trace_file,
-                               "OTEL_BSP_SCHEDULE_DELAY": "50"})
+                               "OTEL_BSP_SCHEDULE_DELAY": "50", **EVERY_REQUEST})
     base = f"http://127.0.0.1:{rp}"
     try:
         wait_ready(base, router, want_engines=2)
@@ -48,7 +56,7 @@ def test_trace_file_and_cli(tmp_path):
     assert names == sorted(["router.request", "router.segment", "router.decision",
                             "verb.prep_recv", "verb.remote_send", "verb.start_generate"])
 
-    env = {**os.environ, "SWITCHYARD_TRACE_FILE": trace_file}
+    env = {**os.environ, "SWITCHYARD_TRACE_FILE": trace_file, **EVERY_REQUEST}
 
     def trace(*args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
         out = subprocess.run([*SWITCHYARD, "trace", *args], cwd=ROOT, env=env,
@@ -115,7 +123,8 @@ def test_handoff_through_the_front_gives_one_segment_each(tmp_path):
     ports, rp = [free_port(), free_port()], free_port()
     engines = [start_mock(p) for p in ports]
     router = start_router(rp, ports, "--policy", "tandem", env={
-        "SWITCHYARD_TRACE_FILE": trace_file, "OTEL_BSP_SCHEDULE_DELAY": "50"})
+        "SWITCHYARD_TRACE_FILE": trace_file, "OTEL_BSP_SCHEDULE_DELAY": "50",
+        **EVERY_REQUEST})
     base = f"http://127.0.0.1:{rp}"
     try:
         wait_ready(base, router, want_engines=2)

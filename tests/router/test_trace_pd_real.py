@@ -14,7 +14,7 @@ import pytest
 import requests
 from otlp_collector import OtlpCollector
 from prometheus_client.parser import text_string_to_metric_families
-from router_procs import ROOT, SWITCHYARD, start_serve, wait_ready
+from router_procs import EVERY_REQUEST, ROOT, SWITCHYARD, start_serve, wait_ready
 
 from switchyard_telemetry.jsonl import read_spans
 
@@ -41,7 +41,7 @@ def test_pd_request_traced_across_router_and_engines(tmp_path):
     collector = OtlpCollector()
     serve, base = start_serve("--policy", "pd", "--chunk-size", "16", env={
         "SWITCHYARD_TRACE_FILE": trace_file, "OTEL_EXPORTER_OTLP_ENDPOINT": collector.endpoint,
-        "OTEL_BSP_SCHEDULE_DELAY": "100"})
+        "OTEL_BSP_SCHEDULE_DELAY": "100", **EVERY_REQUEST})
     try:
         wait_ready(base, serve, want_engines=2, timeout_s=400)
         r = requests.post(f"{base}/v1/completions", timeout=120, headers={
@@ -140,7 +140,7 @@ def test_pd_request_traced_across_router_and_engines(tmp_path):
         assert s["start_ns"] <= s["end_ns"]
 
     # `switchyard trace show <X-Request-Id>` prints every span; --png draws them.
-    env_cli = {**os.environ, "SWITCHYARD_TRACE_FILE": trace_file}
+    env_cli = {**os.environ, "SWITCHYARD_TRACE_FILE": trace_file, **EVERY_REQUEST}
     png = tmp_path / "trace.png"
     shown = subprocess.run([*SWITCHYARD, "trace", "show", request_id, "--png", str(png)],
                            cwd=ROOT, env=env_cli, capture_output=True, text=True, timeout=120,

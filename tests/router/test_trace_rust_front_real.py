@@ -9,7 +9,15 @@ import subprocess
 
 import pytest
 import requests
-from router_procs import LOG_DIR, ROOT, SWITCHYARD, free_port, start_router, wait_ready
+from router_procs import (
+    EVERY_REQUEST,
+    LOG_DIR,
+    ROOT,
+    SWITCHYARD,
+    free_port,
+    start_router,
+    wait_ready,
+)
 
 from engine.server.launcher import EngineSpec, start_engines, stop_engines
 from switchyard_telemetry.jsonl import read_spans
@@ -22,7 +30,7 @@ CLIENT_SPAN = "10f067aa0ba902b8"
 
 def test_fast_path_request_traced_from_router_into_engine(tmp_path):
     trace_file = str(tmp_path / "spans.jsonl")
-    env = {"SWITCHYARD_TRACE_FILE": trace_file, "OTEL_BSP_SCHEDULE_DELAY": "50"}
+    env = {"SWITCHYARD_TRACE_FILE": trace_file, "OTEL_BSP_SCHEDULE_DELAY": "50", **EVERY_REQUEST}
     engines = start_engines([EngineSpec(f"trace-engine-{free_port()}", threads=1, env=env)],
                             LOG_DIR)
     port = free_port()
@@ -73,7 +81,7 @@ def test_fast_path_request_traced_from_router_into_engine(tmp_path):
             assert p["start_ms"] - 1 <= s["start_ms"] <= s["end_ms"] <= p["end_ms"] + 1, s["name"]
 
     shown = subprocess.run([*SWITCHYARD, "trace", "show", "fast-traced-1"], cwd=ROOT,
-                           env={**os.environ, "SWITCHYARD_TRACE_FILE": trace_file},
+                           env={**os.environ, "SWITCHYARD_TRACE_FILE": trace_file, **EVERY_REQUEST},
                            capture_output=True, text=True, timeout=60, check=True).stdout
     for name in ("router.request", "router.segment", "verb.start_generate", "engine.generate"):
         assert name in shown, shown
