@@ -23,6 +23,9 @@ fn tracer(name: &str) -> (Arc<RouterTracer>, std::path::PathBuf) {
         trace_file: Some(path.to_string_lossy().into_owned()),
         ..Exporters::default()
     };
+    // Every request, as these tests read each one's spans (the default keeps one in ten; the
+    // SDK reads the variable itself, and every test here sets the same value).
+    std::env::set_var("OTEL_TRACES_SAMPLER", "parentbased_always_on");
     let tracer = RouterTracer::new(&exporters, None).expect("tracer");
     (Arc::new(tracer), path)
 }
