@@ -164,6 +164,9 @@ struct FastHold<B: PolicyBridge> {
     call: Arc<GenerateCall>,
     engine_request_id: String,
     delivered: bool,
+    /// Prefill tokens still counted as queued on the engine, with their dispatch's stamp
+    /// (engine_table.rs `on_prefill_done`); None once released.
+    prefill: Option<(u64, u64)>,
 }
 
 impl<B: PolicyBridge> FastHold<B> {
@@ -176,9 +179,9 @@ impl<B: PolicyBridge> FastHold<B> {
         prefill: u64,
         decode: u64,
     ) -> Self {
-        if let Some(core) = front.core() {
-            let _ = lock(&core.table).on_dispatch(num, prefill, decode);
-        }
+        let stamp = front
+            .core()
+            .and_then(|core| lock(&core.table).on_dispatch(num, prefill, decode).ok());
         engine.fast_active.fetch_add(1, Ordering::AcqRel);
         FastHold {
             front: front.clone(),
@@ -187,6 +190,16 @@ impl<B: PolicyBridge> FastHold<B> {
             call,
             engine_request_id,
             delivered: false,
+            prefill: stamp.map(|stamp| (prefill, stamp)),
+        }
+    }
+
+    /// Its prefill is done (the first token arrived, or the call ended): predictions stop
+    /// counting it as queued before the engine's next Stats, as for the Python path's streams.
+    fn prefill_done(&mut self) {
+        if let (Some((tokens, stamp)), Some(core)) = (self.prefill.take(), self.front.core()) {
+            // Err: the engine was removed meanwhile.
+            let _ = lock(&core.table).on_prefill_done(self.num, tokens, stamp);
         }
     }
 }
@@ -202,6 +215,7 @@ impl<B: PolicyBridge> Drop for FastHold<B> {
                 let _ = rpc.abort(&id, false).await;
             });
         }
+        self.prefill_done();
         if let Some(core) = self.front.core() {
             // Err: the engine was removed meanwhile.
             let _ = lock(&core.table).on_complete(self.num);
@@ -397,6 +411,9 @@ impl<B: PolicyBridge> RequestTask<B> {
                 Err(_) => return Err(first_chunk_timeout(&name, deadline).into()),
                 Ok(read) => match first_chunk(read, &self.engine_request_id) {
                     Ok(chunk) => {
+                        if let Some(hold) = &mut self.hold {
+                            hold.prefill_done();
+                        }
                         if let Some(spans) = &mut self.spans {
                             spans.segment_on(&name);
                         }
