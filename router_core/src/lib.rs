@@ -31,6 +31,7 @@ pub mod router;
 pub mod rpc;
 pub mod sampling;
 pub mod scoring;
+pub mod session_affinity;
 pub mod sse;
 #[cfg(feature = "tokenize")]
 pub mod tokenize;
