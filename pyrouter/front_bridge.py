@@ -112,7 +112,7 @@ def _request(spec: AdmitSpec, served_model: str) -> RouterRequest:
         sampling = SamplingParams(
             max_tokens=spec.max_tokens, temperature=spec.temperature, top_p=spec.top_p,
             top_k=spec.top_k, min_tokens=spec.min_tokens, seed=spec.seed, stop=spec.stop,
-            ignore_eos=spec.ignore_eos,
+            ignore_eos=spec.ignore_eos, priority=spec.priority,
             response_format=(ResponseFormat(spec.response_format, spec.json_schema)
                              if spec.response_format else None))
     except InvalidRequest as exc:

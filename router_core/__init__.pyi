@@ -37,7 +37,8 @@ def retry_engine_request_id(first: str, attempt: int) -> str:
 def sampling_error(temperature: float, top_p: float, top_k: int, max_tokens: int,
                    min_tokens: int, seed: int | None = None,
                    stop_token_ids: Sequence[int] | None = None,
-                   stop: Sequence[object] | None = None) -> tuple[str, str] | None:
+                   stop: Sequence[object] | None = None,
+                   priority: int = 0) -> tuple[str, str] | None:
     """(param, message) of the first sampling rule the values break, in the rules' order, or
     None. A `stop` entry that is not a string breaks the stop rule. The engine's copy of the
     rules (engine/core/sampling_params.py) gives the same answers (tests/router_core/
@@ -550,6 +551,8 @@ class AdmitSpec:
     def response_format(self) -> str: ...
     @property
     def json_schema(self) -> str: ...
+    @property
+    def priority(self) -> int: ...
     @property
     def authorization(self) -> str: ...
     @property

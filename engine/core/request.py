@@ -70,6 +70,11 @@ class Request:
         return self.send_end if self.kind == "send" else len(self.tokens)
 
     @property
+    def priority(self) -> int:
+        """Scheduling priority, lower first (a send's sampling is the default: 0)."""
+        return self.sampling.priority
+
+    @property
     def pending(self) -> int:
         return self.target_len - self.num_computed
 

@@ -16,6 +16,8 @@ from engine.core.errors import InvalidRequest
 
 MAX_TEMPERATURE = 2.0  # OpenAI's upper bound
 MAX_STOP_STRINGS = 4  # OpenAI accepts at most this many
+# Scheduling priorities a request may ask for (lower first, as vLLM's; 0 by default).
+PRIORITY_MIN, PRIORITY_MAX = -100, 100
 # The largest JSON schema (its JSON text) a request may carry: a grammar's compile time and
 # memory grow with it. The router's front holds the same limit (front/response_format.rs).
 MAX_SCHEMA_BYTES = 32 * 1024
@@ -61,6 +63,8 @@ class SamplingParams:
     ignore_eos: bool = False
     return_logprobs: bool = False
     response_format: ResponseFormat | None = None
+    # Lower first: the scheduler admits and prefills queued requests by (priority, arrival).
+    priority: int = 0
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.temperature) or not 0 <= self.temperature <= MAX_TEMPERATURE:
@@ -91,6 +95,9 @@ class SamplingParams:
                                                     for s in self.stop):
             raise InvalidRequest(f"stop must be up to {MAX_STOP_STRINGS} non-empty strings",
                                  param="stop")
+        if not PRIORITY_MIN <= self.priority <= PRIORITY_MAX:
+            raise InvalidRequest(f"priority must be an integer in [{PRIORITY_MIN}, {PRIORITY_MAX}] "
+                                 f"(lower first), got {self.priority}", param="priority")
 
     @property
     def greedy(self) -> bool:

@@ -1,22 +1,25 @@
-"""Scheduler: continuous batching with chunked prefill, FCFS admission and preemption.
+"""Scheduler: continuous batching with chunked prefill, priority admission and preemption.
 
 Each step: (1) every running decode gets its one token — decodes go first so a long prefill never
-starves them; (2) running prefills continue, oldest first, under the per-step prefill token
-budget (chunk_size); (3) waiting requests are admitted in arrival order while budget, pages and
-max_running allow. When a running request needs a page and none is free (after evicting
-unreferenced cached pages), the newest running request not yet scheduled this step is preempted
-by recompute: its pages are released and it goes back to the front of the queue, keeping the
-tokens it generated as part of its prompt.
+starves them; (2) running prefills continue by priority (lower first), oldest first within one,
+under the per-step prefill token budget (chunk_size); (3) waiting requests are admitted by
+(priority, arrival) while budget, pages and max_running allow (engine/core/waiting_queue.py; with
+every priority equal, first come first served). When a running request needs a page and none is
+free (after evicting unreferenced cached pages), the lowest-priority running request not yet
+scheduled this step — the newest of them — is preempted by recompute: its pages are released and
+it goes back to the front of its priority in the queue, keeping the tokens it generated as part
+of its prompt. A waiting request never preempts a running one: a priority orders the queue, it
+does not stop work already admitted.
 """
 from __future__ import annotations
 
 import time
-from collections import deque
 from dataclasses import dataclass, field
 
 from engine.core.batch import ScheduledChunk
 from engine.core.latency_model import StepShape
 from engine.core.request import Request
+from engine.core.waiting_queue import WaitingQueue
 from engine.kvcache.page_pool import OutOfPages
 from engine.kvcache.radix_cache import RadixPrefixCache
 
@@ -53,12 +56,12 @@ class Scheduler:
         # The prefill token budget per step; EngineCore.set_chunk_size changes it at run time.
         self.chunk_size = chunk_size
         self.max_running = max_running
-        self.waiting: deque[Request] = deque()
+        self.waiting = WaitingQueue()
         self.running: list[Request] = []
         self.num_preemptions = 0  # since start (engine metrics)
 
     def add(self, request: Request) -> None:
-        self.waiting.append(request)
+        self.waiting.add(request)
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
@@ -115,7 +118,7 @@ class Scheduler:
             victim.trace.preempted_at.append(time.perf_counter())
         if victim.kind == "send" and victim.begin < victim.send_end:
             victim.unreported_cached = None  # everything is recomputed and reported again
-        self.waiting.appendleft(victim)
+        self.waiting.requeue(victim)
         out.preempted.append(victim)
 
     def remove(self, request: Request) -> None:
@@ -138,7 +141,9 @@ class Scheduler:
                 pass
             victims = [r for r in self.running if r is not request and r.request_id not in scheduled]
             if victims:
-                self._preempt(victims[-1], out)
+                # The lowest priority gives way first; among equals, the newest (max keeps the
+                # first of equal keys, so it is given the list newest first).
+                self._preempt(max(reversed(victims), key=lambda r: r.priority), out)
                 continue
             if self._pages_for(upto) > self.pool.num_pages:
                 self.running.remove(request)
@@ -175,7 +180,8 @@ class Scheduler:
                     take(request, 1)
 
         budget = self.chunk_size
-        for request in list(self.running):
+        # Stable: within a priority, the running order (oldest first).
+        for request in sorted(self.running, key=lambda r: r.priority):
             if budget <= 0:
                 break
             if request.request_id in scheduled or request not in self.running:
@@ -186,12 +192,12 @@ class Scheduler:
                 budget -= n
 
         while self.waiting and budget > 0 and len(self.running) < self.max_running:
-            request = self.waiting[0]
+            request = self.waiting.head()
             matched_here = request.needs_prefix_match
             if matched_here:
                 self._admit_match(request)
             if request.pending == 0:  # a send whose range is all cached
-                self.waiting.popleft()
+                self.waiting.pop_head()
                 out.no_compute.append(request)
                 continue
             n = min(request.pending, budget)
@@ -203,7 +209,7 @@ class Scheduler:
                     if request.kind == "send":
                         request.unreported_cached = None
                 break
-            self.waiting.popleft()
+            self.waiting.pop_head()
             self.running.append(request)
             take(request, n)
             budget -= n

@@ -29,6 +29,7 @@ def sampling_from_proto(msg: pb.SamplingParams) -> SamplingParams:
         return_logprobs=msg.return_logprobs,
         response_format=(ResponseFormat(msg.response_format.type, msg.response_format.json_schema)
                          if msg.HasField("response_format") else None),
+        priority=msg.priority,
     )
 
 
@@ -41,7 +42,7 @@ def sampling_to_proto(params: SamplingParams, max_tokens: int | None = None,
         max_tokens=params.max_tokens if max_tokens is None else max_tokens,
         min_tokens=params.min_tokens if min_tokens is None else min_tokens,
         stop_token_ids=params.stop_token_ids, ignore_eos=params.ignore_eos,
-        return_logprobs=params.return_logprobs)
+        return_logprobs=params.return_logprobs, priority=params.priority)
     if params.seed is not None:
         msg.seed = params.seed
     if params.response_format is not None:  # every segment carries the grammar

@@ -13,6 +13,9 @@ use crate::error::{Result, RouterCoreError};
 pub const MAX_TEMPERATURE: f64 = 2.0;
 /// OpenAI accepts at most this many stop strings.
 pub const MAX_STOP_STRINGS: usize = 4;
+/// The scheduling priorities a request may ask for (lower first, as vLLM's; 0 by default). A
+/// bounded range keeps the admission metrics' `priority` label bounded too.
+pub const PRIORITY_RANGE: std::ops::RangeInclusive<i128> = -100..=100;
 
 /// The fields the rules look at, as a request gives them (integers wide enough for any JSON or
 /// Python int the callers pass on).
@@ -27,6 +30,7 @@ pub struct SamplingFields<'a> {
     pub stop_token_ids: &'a [i128],
     /// None for an entry that is not a string (callers from dynamic languages).
     pub stop: &'a [Option<&'a str>],
+    pub priority: i128,
 }
 
 /// What the rules normalise: `top_p` 0 means off (1.0), `top_k` -1 means off (0).
@@ -81,6 +85,7 @@ pub fn check_sampling(fields: &SamplingFields<'_>) -> Result<NormalisedSampling>
         seed,
         stop_token_ids,
         stop,
+        priority,
     } = fields;
     if !temperature.is_finite() || !(0.0..=MAX_TEMPERATURE).contains(temperature) {
         return Err(invalid(
@@ -136,6 +141,16 @@ pub fn check_sampling(fields: &SamplingFields<'_>) -> Result<NormalisedSampling>
             format!("stop must be up to {MAX_STOP_STRINGS} non-empty strings"),
         ));
     }
+    if !PRIORITY_RANGE.contains(priority) {
+        return Err(invalid(
+            "priority",
+            format!(
+                "priority must be an integer in [{}, {}] (lower first), got {priority}",
+                PRIORITY_RANGE.start(),
+                PRIORITY_RANGE.end()
+            ),
+        ));
+    }
     Ok(NormalisedSampling {
         top_p: if *top_p == 0.0 { 1.0 } else { *top_p },
         top_k: if *top_k == -1 { 0 } else { *top_k },
@@ -156,6 +171,7 @@ mod tests {
             seed: None,
             stop_token_ids: ids,
             stop,
+            priority: 0,
         }
     }
 
@@ -243,6 +259,20 @@ mod tests {
         assert_eq!(param_of(&fields(&[None], &[])), "stop");
         let five = [Some("a"); 5];
         assert_eq!(param_of(&fields(&five, &[])), "stop");
+        for (priority, bad) in [(-101, true), (-100, false), (100, false), (101, true)] {
+            let f = SamplingFields {
+                priority,
+                ..base.clone()
+            };
+            assert_eq!(check_sampling(&f).is_err(), bad, "priority {priority}");
+        }
+        assert_eq!(
+            param_of(&SamplingFields {
+                priority: 1 << 40,
+                ..base.clone()
+            }),
+            "priority"
+        );
     }
 
     #[test]

@@ -52,12 +52,13 @@ BAD: list[dict[str, Any]] = [
     {"temperature": -1.0, "top_p": 2.0, "top_k": -5},
     {"top_k": -3, "max_tokens": 0, "stop": [""]},
     {"min_tokens": 99, "seed": 2**70},
+    {"priority": 101}, {"priority": -101}, {"priority": 2**40}, {"stop": [""], "priority": 500},
 ]
 GOOD: list[dict[str, Any]] = [
     {}, {"temperature": 0.0}, {"temperature": 2.0}, {"top_p": 0.0}, {"top_p": 1e-07},
     {"top_k": -1}, {"top_k": 2**31 - 1}, {"max_tokens": 1}, {"min_tokens": 16},
     {"seed": -(2**63)}, {"seed": 2**63 - 1}, {"stop_token_ids": [0, 2]},
-    {"stop": ["a", "b", "c", "d"]},
+    {"stop": ["a", "b", "c", "d"]}, {"priority": -100}, {"priority": 100}, {"priority": 7},
 ]
 
 
@@ -88,7 +89,8 @@ def _proto(case: dict[str, Any]) -> pb.SamplingParams | None:
         msg = pb.SamplingParams(
             temperature=fields["temperature"], top_p=fields["top_p"], top_k=fields["top_k"],
             max_tokens=fields["max_tokens"], min_tokens=fields["min_tokens"],
-            stop_token_ids=fields["stop_token_ids"], stop=fields["stop"])
+            stop_token_ids=fields["stop_token_ids"], stop=fields["stop"],
+            priority=fields.get("priority", 0))
         if fields["seed"] is not None:
             msg.seed = fields["seed"]
     except (TypeError, ValueError):

@@ -349,6 +349,7 @@ impl<B: PolicyBridge> RequestTask<B> {
                     .response_format
                     .as_ref()
                     .map(super::response_format::ResponseFormat::to_proto),
+                priority: s.priority,
             }),
             max_new_tokens_here: 0,
             output_offset: 0,

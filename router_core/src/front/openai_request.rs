@@ -80,6 +80,9 @@ pub struct Sampling {
     pub ignore_eos: bool,
     /// Structured output the engine's sampler enforces (None: free text).
     pub response_format: Option<ResponseFormat>,
+    /// Scheduling priority, lower first (crate::sampling::PRIORITY_RANGE; 0 when unset): the
+    /// router's admission queue and the engine's scheduler order by it.
+    pub priority: i32,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -439,6 +442,7 @@ fn sampling(body: &Fields, max_tokens: i128, limits: &RequestLimits) -> Result<S
     let seed = integer(body, "seed", I64_LO, u64::MAX.into())?;
     let stop = stop_entries(body)?;
     let ignore_eos = flag(body, "ignore_eos")?;
+    let priority = integer(body, "priority", I64_LO, I64_HI)?.unwrap_or(0);
     let normalised = check_sampling(&SamplingFields {
         temperature,
         top_p,
@@ -448,6 +452,7 @@ fn sampling(body: &Fields, max_tokens: i128, limits: &RequestLimits) -> Result<S
         seed,
         stop_token_ids: &[],
         stop: &stop,
+        priority,
     })?;
     let stop = stop.into_iter().flatten().map(str::to_owned).collect();
     // Every integer here was bounded to i64 above (max_tokens to the context length).
@@ -462,6 +467,8 @@ fn sampling(body: &Fields, max_tokens: i128, limits: &RequestLimits) -> Result<S
         stop,
         ignore_eos,
         response_format: parse_response_format(body)?,
+        // In PRIORITY_RANGE: the rules checked it.
+        priority: i32::try_from(priority).unwrap_or_default(),
     })
 }
 

@@ -263,6 +263,25 @@ fn response_formats_reach_the_sampling() {
 }
 
 #[test]
+fn priority_reaches_the_sampling_and_is_bounded() {
+    let priority_of = |body: Value| parse(body).unwrap().sampling.priority;
+    assert_eq!(priority_of(json!({"prompt": "x"})), 0);
+    assert_eq!(priority_of(json!({"prompt": "x", "priority": null})), 0);
+    assert_eq!(priority_of(json!({"prompt": "x", "priority": -100})), -100);
+    assert_eq!(priority_of(json!({"prompt": "x", "priority": 100})), 100);
+    for bad in [
+        json!(101),
+        json!(-101),
+        json!(1.5),
+        json!("0"),
+        json!(true),
+        json!(u64::MAX),
+    ] {
+        assert_eq!(param(json!({"prompt": "x", "priority": bad})), "priority");
+    }
+}
+
+#[test]
 fn malformed_response_formats_are_400s() {
     let huge: Map<String, Value> = (0..4000)
         .map(|i| (format!("field{i}"), json!({"type": "string"})))
@@ -298,6 +317,7 @@ fn sampling_ranges_are_the_rules_own() {
             seed,
             stop_token_ids: &[],
             stop,
+            priority: 0,
         }) {
             Err(crate::RouterCoreError::InvalidRequest { param, message }) => (param, message),
             other => panic!("expected the rules to refuse, got {other:?}"),

@@ -111,6 +111,11 @@ impl PyAdmitSpec {
         let format = self.spec.request.sampling.response_format.as_ref();
         format.map_or("", |f| f.schema())
     }
+    /// Scheduling priority, lower first (0 when the body gave none).
+    #[getter]
+    fn priority(&self) -> i32 {
+        self.spec.request.sampling.priority
+    }
     /// The client's Authorization header ("" when absent).
     #[getter]
     fn authorization(&self) -> &str {

@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 /// A `stop` entry that is not a string breaks the stop rule.
 #[pyfunction]
 #[pyo3(signature = (temperature, top_p, top_k, max_tokens, min_tokens, seed=None,
-                    stop_token_ids=None, stop=None))]
+                    stop_token_ids=None, stop=None, priority=0))]
 #[allow(clippy::too_many_arguments)]
 fn sampling_error(
     temperature: f64,
@@ -21,6 +21,7 @@ fn sampling_error(
     seed: Option<i128>,
     stop_token_ids: Option<Vec<i128>>,
     stop: Option<Vec<Bound<'_, PyAny>>>,
+    priority: i128,
 ) -> PyResult<Option<(String, String)>> {
     let stop_token_ids = stop_token_ids.unwrap_or_default();
     let stop: Vec<Option<String>> = stop
@@ -38,6 +39,7 @@ fn sampling_error(
         seed,
         stop_token_ids: &stop_token_ids,
         stop: &stop,
+        priority,
     };
     match check_sampling(&fields) {
         Ok(_) => Ok(None),
