@@ -5,6 +5,7 @@
 //! Every module here is pure Rust with no PyO3 types; the Python binding lives in `python/`
 //! behind the `python` cargo feature so `cargo test` never links libpython.
 
+pub mod admission_queue;
 #[cfg(any(feature = "mock-engine", feature = "mock-worker", feature = "front"))]
 pub mod background_server;
 pub mod detok;

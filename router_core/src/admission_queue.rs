@@ -1,0 +1,200 @@
+//! The router's admission queue, as pure bookkeeping (no clock of its own, no async): requests
+//! that arrive while every engine is saturated wait here, ordered by priority (lower first, the
+//! body's `priority`) and, within a priority, by weighted fair queuing over callers (API keys):
+//! start-time fair queuing, where a caller's request gets the start tag max(V, F) — V the start
+//! tag of the request last let through, F the caller's previous finish tag — and finishes at
+//! start + 1/weight. A caller sending many requests thus takes its weight's share of the turns,
+//! not the whole queue, and one that was idle starts at V, with no credit saved up.
+//!
+//! When an engine counts as saturated is [`engine_free_slots`]'s rule over the engine table's
+//! rows; the async gate around this (front/admission.rs) asks it when to let the head through.
+
+use crate::engine_table::EngineLoad;
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+/// What the admission queue does; the defaults leave it off.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdmissionSettings {
+    /// An engine is saturated with this many of the router's requests in flight on it (the
+    /// table's `inflight`); 0 = no such limit.
+    pub max_inflight_per_engine: u64,
+    /// An engine is saturated once this many prefill tokens are queued on it (the table's
+    /// `pending_prefill_tokens`: its latest Stats plus what the router sent since); 0 = no limit.
+    pub max_queued_prefill_tokens: u64,
+    /// Requests the queue holds; one more is refused (429).
+    pub max_queue_len: usize,
+    /// The longest a request waits before it is shed (503); its `slo.ttft_ms` shortens it.
+    pub queue_timeout: Duration,
+    /// Fair-share weight per API key (absent: `default_weight`).
+    pub weights: HashMap<String, f64>,
+    pub default_weight: f64,
+}
+
+impl Default for AdmissionSettings {
+    fn default() -> Self {
+        AdmissionSettings {
+            max_inflight_per_engine: 0,
+            max_queued_prefill_tokens: 0,
+            max_queue_len: 1024,
+            queue_timeout: Duration::from_secs(30),
+            weights: HashMap::new(),
+            default_weight: 1.0,
+        }
+    }
+}
+
+impl AdmissionSettings {
+    /// With neither saturation limit set no engine is ever saturated: requests never queue.
+    pub fn enabled(&self) -> bool {
+        self.max_inflight_per_engine > 0 || self.max_queued_prefill_tokens > 0
+    }
+
+    /// The fair-share weight of `caller` (a non-positive or non-finite weight counts as 1).
+    pub fn weight(&self, caller: &str) -> f64 {
+        let weight = self
+            .weights
+            .get(caller)
+            .copied()
+            .unwrap_or(self.default_weight);
+        if weight.is_finite() && weight > 0.0 {
+            weight
+        } else {
+            1.0
+        }
+    }
+}
+
+/// How many more requests one engine takes before it is saturated: 0 when unhealthy or past
+/// either limit; else the room under the in-flight limit, or 1 when only the token limit is set
+/// (one request at a time, so the next check sees its tokens counted).
+pub fn engine_free_slots(row: &EngineLoad, settings: &AdmissionSettings) -> u64 {
+    let tokens = settings.max_queued_prefill_tokens;
+    if !row.healthy || (tokens > 0 && row.pending_prefill_tokens() >= tokens) {
+        return 0;
+    }
+    match settings.max_inflight_per_engine {
+        0 => 1,
+        limit => limit.saturating_sub(row.inflight),
+    }
+}
+
+/// Free slots over every engine; None when no engine is healthy (nothing to wait for: the
+/// request goes on and meets the usual "no capacity" answer).
+pub fn free_slots<'a>(
+    rows: impl Iterator<Item = &'a EngineLoad>,
+    settings: &AdmissionSettings,
+) -> Option<u64> {
+    let mut healthy = false;
+    let mut free = 0u64;
+    for row in rows {
+        healthy |= row.healthy;
+        free = free.saturating_add(engine_free_slots(row, settings));
+    }
+    healthy.then_some(free)
+}
+
+/// One queued request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Queued {
+    pub ticket: u64,
+    pub priority: i32,
+    pub caller: String,
+    pub enqueued: Instant,
+    /// Shed (503) if still queued then.
+    pub deadline: Instant,
+}
+
+/// The queue's order: priority, then start tag (a non-negative f64's bits order as the value
+/// does), then arrival.
+type Key = (i32, u64, u64);
+
+#[derive(Debug, Default)]
+pub struct AdmissionQueue {
+    waiting: BTreeMap<Key, Queued>,
+    keys: HashMap<u64, Key>,
+    /// Virtual time: the start tag of the request last let through.
+    virtual_time: f64,
+    /// Each caller's latest finish tag (callers at or behind `virtual_time` are forgotten).
+    finish: HashMap<String, f64>,
+    next_ticket: u64,
+}
+
+impl AdmissionQueue {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.waiting.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.waiting.is_empty()
+    }
+
+    /// Queues a request; its ticket names it from now on.
+    pub fn push(
+        &mut self,
+        priority: i32,
+        caller: &str,
+        weight: f64,
+        enqueued: Instant,
+        deadline: Instant,
+    ) -> u64 {
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        let previous = self.finish.get(caller).copied().unwrap_or(0.0);
+        let start = self.virtual_time.max(previous);
+        self.finish.insert(caller.to_owned(), start + 1.0 / weight);
+        let key = (priority, start.to_bits(), ticket);
+        self.keys.insert(ticket, key);
+        self.waiting.insert(
+            key,
+            Queued {
+                ticket,
+                priority,
+                caller: caller.to_owned(),
+                enqueued,
+                deadline,
+            },
+        );
+        ticket
+    }
+
+    /// The request that goes next.
+    pub fn head(&self) -> Option<&Queued> {
+        self.waiting.values().next()
+    }
+
+    /// Lets the head through: virtual time moves to its start tag.
+    pub fn pop_head(&mut self) -> Option<Queued> {
+        let (key, queued) = self.waiting.pop_first()?;
+        self.keys.remove(&queued.ticket);
+        self.virtual_time = self.virtual_time.max(f64::from_bits(key.1));
+        if self.finish.len() > 2 * self.waiting.len() + 64 {
+            let now = self.virtual_time;
+            self.finish.retain(|_, finish| *finish > now);
+        }
+        Some(queued)
+    }
+
+    /// Takes a request out (shed, or its client went away); None when it is not queued.
+    pub fn remove(&mut self, ticket: u64) -> Option<Queued> {
+        let key = self.keys.remove(&ticket)?;
+        self.waiting.remove(&key)
+    }
+
+    /// Queued requests per priority, lowest number first.
+    pub fn len_by_priority(&self) -> Vec<(i32, usize)> {
+        let mut counts: BTreeMap<i32, usize> = BTreeMap::new();
+        for queued in self.waiting.values() {
+            *counts.entry(queued.priority).or_default() += 1;
+        }
+        counts.into_iter().collect()
+    }
+}
+
+#[cfg(test)]
+#[path = "admission_queue_tests.rs"]
+mod tests;
