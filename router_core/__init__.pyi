@@ -252,6 +252,15 @@ class RouterCore:
         role). ValueError for empty tokens, tpot_slo_ms <= 0 or not finite, kv_watermark outside
         (0, 1]. GIL released; microseconds."""
 
+# ---- session affinity (router_core/src/session_affinity.rs; the fast path uses the same) ----
+def session_pick(core: RouterCore, session_id: str, engines: Sequence[int],
+                 load_bound: float) -> tuple[int, bool] | None:
+    """The engine for `session_id` among `engines` (ids; those healthy in `core`'s table) by
+    consistent hashing with bounded load: its home on the ring unless the home's in-flight
+    requests would pass ceil(load_bound × (total + 1) / n), then the next within it.
+    (engine, overflowed), or None when none of `engines` is healthy. ValueError for
+    load_bound < 1."""
+
 # ---- detokenised streaming ----
 @final
 class DetokenizerVocab:

@@ -19,6 +19,7 @@
 //! single releases that keep their own load counts per key, while the load here is the engine
 //! table's; the ring over the table's ids is a few lines.
 
+use crate::engine_table::EngineTable;
 use crate::error::{Result, RouterCoreError};
 use std::sync::{Arc, Mutex};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
@@ -159,7 +160,7 @@ impl SessionRing {
         // Within the bound, or (only when c < 1 slipped through) the least loaded.
         let engine = order
             .iter()
-            .find(|(_, l)| l + 1 <= cap)
+            .find(|(_, l)| *l < cap)
             .or_else(|| order.iter().min_by_key(|(e, l)| (*l, *e)))
             .map_or(home, |(e, _)| *e);
         Some(SessionPick {
@@ -167,6 +168,16 @@ impl SessionRing {
             overflowed: engine != home,
         })
     }
+}
+
+/// (engine id, requests in flight) of the healthy engines `member` admits, by id: the engines a
+/// session may go to and the load its bound reads.
+pub fn serving_loads(table: &EngineTable, member: &dyn Fn(u32) -> bool) -> Vec<(u32, u64)> {
+    table
+        .all()
+        .filter(|e| e.healthy && member(e.engine_id))
+        .map(|e| (e.engine_id, e.inflight))
+        .collect()
 }
 
 /// The ring of the latest engine set, rebuilt only when the set changes (requests share it).
@@ -187,6 +198,21 @@ impl RingCache {
         let ring = Arc::new(SessionRing::new(engines));
         *held = Some(ring.clone());
         ring
+    }
+
+    /// Where session `session_id` goes among `loads` ([`SessionRing::choose`] on the ring over
+    /// exactly those engines).
+    pub fn pick(
+        &self,
+        session_id: &str,
+        loads: &[(u32, u64)],
+        load_bound: f64,
+    ) -> Option<SessionPick> {
+        let mut engines: Vec<u32> = loads.iter().map(|(e, _)| *e).collect();
+        engines.sort_unstable();
+        engines.dedup();
+        self.ring_for(&engines)
+            .choose(session_key(session_id), loads, load_bound)
     }
 }
 

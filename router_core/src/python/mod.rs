@@ -17,6 +17,7 @@ mod prediction;
 mod router;
 mod sampling;
 mod servers;
+mod session_affinity;
 mod table;
 mod tokenize;
 mod tracing;
@@ -32,6 +33,7 @@ fn _router_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     tracing::register(m)?;
     names::register(m)?;
     sampling::register(m)?;
+    session_affinity::register(m)?;
     m.add_class::<index::PyPrefixIndex>()?;
     m.add_class::<table::PyEngineLoad>()?;
     m.add_class::<table::PyEngineTable>()?;
