@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from pyrouter.degrade import degraded_note, serves
 from pyrouter.engines.handle import EngineHandle
@@ -19,12 +19,31 @@ from pyrouter.outcomes import RecentOutcomes
 from pyrouter.planning.prediction_feedback import PredictionFeedback
 from pyrouter.policy_registry import ActivePolicy
 from pyrouter.request import RouterRequest, SloSpec
-from router_core import EngineLoad, EnginePrediction, RouterCore, ScoreResult, ScoreWeights
+from router_core import (
+    EngineLoad,
+    EnginePrediction,
+    RouterCore,
+    ScoreResult,
+    ScoreWeights,
+    session_pick,
+)
 
 log = logging.getLogger("switchyard.router")
 _WEIGHTS = ("prefill_weight", "queue_weight", "decode_weight", "kv_weight")
 # (kind, detail) of a decision worth counting: role switches, adaptive switches (metrics, logs).
 EventSink = Callable[[str, str], None]
+
+
+class SessionPin(NamedTuple):
+    """Where a request's session goes (ClusterView.session)."""
+
+    engine: EngineHandle
+    outcome: str  # "stuck": the session's engine took it; "overflow": it was over the bound
+
+
+def session_note(pin: SessionPin | None) -> dict[str, str]:
+    """What the route header adds for a session (`session=stuck|overflow`; nothing without)."""
+    return {} if pin is None else {"session": pin.outcome}
 
 
 class EngineDirectory(Protocol):
@@ -143,6 +162,20 @@ class ClusterView:
                        if p.engine_id in by_num}
         req.predictions = predictions  # the decision's explanation in traces
         return predictions
+
+    def session(self, req: RouterRequest, engines: list[EngineHandle]) -> SessionPin | None:
+        """The engine of `req`'s session among `engines`, as the Rust fast path picks it
+        (router_core's ring with bounded load on in-flight requests, under the bound in force
+        when the request arrived); None when the request has no session."""
+        if req.session_id is None:
+            return None
+        pick = session_pick(self.core, req.session_id, [e.num for e in engines],
+                            req.session_load_bound)
+        if pick is None:
+            return None
+        num, overflowed = pick
+        engine = next(e for e in engines if e.num == num)
+        return SessionPin(engine, "overflow" if overflowed else "stuck")
 
     def load(self, engine: EngineHandle) -> EngineLoad:
         """router_core's EngineLoad: unfinished tokens, running decodes, KV pages, inflight."""

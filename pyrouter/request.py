@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Literal
 
 from engine.core.sampling_params import SamplingParams
 from pyrouter.scope import RequestScope
+from pyrouter.session_affinity import DEFAULT_LOAD_BOUND
 from pyrouter.timeline import RequestTimeline
 from router_core import first_engine_request_id, retry_engine_request_id
 
@@ -60,6 +61,11 @@ class RouterRequest:
     include_usage: bool = False
     return_token_ids: bool = False
     slo: SloSpec = field(default_factory=SloSpec)
+    # The conversation it belongs to (X-Session-Id, or the body's `user` where the operator
+    # allows it; None: none), and session affinity's load bound in force when it arrived: the
+    # data-parallel built-ins keep a session on one engine within that bound (cluster.session).
+    session_id: str | None = None
+    session_load_bound: float = DEFAULT_LOAD_BOUND
     route: RouteNote = field(default_factory=RouteNote)
     # The router's prefix-match results, filled lazily by the cluster view (engine id -> tokens).
     matched_by_engine: dict[str, int] | None = None

@@ -1,7 +1,8 @@
-"""least_load: data parallel to the engine with the fewest unfinished tokens."""
+"""least_load: data parallel to the engine with the fewest unfinished tokens (a request with a
+session: its session's engine, cluster.session)."""
 from __future__ import annotations
 
-from pyrouter.cluster import ClusterView
+from pyrouter.cluster import ClusterView, session_note
 from pyrouter.engines.handle import GenerationStream
 from pyrouter.errors import NoCapacity
 from pyrouter.policy_registry import policy
@@ -13,10 +14,13 @@ async def route(req: RouterRequest, cluster: ClusterView) -> GenerationStream:
     engines = cluster.engines("any")
     if not engines:
         raise NoCapacity("no healthy engine", code="no_capacity")
+    pin = cluster.session(req, engines)  # a session's engine is the only candidate
+    if pin is not None:
+        engines = [pin.engine]
     # Unfinished tokens (engine Stats + router-side dispatches); in-flight count breaks ties so
     # a burst between two Stats polls still spreads out.
     engine = min(engines, key=lambda e: (cluster.unfinished_tokens(e),
                                          int(cluster.load(e).inflight), e.num))
     req.note_route("dp", engine=engine.id, via="least_load",
-                   unfinished=cluster.unfinished_tokens(engine))
+                   unfinished=cluster.unfinished_tokens(engine), **session_note(pin))
     return engine.start_generate(req, begin=0)

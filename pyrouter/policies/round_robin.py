@@ -1,7 +1,8 @@
-"""round_robin: data parallel, each new request to the next healthy engine in turn."""
+"""round_robin: data parallel, each new request to the next healthy engine in turn (a request
+with a session: its session's engine, cluster.session)."""
 from __future__ import annotations
 
-from pyrouter.cluster import ClusterView
+from pyrouter.cluster import ClusterView, session_note
 from pyrouter.engines.handle import GenerationStream
 from pyrouter.errors import NoCapacity
 from pyrouter.policy_registry import policy
@@ -13,8 +14,11 @@ async def route(req: RouterRequest, cluster: ClusterView) -> GenerationStream:
     engines = cluster.engines("any")
     if not engines:
         raise NoCapacity("no healthy engine", code="no_capacity")
+    pin = cluster.session(req, engines)  # a session's engine is the only candidate
+    if pin is not None:
+        engines = [pin.engine]
     turn = cluster.state.get("turn", 0)
     cluster.state["turn"] = turn + 1
     engine = engines[turn % len(engines)]
-    req.note_route("dp", engine=engine.id, via="round_robin")
+    req.note_route("dp", engine=engine.id, via="round_robin", **session_note(pin))
     return engine.start_generate(req, begin=0)
