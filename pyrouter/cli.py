@@ -70,6 +70,17 @@ def add_router_guard_arguments(parser: argparse.ArgumentParser) -> None:
                    help="requests in flight per caller before 429; 0 = off")
 
 
+def add_session_arguments(parser: argparse.ArgumentParser) -> None:
+    """Session affinity (pyrouter/session_affinity.py); `serve` passes them through."""
+    g = parser.add_argument_group("session affinity (docs/policies.md)")
+    g.add_argument("--session-load-bound", type=float, default=None, metavar="C",
+                   help="a session (X-Session-Id) stays on its engine while that engine's "
+                   "requests in flight stay within C x the mean (C >= 1, default 1.25; PUT "
+                   "/admin/session-affinity changes it while the router runs)")
+    g.add_argument("--session-from-user", action="store_true",
+                   help="the body's `user` names the session when no X-Session-Id header does")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="switchyard", description="Switchyard LLM serving")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -99,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--mock-engines", action="store_true",
                        help="start mock engines (synthetic tokens, no model): router tests and "
                        "overhead benchmarks only")
+    add_session_arguments(serve)
 
     add_engine_arguments(sub.add_parser("engine", help="one engine process serving the verbs "
                                         "over gRPC"))
@@ -135,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     rtr.add_argument("--default-top-p", type=float, default=None,
                      help="top_p when a request omits it (default: 0.9 for SmolLM2, else 1.0)")
     add_router_guard_arguments(rtr)
+    add_session_arguments(rtr)
 
     bench = sub.add_parser("bench", help="benchmark runners")
     bench.add_argument("what", choices=sorted(_BENCH_DISPATCH))

@@ -122,6 +122,9 @@ def _request(spec: AdmitSpec, served_model: str) -> RouterRequest:
         model=served_model, stream=spec.stream, include_usage=spec.include_usage,
         return_token_ids=spec.return_token_ids, slo=SloSpec(spec.slo_ttft_ms, spec.slo_tpot_ms))
     req.engine_request_id = spec.engine_request_id
+    req.session_id = spec.session_id
+    if spec.session_load_bound is not None:
+        req.session_load_bound = spec.session_load_bound
     return req
 
 

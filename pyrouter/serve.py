@@ -31,6 +31,7 @@ from engine.server.auth import TOKEN_ENV, TOKEN_FILE_ENV
 from engine.server.cpu_affinity import format_cpus, split_cores, usable_cores
 from engine.server.launcher import EngineProcess, EngineSpec, launch, stop_engines, wait_healthy
 from pyrouter.server import initial_policy, serve_router
+from pyrouter.session_affinity import SESSION_FLAGS
 
 log = logging.getLogger("switchyard.serve")
 _READY_TIMEOUT_S = float(os.environ.get("SWITCHYARD_ENGINE_READY_TIMEOUT_S", "900"))
@@ -151,7 +152,7 @@ def _router_args(args: argparse.Namespace, engines: list[EngineProcess],
         policy_file=None, policy_dir=getattr(args, "policy_dir", None), model=args.model,
         host=args.host, port=args.port, max_inflight=None, max_context=None, poll_s=None,
         default_temperature=None, default_top_p=None)
-    for name in _ROUTER_GUARD_FLAGS:
+    for name in (*_ROUTER_GUARD_FLAGS, *SESSION_FLAGS):
         setattr(router_args, name, getattr(args, name, None))
     return router_args
 

@@ -19,6 +19,7 @@ from pyrouter.policy_registry import ActivePolicy, get_policy, load_policy_sourc
 from pyrouter.security.engine_allow import EngineAllowList
 from pyrouter.security.keys import ADMIN_KEYS_ENV, KeyRing
 from pyrouter.security.rate_limit import CallerLimiter, RateRules
+from pyrouter.session_affinity import session_config
 from pyrouter.state import RouterConfig, RouterState
 from pyrouter.tokenizer import load_router_tokenizer, model_display_id
 from router_core import DetokenizerVocab, RouterFront
@@ -132,12 +133,14 @@ async def serve_router(args: argparse.Namespace, stop: asyncio.Event,
     live = LiveConfig.from_args(args)  # --policy-dir loads first: --policy may name its policies
     state = await build_state(args)
     state.policy_dir = live.policy_dir
+    state.sessions = session_config(args)
     await live.start(state)
     cfg = state.config
     front: RouterFront | None = None
     recording: asyncio.Task[None] | None = None
     try:
         front = start_front(state, args)
+        state.sessions.apply(front)
         if front.admin_port is not None:
             admin_host = _admin_host(args)
             log.info("admin routes on http://%s:%d only", admin_host, front.admin_port)

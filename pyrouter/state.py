@@ -14,6 +14,7 @@ from pyrouter.scope import RouterCounters
 from pyrouter.security.engine_allow import EngineAllowList
 from pyrouter.security.keys import KeyRing
 from pyrouter.security.rate_limit import CallerLimiter, RateRules
+from pyrouter.session_affinity import SessionAffinityConfig
 from router_core import DetokenizerVocab, RouterTracer, sampling_error
 
 if TYPE_CHECKING:
@@ -71,6 +72,8 @@ class RouterState:
     # --policy-dir: the only place PUT /admin/policy may load a file from (None: nowhere).
     policy_dir: PolicyDir | None = None
     draining: bool = False  # SIGTERM received: nothing new is admitted
+    # Session affinity's settings in force (the front applies them; /admin/session-affinity).
+    sessions: SessionAffinityConfig = field(default_factory=SessionAffinityConfig)
     # router_core's tracer when tracing is configured (router_core/src/otel/router_tracer.rs):
     # the front's spans and the policies' decisions go through it.
     tracer: RouterTracer | None = field(default_factory=lambda: router_tracer())

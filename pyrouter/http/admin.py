@@ -15,6 +15,7 @@ from pyrouter.engines.identify import check_is_engine
 from pyrouter.errors import BadRequest, Forbidden
 from pyrouter.http.migrate import migrate_handler
 from pyrouter.http.routes import OpsRequest, OpsResponse, Route, json_response
+from pyrouter.http.session_admin import SESSION_ROUTES
 from pyrouter.policy_registry import ActivePolicy, available, get_policy
 from pyrouter.security.engine_allow import split_host_port
 from pyrouter.state import RouterState
@@ -160,4 +161,5 @@ ADMIN_ROUTES = (
     Route("POST", "/admin/engines", add_engine),
     Route("DELETE", "/admin/engines/{id}", delete_engine),
     Route("POST", "/admin/migrate", migrate_handler),
+    *SESSION_ROUTES,
 )

@@ -86,6 +86,8 @@ SCHEMAS: dict[str, Any] = {
     "PolicyChange": {"type": "object", "properties": {
         "policy": _STR, "params": {"type": "object"},
         "file": {**_STR, "description": "a *.py file in --policy-dir, by name"}}},
+    "SessionAffinity": {"type": "object", "properties": {
+        "load_bound": {**_NUM, "minimum": 1}, "from_user": _BOOL}},
     "EngineAdd": {"type": "object", "required": ["address"], "properties": {
         "address": {**_STR, "description": "HOST:PORT on the allow-list"},
         "role": {**_STR, "enum": ["any", "prefill", "decode"]}, "wait": _BOOL,
@@ -146,6 +148,9 @@ PATHS: dict[str, Any] = {
                       **_errors("401", "403", "404")}}},
     "/admin/migrate": _simple("post", "copy a context or move a running request", "Migrate",
                               ("400", "401", "403", "404")),
+    "/admin/session-affinity": {**_simple("get", "session affinity's settings"),
+                                **_simple("put", "change session affinity's settings",
+                                          "SessionAffinity", ("400", "401", "403"))},
 }
 
 

@@ -81,6 +81,8 @@ pub struct Front<B: PolicyBridge> {
     pub runtime: tokio::runtime::Handle,
     /// Unix seconds at start (/v1/models' `created`).
     pub started_unix: u64,
+    /// Session affinity's settings and ring.
+    pub sessions: super::fast_session::SessionAffinity,
     inflight: Arc<AtomicU64>,
     /// Smallest context any engine accepts; 0 = not known yet.
     engine_max_context: AtomicU64,
@@ -128,6 +130,7 @@ impl<B: PolicyBridge> Front<B> {
             bridge,
             runtime,
             started_unix,
+            sessions: Default::default(),
             inflight: Arc::new(AtomicU64::new(0)),
             engine_max_context: AtomicU64::new(0),
             engines: RwLock::new(HashMap::new()),

@@ -12,9 +12,10 @@ use super::bridge::{Caller, OpsRequest, Plane, PolicyBridge};
 use super::engine_names::first_engine_request_id;
 use super::front_state::Front;
 use super::generation::{envelope, error_response, json_response, respond, Prepared};
-use super::openai_request::{parse_generation, RequestKind};
+use super::openai_request::{parse_generation, GenerationRequest, RequestKind};
 use super::parse_error_reply::ShapedParseErrors;
 use super::request_ids::{client_request_id, new_request_id};
+use super::session_id::request_session;
 use crate::background_server::{BackgroundServer, ServeFuture, Shutdown};
 use crate::error::Result;
 use axum::body::{Body, Bytes};
@@ -335,6 +336,8 @@ fn prepare<B: PolicyBridge>(
     let value: Value = serde_json::from_slice(body)
         .map_err(|err| ApiError::bad_request(format!("request body is not valid JSON: {err}")))?;
     let request = parse_generation(&value, kind, front.tokenizer.as_ref(), &front.limits())?;
+    let session = request_session(headers, &value, front.sessions.settings())?;
+    let request = GenerationRequest { session, ..request };
     let inflight = front.enter().map_err(|n| {
         ApiError::busy(format!(
             "{n} requests in flight (limit {})",

@@ -9,6 +9,7 @@ pub mod bridge;
 mod engine_errors;
 pub mod engine_names;
 pub mod fast_path;
+pub mod fast_session;
 mod front_state;
 mod generation;
 mod http;
@@ -17,6 +18,7 @@ mod parse_error_reply;
 mod request_ids;
 pub mod response_body;
 pub mod response_format;
+pub mod session_id;
 
 pub use front_state::{FastRecord, Front, FrontConfig, FrontEngine, InflightGuard};
 pub use http::start_front;

@@ -5,6 +5,7 @@
 
 use super::api_error::ApiError;
 use super::response_format::{parse_response_format, ResponseFormat};
+use super::session_id::RequestSession;
 use crate::sampling::{check_sampling, py_float, SamplingFields};
 use crate::tokenize::{parse_chat_messages, ChatMessage, RouterTokenizer};
 use serde_json::{Map, Value};
@@ -95,6 +96,8 @@ pub struct GenerationRequest {
     pub return_token_ids: bool,
     pub slo_ttft_ms: Option<f64>,
     pub slo_tpot_ms: Option<f64>,
+    /// The session it belongs to (X-Session-Id, or `user` when allowed; front/session_id.rs).
+    pub session: Option<RequestSession>,
 }
 
 /// What the router serves and its defaults.
@@ -427,6 +430,7 @@ pub fn parse_generation(
         return_token_ids,
         slo_ttft_ms: slo_ms("ttft_ms")?,
         slo_tpot_ms: slo_ms("tpot_ms")?,
+        session: None,
     })
 }
 

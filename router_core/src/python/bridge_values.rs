@@ -67,6 +67,16 @@ impl PyAdmitSpec {
     fn slo_tpot_ms(&self) -> Option<f64> {
         self.spec.request.slo_tpot_ms
     }
+    /// The session the request belongs to (X-Session-Id, or `user` when allowed); None: none.
+    #[getter]
+    fn session_id(&self) -> Option<&str> {
+        self.spec.request.session.as_ref().map(|s| s.id.as_str())
+    }
+    /// Session affinity's load bound in force when the request arrived (None: no session).
+    #[getter]
+    fn session_load_bound(&self) -> Option<f64> {
+        self.spec.request.session.as_ref().map(|s| s.load_bound)
+    }
     #[getter]
     fn max_tokens(&self) -> i64 {
         self.spec.request.sampling.max_tokens

@@ -19,6 +19,7 @@ use crate::front::fast_path::{FastPolicy, FastPolicyKind};
 use crate::front::{start_front, FastRecord, Front, FrontConfig};
 use crate::rpc::pb;
 use crate::scoring::ScoreWeights;
+use crate::session_affinity::SessionSettings;
 use crate::tokenize::RouterTokenizer;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -282,6 +283,13 @@ impl PyRouterFront {
     #[getter]
     fn inflight(&self) -> u64 {
         self.front.inflight()
+    }
+
+    /// Session affinity's bound `c` (>= 1) and whether the body's `user` names a session.
+    fn set_session_affinity(&self, load_bound: f64, from_user: bool) -> PyResult<()> {
+        let settings = SessionSettings::new(load_bound, from_user)?;
+        self.front.sessions.set_settings(settings);
+        Ok(())
     }
 
     fn remove_engine(&self, num: u32) {
