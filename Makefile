@@ -1,4 +1,5 @@
-# Two entry points (INTERFACES.md): `make serve` and `make test`. Both do all set-up on a fresh clone.
+# Entry points: `make serve`, `make test` (everything: lint, cargo, every pytest) and `make test-fast`
+# (the fast tier). Each does all set-up on a fresh clone.
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -15,7 +16,7 @@ KERNELS_SRC := $(wildcard engine/kernels/csrc/*.cpp engine/kernels/csrc/*.h) eng
 DEPS_STAMP := .stamp-deps
 export PYO3_PYTHON := $(abspath $(PY))
 
-.PHONY: install serve test lint rust-test py-test bench bench-deps proto clean gpu-bundle \
+.PHONY: install serve test test-fast lint rust-test py-test bench bench-deps proto clean gpu-bundle \
 	deploy-images deploy-image-cuda deploy-test
 
 $(PY):
@@ -79,6 +80,14 @@ py-test: install
 	$(VENV)/bin/pytest -q
 
 test: install lint rust-test py-test
+
+# The fast tier: the tests that start no child process, open no model file and need no Docker or
+# GPU (the markers are in pyproject.toml; tests/tiers.py fails a test that does one of these
+# without its marker, so the tier stays fast). Under 2 minutes on 2 cores; `make test` runs all.
+FAST_TIER := not procs and not model and not docker and not cuda
+
+test-fast: install
+	$(VENV)/bin/pytest -q -m "$(FAST_TIER)"
 
 # What tests/gpu/check.sh needs on the lent GPU machine (docs/gpu.md): pruned flashinfer, wheels the
 # image lacks, the abi3 router_core extension, generated stubs; into .gpu-bundle/ (< 64 MiB).

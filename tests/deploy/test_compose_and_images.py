@@ -195,6 +195,7 @@ def test_compose_commands_quote_cleanly():
         assert shlex.join(service["command"]).count("$") == 0
 
 
+@pytest.mark.procs  # renders the kustomize overlays with kubectl
 def test_image_tags_follow_the_package_version():
     version = tomllib.load(open(os.path.join(ROOT, "pyproject.toml"), "rb"))["project"]["version"]
     makefile = open(os.path.join(ROOT, "Makefile"), encoding="utf-8").read()

@@ -9,6 +9,8 @@ import sys
 import kubernetes_validate
 import pytest
 
+pytestmark = pytest.mark.procs
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from deploy_refs import (  # noqa: E402

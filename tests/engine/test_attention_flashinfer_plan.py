@@ -25,6 +25,8 @@ from engine.attention.paged_plan import BadLayout, key_slots, paged_index, split
 from tests.engine.flashinfer_fake import FAKE_FLASHINFER, csr_attention
 from tests.engine.paged_cases import random_step
 
+pytestmark = pytest.mark.procs
+
 
 @pytest.mark.parametrize("seed", range(12))
 def test_csr_arrays_give_the_torch_backends_attention(seed: int) -> None:

@@ -12,7 +12,7 @@ from engine.core.errors import InvalidRequest
 from engine.core.sampling_params import SamplingParams
 from engine.model.loader import LoadedModel
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.model, pytest.mark.timeout(300)]
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ from test_core_support import PROMPTS, assert_pool_idle, drain, generate, greedy
 
 from engine.model.loader import LoadedModel
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.model, pytest.mark.timeout(300)]
 
 SHARED = ("You are a helpful assistant. Answer briefly and precisely. " * 4)
 

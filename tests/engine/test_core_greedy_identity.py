@@ -15,6 +15,8 @@ from test_core_support import PROMPTS, drain, greedy, make_engine
 
 from engine.model.loader import LoadedModel
 
+pytestmark = pytest.mark.model
+
 NEAR_TIE = 5e-3  # absolute logit difference treated as a tie in fp32
 MAX_TOKENS = 12
 LONG_TEXT = ("Switchyard routes each request to engines that share a paged key-value cache. "

@@ -8,6 +8,8 @@ import pytest
 from engine.server import drain
 from engine.server.drain import drain_seconds, wait_idle
 
+pytestmark = pytest.mark.procs
+
 
 class FakeCore:
     """has_work() / reservations as EngineCore exposes them; work ends after `busy_for` polls."""

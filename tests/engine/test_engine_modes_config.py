@@ -8,6 +8,8 @@ from engine.kernels import available
 from engine.server.main import engine_config_from_args
 from pyrouter.cli import build_parser
 
+pytestmark = pytest.mark.model
+
 
 def _config(*flags: str) -> EngineConfig:
     args = build_parser().parse_args(["engine", "--port", "1", *flags])

@@ -19,6 +19,8 @@ from engine.model.loader import LoadedModel
 from engine.model.quant_weights import Q4_1, RawBlocks, dequantize, pack, quantize_q8_0
 from engine.model.runner import ModelRunner
 
+pytestmark = pytest.mark.model
+
 FORCED_STEPS = 24
 
 

@@ -19,6 +19,8 @@ from engine.core.latency_model import StepShape
 from engine.core.latency_profile import ProfileGrid, StepDriver, grid_for
 from engine.model.loader import LoadedModel
 
+pytestmark = pytest.mark.model
+
 TINY = ProfileGrid(decode_batches=(1, 3), decode_contexts=(17,), decode_steps=1,
                    prefill_tokens=(8, 24), prefill_cached=(0, 32), mixed=((8, 16, 2, 17),),
                    repeats=1)

@@ -15,6 +15,8 @@ import torch
 
 from engine.model.loader import LoadedModel, load_model
 
+pytestmark = pytest.mark.model
+
 BF16_LOGIT_TOL = 2.0
 
 

@@ -19,6 +19,8 @@ from engine.model.hf_loader import HFFormatError, read_hf_config
 from engine.model.loader import LoadedModel, load_model
 from engine.model.runner import ModelRunner
 
+pytestmark = pytest.mark.model
+
 TOL = 1e-4
 VOCAB = 49152  # SmolLM2's tokenizer is copied into the directory, so the vocab matches it
 

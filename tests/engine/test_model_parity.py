@@ -15,6 +15,8 @@ import torch
 
 from engine.model.loader import LoadedModel
 
+pytestmark = pytest.mark.model
+
 LOGIT_TOL = 1e-3
 
 

@@ -3,6 +3,7 @@ kernel computes the same products as a dense matmul of those weights."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
@@ -11,6 +12,8 @@ from engine.model.gguf_loader import unpermute_rows
 from engine.model.gguf_metadata import open_gguf
 from engine.model.loader import LoadedModel
 from engine.model.q4_weights import Int4Weight, int4_supported, q4_1_parts
+
+pytestmark = pytest.mark.model
 
 
 def test_q4_1_parts_rebuild_the_dequantized_tensor(smollm2_path: str) -> None:

@@ -10,6 +10,8 @@ from engine.kvcache.kv_storage import KVStorage, KVStorageError
 from engine.model.loader import LoadedModel
 from engine.model.runner import BadBatch, ModelRunner
 
+pytestmark = pytest.mark.model
+
 PAGE = 16
 
 

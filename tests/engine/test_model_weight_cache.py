@@ -10,6 +10,8 @@ import engine.model.gguf_metadata as gguf_metadata
 from engine.model import weight_cache
 from engine.model.loader import ModelLoadError, load_model
 
+pytestmark = pytest.mark.model
+
 
 def _forbid_gguf(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(path: str) -> None:

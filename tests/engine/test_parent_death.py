@@ -11,8 +11,11 @@ import textwrap
 import time
 
 import psutil
+import pytest
 
 from engine.server.parent_death import PARENT_PID_ENV
+
+pytestmark = pytest.mark.procs
 
 _CHILD = textwrap.dedent("""
     import os, sys, time

@@ -8,7 +8,7 @@ from test_core_support import PROMPTS, drain, generate, greedy, make_engine
 from engine.core.sampling_params import SamplingParams
 from engine.model.loader import LoadedModel
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.model, pytest.mark.timeout(300)]
 
 
 def test_seeded_sampling_is_reproducible_whatever_the_batch(

@@ -2,11 +2,14 @@
 for the prefix-cache counters the engine metrics read — with the real model."""
 from __future__ import annotations
 
+import pytest
 import torch
 from test_core_support import drain, greedy, make_engine
 
 from engine.core.step_trace import StepTrace
 from engine.model.loader import LoadedModel
+
+pytestmark = pytest.mark.model
 
 
 def test_traced_request_records_its_chunks_decodes_and_batch(loaded_model_fp32: LoadedModel):

@@ -17,7 +17,7 @@ from engine.core.errors import InvalidRequest
 from engine.core.sampling_params import ResponseFormat, SamplingParams
 from engine.model.loader import LoadedModel
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.model, pytest.mark.timeout(300)]
 
 AS_PERSON = ResponseFormat("json_schema", json.dumps(PERSON))
 AS_OBJECT = ResponseFormat("json_object")

@@ -8,6 +8,8 @@ import pytest
 from engine.model.loader import LoadedModel
 from engine.tokenizer import EngineTokenizer, TokenizerError
 
+pytestmark = pytest.mark.model
+
 TEXTS = [
     "Hello, world!",
     "  leading and trailing spaces  ",

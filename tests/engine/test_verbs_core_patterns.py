@@ -13,7 +13,7 @@ from engine.core.errors import LeaseExpired
 from engine.core.outputs import SendChunk
 from engine.model.loader import LoadedModel
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.model, pytest.mark.timeout(300)]
 MAX_TOKENS = 12
 SYSTEM = "You are Switchyard's assistant. Keep answers short, factual and polite. " * 3
 

@@ -28,7 +28,7 @@ from tests.gpu.random_models import (
 from tests.gpu.results import record
 from tests.rpc import patterns
 
-pytestmark = [pytest.mark.cuda, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.cuda, pytest.mark.procs, pytest.mark.model, pytest.mark.timeout(600)]
 
 
 def test_link_moves_bytes_between_processes_bit_exact() -> None:

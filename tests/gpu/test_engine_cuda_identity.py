@@ -20,7 +20,7 @@ from tests.gpu.lockstep import greedy_lockstep, random_prompts
 from tests.gpu.random_models import SMOLLM2_135M, loaded_model, random_weights
 from tests.gpu.results import record
 
-pytestmark = [pytest.mark.cuda, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.cuda, pytest.mark.model, pytest.mark.timeout(600)]
 
 TIE_TOL = 1e-3
 LENGTHS = [9, 150, 40, 333, 70]

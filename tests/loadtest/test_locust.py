@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
                                 "router"))
 from router_procs import ROOT, SWITCHYARD, Proc, free_port, wait_ready  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.procs, pytest.mark.slow, pytest.mark.timeout(600)]
 LOCUST = os.path.join(os.path.dirname(sys.executable), "locust")
 
 

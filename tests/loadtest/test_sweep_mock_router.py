@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
                                 "router"))
 from router_procs import LOG_DIR, free_port, start_router, wait_ready  # noqa: E402
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.procs, pytest.mark.timeout(300)]
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,8 @@ from pyrouter.engines.dns_discovery import (
 from pyrouter.engines.membership import EngineSet
 from pyrouter.errors import BadRequest
 
+pytestmark = pytest.mark.procs
+
 
 @pytest.mark.parametrize("value, expected", [
     ("engine-decode.switchyard.svc:50051@decode",

@@ -18,7 +18,7 @@ from router_procs import free_port, start_mock, start_router, wait_ready
 from pyrouter.bench.soak.outcome import Outcome, judge_stream
 from pyrouter.policy_registry import get_policy
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.procs, pytest.mark.slow, pytest.mark.timeout(180)]
 BUILTINS = ("round_robin", "least_load", "cache_aware", "pd", "balanced_pd", "tandem",
             "slo_mux", "adaptive")
 STEP_MS = 300  # a mock engine's first token comes one step after the request

@@ -21,6 +21,8 @@ from pyrouter.engines.rust_client import RustEngineClient, dial
 from router_core import EngineChunk, EngineRpcClient, MockEngineServer
 from switchyard_rpc import engine_pb2 as pb
 
+pytestmark = pytest.mark.procs
+
 PROMPT = list(range(200, 260))  # 60 tokens: three full blocks of 16 and a tail
 
 

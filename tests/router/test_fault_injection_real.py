@@ -35,7 +35,7 @@ from engine.transfer.link import FAULT_ACK_CRASH_ENV
 from pyrouter.bench.soak.audit import audit_engine, router_inflight
 from pyrouter.bench.soak.outcome import Outcome, judge_json, judge_stream
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.procs, pytest.mark.slow, pytest.mark.timeout(1800)]
 _STORY = ("In the harbour town the fishermen mended their nets at dawn, and the old lighthouse "
           "keeper wrote down every ship that passed, its flag, its cargo and the weather. ")
 

@@ -20,7 +20,7 @@ from schemathesis.generation import GenerationMode
 from pyrouter.http.openapi import openapi_document
 from pyrouter.http.ops import ADMIN, PUBLIC, served_routes
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.procs, pytest.mark.timeout(600)]
 _EXAMPLES = int(os.environ.get("SWITCHYARD_FUZZ_EXAMPLES", "0"))
 FUZZ = settings(max_examples=_EXAMPLES or 120, derandomize=not _EXAMPLES, deadline=None,
                 suppress_health_check=list(HealthCheck), database=None)

@@ -13,6 +13,8 @@ from pyrouter.errors import BadRequest
 from pyrouter.policy_dir import PolicyDir
 from pyrouter.policy_registry import get_policy
 
+pytestmark = pytest.mark.procs
+
 
 def policy_source(name: str, label: str) -> str:
     """A policy that tags its route header with `label`, so a test sees which version ran."""

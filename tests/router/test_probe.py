@@ -9,6 +9,8 @@ from router_procs import ROOT, free_port
 
 from pyrouter.probe import main as probe
 
+pytestmark = pytest.mark.procs
+
 
 @pytest.mark.timeout(90)
 def test_probes_a_live_router_and_engine(mock_cluster):

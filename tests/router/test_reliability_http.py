@@ -24,7 +24,7 @@ from router_procs import Proc, free_port, start_mock, start_router, wait_ready, 
 
 from engine.server.client import EngineClient
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.procs, pytest.mark.timeout(120)]
 INF_KEY, ADMIN_KEY = "sk-inference-5b1e9f", "sk-admin-c07d42"
 
 

@@ -10,7 +10,7 @@ import pytest
 import requests
 from router_procs import free_port, start_mock, start_router, wait_ready, wait_until
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.procs, pytest.mark.timeout(90)]
 
 
 def _engines(base: str) -> dict[str, dict]:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import psutil
+import pytest
 import requests
 
 from pyrouter.bench.proc_cpu import tree_cpu_s
@@ -16,6 +17,8 @@ from pyrouter.bench.router_bench_tables import Row, issue_table
 from pyrouter.bench.router_bench_tracing import median_rows, tracing_cost
 from pyrouter.bench.wrk_runner import Measure, parse_wrk
 from router_core import MockOpenAIWorker
+
+pytestmark = pytest.mark.procs
 
 WRK_OUTPUT = """Running 8s test @ http://127.0.0.1:1/v1/completions
   1 threads and 32 connections

@@ -13,7 +13,7 @@ import pytest
 import requests
 from router_real_cluster import router_and_reference
 
-pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
+pytestmark = [pytest.mark.procs, pytest.mark.timeout(900), pytest.mark.slow]
 PATTERNS = ["round_robin", "cache_aware", "pd", "balanced_pd"]
 # balanced_pd picks its split from live load (often 0 under this test's burst): fix it so the
 # decode engine really prefills the tail on top of transferred KV.

@@ -6,7 +6,7 @@ import json
 import pytest
 import requests
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.procs, pytest.mark.timeout(60)]
 
 
 def _sse_events(resp: requests.Response) -> list[str]:

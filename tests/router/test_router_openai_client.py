@@ -4,7 +4,7 @@ from __future__ import annotations
 import openai
 import pytest
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.procs, pytest.mark.timeout(60)]
 
 
 def _client(base: str) -> openai.OpenAI:

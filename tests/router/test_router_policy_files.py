@@ -9,7 +9,7 @@ import pytest
 import requests
 from router_procs import free_port, start_mock, start_router, wait_ready
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.procs, pytest.mark.timeout(90)]
 BUGGY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "policy_files", "buggy.py")
 
 

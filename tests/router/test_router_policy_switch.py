@@ -8,7 +8,7 @@ import aiohttp
 import pytest
 import requests
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.procs, pytest.mark.timeout(120)]
 
 
 async def _one(session: aiohttp.ClientSession, base: str, i: int) -> tuple[int, str, str]:

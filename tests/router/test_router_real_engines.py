@@ -13,7 +13,7 @@ import pytest
 import requests
 from router_real_cluster import router_and_reference
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.procs, pytest.mark.timeout(600)]
 POLICIES = ["round_robin", "least_load", "cache_aware", "pd", "balanced_pd"]
 STORY = ("The lighthouse keeper had lived alone on the island for thirty years. Every evening he "
          "climbed the spiral stairs, trimmed the wick, and watched the ships pass in the dark. "

@@ -17,7 +17,7 @@ import pytest
 import requests
 from router_procs import start_serve, wait_ready
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.procs, pytest.mark.slow, pytest.mark.timeout(1800)]
 STORY = ("In the harbour town the fishermen rose before dawn, mended their nets by lantern "
          "light and argued about the weather. That morning the oldest of them looked at the sky "
          "and said that a storm was coming, and the young ones laughed, because")

@@ -18,7 +18,7 @@ from router_procs import start_serve, wait_ready
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "policy"))
 from docs_example import write_docs_example  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.procs, pytest.mark.slow, pytest.mark.timeout(900)]
 STORY = ("The old lighthouse stood at the end of the pier, and every night its keeper climbed "
          "the stairs to light the lamp. One evening a stranger knocked on the door and said")
 

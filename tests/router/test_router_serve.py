@@ -11,7 +11,7 @@ import pytest
 import requests
 from router_procs import Proc, start_serve, wait_ready
 
-pytestmark = pytest.mark.timeout(400)
+pytestmark = [pytest.mark.procs, pytest.mark.timeout(400)]
 
 
 def _stop_and_check_no_orphans(proc: Proc, sig: signal.Signals) -> None:

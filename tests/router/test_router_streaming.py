@@ -12,7 +12,7 @@ from router_procs import free_port, start_mock
 
 from pyrouter.bench.grpc_direct import count_messages
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.procs, pytest.mark.timeout(60)]
 
 
 def _events(resp: requests.Response) -> list[dict]:

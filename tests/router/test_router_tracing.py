@@ -22,7 +22,7 @@ from router_procs import (
 
 from switchyard_telemetry.jsonl import read_spans
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.procs, pytest.mark.timeout(120)]
 
 
 def test_trace_file_and_cli(tmp_path):

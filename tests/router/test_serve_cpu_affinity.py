@@ -14,6 +14,8 @@ from engine.server.cpu_affinity import parse_cpus, split_cores, usable_cores
 from engine.server.launcher import start_engines, stop_engines
 from pyrouter.serve import engine_cores, engine_specs
 
+pytestmark = pytest.mark.procs
+
 
 def _args(affinity: str) -> argparse.Namespace:
     return argparse.Namespace(cpu_affinity=affinity, mock_engines=True, model=None,

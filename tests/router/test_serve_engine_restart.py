@@ -14,7 +14,7 @@ from router_procs import start_serve, wait_ready
 
 from engine.server.client import EngineClient
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.procs, pytest.mark.timeout(180)]
 
 
 def _engine_procs(serve_pid: int) -> dict[int, psutil.Process]:

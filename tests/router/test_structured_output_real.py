@@ -20,7 +20,7 @@ from router_real_cluster import real_engines, router_over
 from structured_output_cases import PERSON
 from test_router_seed_patterns_real import ROUND_ROBIN_PY
 
-pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]
+pytestmark = [pytest.mark.procs, pytest.mark.timeout(900), pytest.mark.slow]
 
 AS_PERSON = {"type": "json_schema", "json_schema": {"name": "person", "strict": True,
                                                     "schema": PERSON}}

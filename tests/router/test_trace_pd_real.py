@@ -18,7 +18,7 @@ from router_procs import EVERY_REQUEST, ROOT, SWITCHYARD, start_serve, wait_read
 
 from switchyard_telemetry.jsonl import read_spans
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.procs, pytest.mark.slow, pytest.mark.timeout(600)]
 
 CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN = "00f067aa0ba902b7"

@@ -22,7 +22,7 @@ from router_procs import (
 from engine.server.launcher import EngineSpec, start_engines, stop_engines
 from switchyard_telemetry.jsonl import read_spans
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.procs, pytest.mark.slow, pytest.mark.timeout(600)]
 
 CLIENT_TRACE = "5bf92f3577b34da6a3ce929d0e0e4737"
 CLIENT_SPAN = "10f067aa0ba902b8"

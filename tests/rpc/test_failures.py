@@ -17,7 +17,7 @@ from engine.server.launcher import EngineProcess, start_engines, stop_engines
 from tests.rpc import patterns
 from tests.rpc.accounting import assert_accounted, kv_bytes_per_token
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.procs, pytest.mark.timeout(240)]
 
 # Long enough that a send takes several prefill steps, so a kill lands mid-transfer.
 LONG_PROMPT = [100 + (i * 7919) % 40000 for i in range(1500)]

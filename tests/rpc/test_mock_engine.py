@@ -20,6 +20,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from engine.server.client import EngineClient, sampling
 from router_core import MockEngineServer, block_hashes
 
+pytestmark = pytest.mark.procs
+
 ROOT = Path(__file__).resolve().parents[2]
 PROMPT = list(range(100, 140))  # 40 tokens: two full 16-token blocks
 

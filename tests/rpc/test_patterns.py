@@ -17,7 +17,7 @@ from tests.rpc import patterns
 from tests.rpc.accounting import assert_accounted, kv_bytes_per_token
 from tests.rpc.patterns import PatternRun
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.procs, pytest.mark.timeout(300)]
 
 Pattern = Callable[[EngineClient, EngineClient, str, list[int]], Awaitable[PatternRun]]
 

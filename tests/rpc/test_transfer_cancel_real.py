@@ -17,7 +17,7 @@ from engine.server.launcher import EngineProcess, EngineSpec, start_engines, sto
 from tests.rpc import patterns
 from tests.rpc.accounting import assert_accounted
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.procs, pytest.mark.slow, pytest.mark.timeout(600)]
 ROUNDS = 60
 CONCURRENT = 4  # 240 cancelled sends
 

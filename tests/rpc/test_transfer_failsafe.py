@@ -28,7 +28,7 @@ from engine.transfer.link import SocketLink
 from engine.transfer.staging import FifoRing
 from tests.rpc.test_transfer_unit import LAYOUT, DictSink, _addr, _classify, _send
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.procs, pytest.mark.timeout(120)]
 
 
 class ScriptedReceiver:

@@ -14,6 +14,8 @@ import pytest
 from pyrouter.sim.main import run
 from tests.sim.sim_helpers import TINY
 
+pytestmark = pytest.mark.procs
+
 TOOLS = os.path.join(os.path.dirname(__file__), "..", "..", "loadtest", "experiments")
 
 

@@ -9,9 +9,13 @@ import json
 import os
 from typing import Any
 
+import pytest
+
 from pyrouter.sim.main import run
 from pyrouter.sim.parallel import in_processes
 from tests.sim.sim_helpers import TINY
+
+pytestmark = pytest.mark.procs
 
 POLICIES = "round_robin,least_load,pd,tandem"
 

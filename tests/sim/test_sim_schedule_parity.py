@@ -16,7 +16,7 @@ from engine.model.loader import load_model
 from pyrouter.sim.engine import SimEngineCore
 from tests.sim.sim_helpers import tiny_profile
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.model, pytest.mark.slow]
 
 PAGE, PAGES, CHUNK, RUNNING = 16, 40, 64, 6  # 640 token slots: the mix below preempts
 # (arrival step, prompt length, max tokens): long prompts cross several chunks, short ones

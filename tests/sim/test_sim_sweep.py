@@ -15,6 +15,8 @@ from pyrouter.sim.profiles.build_h100_70b import NAME as H100
 from pyrouter.sim.profiles.build_h100_70b import build
 from tests.sim.sim_helpers import TINY
 
+pytestmark = pytest.mark.procs
+
 
 def _simulate(tmp: str, *extra: str) -> int:
     return run(argparse.Namespace(rest=[

@@ -19,6 +19,8 @@ from pyrouter.bench.tournament.runner import Results
 from pyrouter.bench.tournament.workloads import PhasedWorkload
 from pyrouter.bench.workloads import RequestShape, Workload
 
+pytestmark = pytest.mark.procs
+
 
 def test_capacity_bisection_finds_the_edge_from_either_side() -> None:
     edge = 7.3

@@ -14,6 +14,8 @@ import pytest
 
 from engine.server.launcher import free_port
 
+pytestmark = pytest.mark.procs
+
 REPO = Path(__file__).resolve().parents[2]
 POLICIES = ["round_robin", "pd"]
 # A table cell: "real / sim (error)", e.g. "812 / 790 (-3%)".
