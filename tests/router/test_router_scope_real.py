@@ -30,7 +30,7 @@ from pyrouter.testing.faulty_client import FaultyClient
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "policy"))
 from docs_example import LEAD_FOLLOW  # noqa: E402  (docs/policies.md example, registered)
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.procs, pytest.mark.slow, pytest.mark.timeout(900)]
 CASES: list[tuple[str, tuple[str, str], dict[str, Any]]] = [
     ("round_robin", ("any", "any"), {}),
     ("cache_aware", ("any", "any"), {}),
