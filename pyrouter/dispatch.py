@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import grpc
 
@@ -347,41 +347,6 @@ class RequestRun:
             self.stream, self.resumed = stream, True
             self.segments += 1
             return stream, first
-
-    async def chunks(self) -> AsyncIterator[pb.GenerateChunk]:
-        """What the client streams: every segment's chunks in order, ending with the one that
-        carries the request's finish reason; hand-offs never show."""
-        chunk, segment_tokens = self.first, list[int]()
-        timeline = self.req.timeline  # one timestamp per chunk: the inter-token latencies
-        timeline.arrived(len(chunk.token_ids), timeline.first_token)
-        while True:
-            segment_tokens.extend(chunk.token_ids)
-            if chunk.finish_reason != "handoff":
-                if chunk.finish_reason:
-                    timeline.end_segment(len(segment_tokens), chunk.finish_reason)
-                yield chunk
-                if chunk.finish_reason:
-                    return
-                chunk = await self.read(self.stream)
-                timeline.arrived(len(chunk.token_ids))
-                continue
-            timeline.end_segment(len(segment_tokens),
-                                 "handoff" if self._interrupt is None else "interrupted")
-            if chunk.token_ids:
-                # The client sees these before the policy decides what is next; a copy without
-                # the hand-off (a chunk read through the Rust client is read-only).
-                yield pb.GenerateChunk(
-                    token_ids=chunk.token_ids, text=chunk.text, prompt_tokens=chunk.prompt_tokens,
-                    cached_tokens=chunk.cached_tokens, queue_ms=chunk.queue_ms,
-                    prefill_ms=chunk.prefill_ms, step_ms=chunk.step_ms, logprobs=chunk.logprobs,
-                    error=chunk.error)
-            _, chunk = await self.next_started(segment_tokens)
-            segment_tokens = []
-            timeline.arrived(len(chunk.token_ids))
-
-    def stop_early(self) -> None:
-        """A stop string matched in the router: end the engines' work now."""
-        self.req.scope.abandon()
 
     async def close(self) -> None:
         if self._timer is not None:

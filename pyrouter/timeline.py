@@ -38,7 +38,8 @@ class SegmentTimes:
 
 @dataclass(slots=True)
 class RequestTimeline:
-    started: float = field(default_factory=time.perf_counter)
+    # Looked up at each call, not bound at import: the simulator points it at virtual time.
+    started: float = field(default_factory=lambda: time.perf_counter())
     first_token: float | None = None
     ended: float = 0.0
     segments: list[SegmentTimes] = field(default_factory=list)

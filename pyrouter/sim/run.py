@@ -1,8 +1,9 @@
 """One simulated run — a policy, an arrival schedule — and a sweep of them, recorded and
 summarised exactly as `switchyard bench serve` records and summarises a real run.
 
-Each request goes through the router's own Dispatcher as the HTTP front sends it
-(pyrouter/testing/drive.py), arriving at its scheduled virtual time. Its tokens' times are
+Each request goes through the router's own front, in-process (pyrouter/testing/front_run.py:
+the Rust request task and the policy bridge a client's request runs through), arriving at its
+scheduled virtual time. Its tokens' times are
 when they left their engine (the simulation has no network between router and client), and the
 record is filled by bench serve's StreamObserver, so TTFT, TPOT, ITL and JCT have one
 definition for real and simulated runs.
@@ -15,7 +16,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from tqdm import tqdm
 
@@ -25,7 +26,8 @@ from pyrouter.bench.serve.stream_record import RequestRecord, StreamObserver
 from pyrouter.bench.serve.summary import summarize
 from pyrouter.bench.serve.sweep import rate_label, write_jsonl
 from pyrouter.bench.workloads import ArrivalProcess, WorkItem, Workload, WorkloadError, schedule
-from pyrouter.dispatch import Dispatcher, PolicySlot, RequestRun
+from pyrouter.dispatch import Dispatcher, PolicySlot
+from pyrouter.engines.membership import EngineSet
 from pyrouter.policy_registry import ActivePolicy, get_policy
 from pyrouter.request import RouterRequest, SloSpec
 from pyrouter.scope import RouterCounters
@@ -33,7 +35,7 @@ from pyrouter.sim.clock import real_perf_counter, run_virtual
 from pyrouter.sim.cluster import SimCluster
 from pyrouter.sim.parallel import in_processes
 from pyrouter.sim.profile import HardwareProfile
-from pyrouter.testing.drive import FakeRun, drive
+from pyrouter.testing.front_run import FakeRun, run_through_front
 
 
 @dataclass(slots=True)
@@ -108,17 +110,14 @@ async def _simulate(cfg: SimConfig, policy: str, params: dict[str, Any],
         req = RouterRequest(f"sim-{index}", list(item.prompt),
                             SamplingParams(max_tokens=item.max_tokens, ignore_eos=True),
                             slo=SloSpec(slo.ttft_ms, slo.tpot_ms))
-        cached = 0
-
-        async def first_chunk(run: RequestRun, _: int) -> None:
-            nonlocal cached
-            cached = run.first.cached_tokens
-
-        out = await drive(dispatcher, req, counters, on_tokens=first_chunk)
+        # The simulated cluster stands in for the router's EngineSet.
+        out = await run_through_front(cast(EngineSet, cluster), dispatcher, req, counters)
         end = loop.time()
+        cached = int(((out.usage or {}).get("prompt_tokens_details") or {})
+                     .get("cached_tokens", 0))
         # The last attempt's engine-side id (a retried request's earlier attempts produced
         # nothing: retries happen only before the first token).
-        times = cluster.tokens.pop(req.engine_request_id)
+        times = cluster.tokens.pop(out.request.engine_request_id)
         records[index] = _record(index, item, sent, start, out, times, end, cached, cfg.slo)
         last_end = max(last_end, end)
         bar.update(1)

@@ -1,6 +1,7 @@
-"""Test support users can import too: FakeCluster runs a policy in-process against fake engines."""
-from pyrouter.testing.drive import ClientGone, FakeRun, drive
-from pyrouter.testing.fake_cluster import FakeCluster, FakeEngine
+"""Test support users can import too: FakeCluster runs a policy in-process against fake engines,
+through the router's own front (pyrouter/testing/in_process.py)."""
+from pyrouter.testing.fake_cluster import FakeCluster, FakeEngine, FakeRun
 from pyrouter.testing.fake_engine import Fault, next_token
+from pyrouter.testing.in_process import ClientError
 
-__all__ = ["ClientGone", "FakeCluster", "FakeEngine", "FakeRun", "Fault", "drive", "next_token"]
+__all__ = ["ClientError", "FakeCluster", "FakeEngine", "FakeRun", "Fault", "next_token"]

@@ -5,29 +5,33 @@
     assert run.route.startswith("pd") and run.tokens == cluster.reference(prompt, 8)
     cluster.assert_clean()
 
-The policy runs unchanged through the router's own dispatcher, cluster view and router_core
-(prefix index, engine table, scoring); only the engines are fakes (pyrouter/testing/
-fake_engine.py) whose loads the test sets and whose verbs are recorded. So each decision a
-policy makes — which engine, which pattern, which split — gets a fast unit test.
+A request runs the path a client's request runs: its body goes through the router's front
+(router_core.InProcessFront: parsing, admission, the Rust request task that streams every
+segment, stop strings and the client going away) and its bridge (pyrouter/front_bridge.py: the
+dispatcher, the policy unchanged, the request's scope), with router_core's prefix index, engine
+table and scoring; only the engines are fakes (pyrouter/testing/fake_engine.py) whose loads the
+test sets and whose verbs are recorded. So each decision a policy makes — which engine, which
+pattern, which split — and each clean-up gets a fast unit test.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import router_core
 from engine.core.sampling_params import SamplingParams
 from pyrouter.cluster import ClusterView
 from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.handle import EngineHandle
+from pyrouter.engines.membership import EngineSet
 from pyrouter.outcomes import RecentOutcomes
 from pyrouter.planning.prediction_feedback import PredictionFeedback
 from pyrouter.policy_registry import ActivePolicy, PolicySpec, get_policy
 from pyrouter.request import RouterRequest, SloSpec
 from pyrouter.scope import RouterCounters
-from pyrouter.testing.drive import FakeRun, OnTokens, drive
 from pyrouter.testing.fake_engine import FakeEngineClient, Fault, next_token
+from pyrouter.testing.front_run import FAKE_MODEL, FakeRun, OnTokens, run_through_front
 from router_core import RouterCore, engine_name
 
 
@@ -56,12 +60,15 @@ class FakeEngine:
 class FakeCluster:
     def __init__(self, engines: Sequence[FakeEngine], block_size: int = 16,
                  policy_timeout_s: float = 5.0) -> None:
-        self.core: RouterCore = RouterCore(block_size, router_core.model_seed("fake-model"))
+        self.core: RouterCore = RouterCore(block_size, router_core.model_seed(FAKE_MODEL))
         self.engines: dict[str, EngineHandle] = {}
         self.counters = RouterCounters()
         self.outcomes = RecentOutcomes()  # kept across runs, as a router's dispatcher keeps it
         self.feedback = PredictionFeedback()  # likewise
         self.policy_timeout_s = policy_timeout_s
+        # Where its requests' spans go, under which client traceparent (FakeCluster.trace).
+        self.tracer: router_core.RouterTracer | None = None
+        self.traceparent: str | None = None
         self._clients: dict[str, FakeEngineClient] = {}
         self._slot: PolicySlot | None = None  # kept across runs, as a router keeps its policy
         for num, spec in enumerate(engines):
@@ -104,6 +111,7 @@ class FakeCluster:
 
     def request(self, tokens: Sequence[int], max_tokens: int = 8, slo: SloSpec | None = None,
                 **sampling: Any) -> RouterRequest:
+        """A request as a client would send it (FakeCluster.run sends its body)."""
         params = SamplingParams(max_tokens=max_tokens, **sampling)
         return RouterRequest("fake-req", list(tokens), params, slo=slo or SloSpec())
 
@@ -130,6 +138,11 @@ class FakeCluster:
             client = self._clients[handle.id]
             assert client.holds_nothing, (handle.id, client.reservations, client.generations)
 
+    def trace(self, tracer: router_core.RouterTracer, traceparent: str | None = None) -> None:
+        """Record every request's spans (the front's and the policy's) with `tracer`, as
+        children of the client's `traceparent` when given."""
+        self.tracer, self.traceparent = tracer, traceparent
+
     # ---- running a policy ----
     def _active(self, policy: str | PolicySpec, params: dict[str, Any] | None) -> ActivePolicy:
         spec = get_policy(policy) if isinstance(policy, str) else policy
@@ -139,9 +152,11 @@ class FakeCluster:
                   params: dict[str, Any] | None = None, max_tokens: int = 8,
                   disconnect_after: int | None = None, stop_after: int | None = None,
                   on_tokens: OnTokens | None = None) -> FakeRun:
-        """Admit and stream one request through the router's dispatcher, as the HTTP front
-        does; `disconnect_after=k` makes the client go away after k tokens, `stop_after=k` ends
-        it there as a stop string matched by the router would."""
+        """Send one request through the router's front and bridge, as a client does
+        (pyrouter/testing/front_run.py); `disconnect_after=k` makes the client go away after k
+        tokens, `stop_after=k` sends a stop string the router matches on token k;
+        `on_tokens(run, n)` runs after each event the client reads (n tokens so far), e.g. to
+        migrate the request mid-stream."""
         req = request if isinstance(request, RouterRequest) else self.request(request,
                                                                               max_tokens)
         active = self._active(policy, params)
@@ -150,5 +165,10 @@ class FakeCluster:
             self._slot = PolicySlot(active)  # a switch: fresh policy state, like PUT /admin/policy
         dispatcher = Dispatcher(self, self._slot, policy_timeout_s=self.policy_timeout_s)
         dispatcher.outcomes, dispatcher.feedback = self.outcomes, self.feedback
-        return await drive(dispatcher, req, self.counters, disconnect_after, stop_after,
-                           on_tokens)
+        reference = (self.reference(req.tokens, req.sampling.max_tokens)
+                     if stop_after is not None else None)
+        # The cluster stands in for the router's EngineSet (healthy(), mark_unhealthy()).
+        return await run_through_front(
+            cast(EngineSet, self), dispatcher, req, self.counters,
+            disconnect_after=disconnect_after, stop_after=stop_after, reference=reference,
+            on_tokens=on_tokens, tracer=self.tracer, traceparent=self.traceparent)

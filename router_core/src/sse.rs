@@ -80,6 +80,17 @@ impl SseEncoder {
 
     /// A text chunk; with `finish_reason` it is the last content chunk.
     pub fn delta(&self, text: &str, finish_reason: Option<&str>) -> Vec<u8> {
+        self.delta_with_ids(text, None, finish_reason)
+    }
+
+    /// A text chunk and, when the request asked for them (`return_token_ids`), the ids of the
+    /// tokens it carries.
+    pub fn delta_with_ids(
+        &self,
+        text: &str,
+        token_ids: Option<&[u32]>,
+        finish_reason: Option<&str>,
+    ) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.head.len() + text.len() + 96);
         out.extend_from_slice(&self.head);
         out.extend_from_slice(b"{\"index\":0,");
@@ -96,6 +107,10 @@ impl SseEncoder {
                 push_json_str(&mut out, text);
                 out.push(b'}');
             }
+        }
+        if let Some(ids) = token_ids {
+            out.extend_from_slice(b",\"token_ids\":");
+            out.extend_from_slice(serde_json::to_string(ids).unwrap_or_default().as_bytes());
         }
         out.extend_from_slice(b",\"logprobs\":null,\"finish_reason\":");
         match finish_reason {

@@ -11,7 +11,6 @@ from typing import Any
 import grpc
 import pytest
 
-from pyrouter.errors import EngineFailed
 from pyrouter.retry_budget import RetryBudget
 from pyrouter.testing import FakeCluster, FakeEngine, Fault
 from router_core import retry_engine_request_id
@@ -91,7 +90,8 @@ def test_the_retry_budget_bounds_retries() -> None:
                         2: [Fault("start_generate", 0, code=grpc.StatusCode.UNKNOWN)]},
                        engines=3)
     run = _run(cluster, "round_robin")  # per request: two retries, then the error
-    assert isinstance(run.error, EngineFailed) and run.error.status == 502
+    assert run.error is not None and run.error.status == 502
+    assert run.error.code == "engine_error"
     assert "engine error during generate: UNKNOWN" in run.error.message
     assert sum(c.calls.count(("start_generate", c.calls[0][1])) for c in
                (cluster.client(f"e{i}") for i in range(3)) if c.calls) == 3
@@ -104,7 +104,8 @@ def test_a_spent_budget_surfaces_the_failure(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(dispatch, "RetryBudget", lambda: RetryBudget(reserve=0.5))
     cluster = _cluster({0: [Fault("start_generate", 0, code=grpc.StatusCode.CANCELLED)]})
     run = _run(cluster, "round_robin")
-    assert isinstance(run.error, EngineFailed) and "CANCELLED" in run.error.message
+    assert run.error is not None and run.error.status == 502 and run.error.code == "engine_error"
+    assert "CANCELLED" in run.error.message
     cluster.assert_clean()
 
 

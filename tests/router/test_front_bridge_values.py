@@ -168,12 +168,12 @@ async def test_next_segment_answering_a_list_is_a_500_naming_it(router: Any) -> 
 
 async def test_a_stream_the_front_cannot_read_is_a_500_and_its_run_is_closed(
         router: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    def not_rust(self: GenerationStream) -> Any:
-        raise RuntimeError("this stream was not started through the Rust engine client")
-    monkeypatch.setattr(GenerationStream, "rust_call", property(not_rust))
+    def unreadable(self: GenerationStream) -> Any:
+        raise RuntimeError("this stream cannot be read by the front")
+    monkeypatch.setattr(GenerationStream, "segment_call", property(unreadable))
     post = await router(FrontBridge, "test_two_segments")
     status, answer = await post()
-    assert status == 500 and "not started through the Rust engine client" in _message(answer)
+    assert status == 500 and "cannot be read by the front" in _message(answer)
     while post.state.runs:  # close() ends the admitted run (bounded by the test's timeout)
         await asyncio.sleep(0.01)
     assert post.state.counters.inflight == 0

@@ -1,9 +1,11 @@
 """On real engines: a failure at each await point of each built-in policy leaves every engine's
 pool at its baseline (pages held only by the prefix cache) and the router's accounting at zero.
 
-Two real engine processes (SmolLM2, fp32); the router's dispatcher runs in-process so its
-counts can be read, with faults injected into the engine clients (pyrouter/testing/
-faulty_client.py). Each run uses a fresh prompt, so every pattern really moves KV.
+Two real engine processes (SmolLM2, fp32); the router's front and dispatcher run in-process
+(pyrouter/testing/front_run.py: the request task and bridge a client's request runs through) so
+their counts can be read, with faults injected into the engine clients (pyrouter/testing/
+faulty_client.py). Each run uses a fresh prompt, so every pattern really moves KV; a stop-string
+case first runs its prompt plainly (greedy) to learn the text its stop string ends on.
 """
 from __future__ import annotations
 
@@ -24,8 +26,9 @@ from pyrouter.engines.membership import EngineSet
 from pyrouter.policy_registry import ActivePolicy, get_policy
 from pyrouter.request import RouterRequest
 from pyrouter.scope import RouterCounters
-from pyrouter.testing import Fault, drive
+from pyrouter.testing import Fault
 from pyrouter.testing.faulty_client import FaultyClient
+from pyrouter.testing.front_run import run_through_front
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "policy"))
 from docs_example import LEAD_FOLLOW  # noqa: E402  (docs/policies.md example, registered)
@@ -92,9 +95,16 @@ async def _run_case(engines: list[EngineProcess], policy: str, roles: tuple[str,
         dispatcher = Dispatcher(es, PolicySlot(ActivePolicy(spec, spec.check_params(params))),
                                 policy_timeout_s=30)
         counters = RouterCounters()
-        req = RouterRequest(f"scope-{random.getrandbits(64):x}", _prompt(),
-                            SamplingParams(max_tokens=4, ignore_eos=True))
-        run = await drive(dispatcher, req, counters, **cut)
+        prompt = _prompt()
+
+        def request() -> RouterRequest:
+            return RouterRequest(f"scope-{random.getrandbits(64):x}", list(prompt),
+                                 SamplingParams(max_tokens=4, ignore_eos=True, temperature=0.0))
+        reference = None
+        if "stop_after" in cut:
+            reference = (await run_through_front(es, dispatcher, request(), counters)).tokens
+        run = await run_through_front(es, dispatcher, request(), counters, reference=reference,
+                                      **cut)
         assert counters.inflight == 0
         await _idle(es)
         return run.verbs

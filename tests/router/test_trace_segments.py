@@ -1,18 +1,15 @@
-"""Multi-segment requests under one trace (FakeCluster, the router's real dispatcher, router_core's
-tracer, the front's part played by trace_front.py): a tandem hand-off and a live migration (what
-POST /admin/migrate runs) each give every segment its own decision span, with the verbs the
-policy called under the decision and the segment's generation under the segment; every span
+"""Multi-segment requests under one trace (FakeCluster: the router's front and its request task
+in-process, the real dispatcher, router_core's tracer): a tandem hand-off and a live migration
+(what POST /admin/migrate runs) each give every segment its own decision span, with the verbs
+the policy called under the decision and the segment's generation under the segment; every span
 nests in its parent."""
 from __future__ import annotations
 
-import time
 from typing import Any
 
-from trace_front import FrontSpans, FrontTimeline, spans_by_id
+from trace_front import CLIENT, spans_by_id
 
 from pyrouter.dispatch import RequestRun
-from pyrouter.request import RouterRequest
-from pyrouter.request_trace import RequestTrace, start_request_trace
 from pyrouter.testing import FakeCluster, FakeEngine
 from router_core import RouterTracer
 
@@ -22,16 +19,11 @@ MODEL = {"const": 5.0, "prefill_tokens": 0.5, "decode_seqs": 2.0, "decode_contex
 Span = dict[str, Any]
 
 
-def _traced(cluster: FakeCluster, max_tokens: int, path: str
-            ) -> tuple[RouterRequest, RequestTrace, FrontSpans, RouterTracer]:
+def _traced(cluster: FakeCluster, path: str) -> RouterTracer:
+    """Every request of `cluster` traced into `path`, under a sampled client trace."""
     tracer = RouterTracer.to_file(path)
-    req = cluster.request(PROMPT, max_tokens=max_tokens)
-    front = FrontSpans(tracer, req.engine_request_id)
-    req.timeline = FrontTimeline(front)
-    trace = start_request_trace(tracer, req)
-    assert trace is not None
-    req.timeline.trace = trace
-    return req, trace, front, tracer
+    cluster.trace(tracer, CLIENT)
+    return tracer
 
 
 def _tree(spans: dict[str, Span]) -> Span:
@@ -63,11 +55,7 @@ def _verbs(spans: dict[str, Span], segment: Span
     return decision, named(_children(spans, decision)), named(children)
 
 
-def _finish(req: RouterRequest, trace: RequestTrace, front: FrontSpans, tracer: RouterTracer,
-            path: str) -> tuple[Span, list[Span], dict[str, Span]]:
-    req.timeline.ended = time.perf_counter()
-    trace.finish(req)
-    front.close()
+def _finish(tracer: RouterTracer, path: str) -> tuple[Span, list[Span], dict[str, Span]]:
     spans = spans_by_id(tracer, path)
     root = _tree(spans)
     segments = _children(spans, root)
@@ -79,12 +67,12 @@ async def test_tandem_handoff_gives_each_segment_its_decision(tmp_path) -> None:
     path = str(tmp_path / "spans.jsonl")
     cluster = FakeCluster([FakeEngine(latency_model=dict(MODEL), prefill_chunk_size=256),
                            FakeEngine(latency_model=dict(MODEL), prefill_chunk_size=256)])
-    req, trace, front, tracer = _traced(cluster, 8, path)
-    run = await cluster.run("tandem", req)
+    tracer = _traced(cluster, path)
+    run = await cluster.run("tandem", PROMPT, max_tokens=8)
     assert run.error is None and run.tokens == cluster.reference(PROMPT, 8)
     params = dict(kv.split("=", 1) for kv in run.route.split()[1:])
     lead, follow = params["lead"], params["follow"]
-    _, (first, second), spans = _finish(req, trace, front, tracer, path)
+    _, (first, second), spans = _finish(tracer, path)
     decision, under_decision, under_segment = _verbs(spans, first)
     assert (under_decision, under_segment) == ([], [("verb.start_generate", lead)])
     assert decision["attrs"]["switchyard.engine"] == lead
@@ -102,7 +90,7 @@ async def test_tandem_handoff_gives_each_segment_its_decision(tmp_path) -> None:
 async def test_live_migration_is_a_decision_by_migration(tmp_path) -> None:
     path = str(tmp_path / "spans.jsonl")
     cluster = FakeCluster([FakeEngine(), FakeEngine(), FakeEngine()])
-    req, trace, front, tracer = _traced(cluster, 12, path)
+    tracer = _traced(cluster, path)
     moves = []
 
     async def move_at_5(run: RequestRun, n: int) -> None:
@@ -110,11 +98,11 @@ async def test_live_migration_is_a_decision_by_migration(tmp_path) -> None:
             target = next(e for e in cluster.engines.values() if e is not run.stream.engine)
             moves.append(run.migrate(target))
 
-    run = await cluster.run("round_robin", req, on_tokens=move_at_5)
+    run = await cluster.run("round_robin", PROMPT, max_tokens=12, on_tokens=move_at_5)
     assert run.error is None and run.tokens == cluster.reference(PROMPT, 12)
     assert moves[0].outcome == "migrated"
     source, target = moves[0].source.id, moves[0].target.id
-    _, segments, spans = _finish(req, trace, front, tracer, path)
+    _, segments, spans = _finish(tracer, path)
     decisions = [_verbs(spans, segment) for segment in segments]
     assert [(d["attrs"]["switchyard.decided_by"], d["attrs"]["switchyard.engine"])
             for d, _, _ in decisions] == [("policy", source), ("migration", target)]

@@ -1,5 +1,6 @@
 """Shared by the simulator's tests: a tiny hand-computable profile and a helper that runs
-requests through the router's dispatcher against simulated engines in virtual time (a module,
+requests through the router's front (in-process: its request task and bridge over the real
+dispatcher) against simulated engines in virtual time (a module,
 not conftest.py, so `from tests.sim.sim_helpers import ...` works beside other test folders'
 conftest modules)."""
 from __future__ import annotations
@@ -9,17 +10,18 @@ import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from engine.core.sampling_params import SamplingParams
 from pyrouter.dispatch import Dispatcher, PolicySlot
+from pyrouter.engines.membership import EngineSet
 from pyrouter.policy_registry import ActivePolicy, get_policy
 from pyrouter.request import RouterRequest
 from pyrouter.scope import RouterCounters
 from pyrouter.sim.clock import run_virtual
 from pyrouter.sim.cluster import SimCluster
 from pyrouter.sim.profile import HardwareProfile, profile_from_dict
-from pyrouter.testing.drive import FakeRun, drive
+from pyrouter.testing.front_run import FakeRun, run_through_front
 
 TINY = os.path.join(os.path.dirname(__file__), "tiny_profile.json")
 
@@ -46,7 +48,7 @@ def run_requests(profile: HardwareProfile, policy: str, prompts: Sequence[Sequen
                  max_tokens: int | Sequence[int] = 3, arrivals_ms: Sequence[float] | None = None,
                  roles: Sequence[str] | None = None, engines: int = 2,
                  params: dict[str, Any] | None = None, coalesce: int = 1) -> Outcome:
-    """Each prompt arrives at its time, is driven through the real Dispatcher; returns what
+    """Each prompt arrives at its time, is sent through the router's front; returns what
     every client got, when each token left its engine, and the cluster after everything ended."""
     spec = get_policy(policy)
     roles = list(roles) if roles is not None else spec.engine_roles(engines)
@@ -67,8 +69,8 @@ def run_requests(profile: HardwareProfile, policy: str, prompts: Sequence[Sequen
             sent = loop.time()
             req = RouterRequest(f"r{i}", list(prompts[i]),
                                 SamplingParams(max_tokens=limits[i], ignore_eos=True))
-            run = await drive(dispatcher, req, counters)
-            times = cluster.tokens.pop(req.engine_request_id)
+            run = await run_through_front(cast(EngineSet, cluster), dispatcher, req, counters)
+            times = cluster.tokens.pop(run.request.engine_request_id)
             return run, [round((t - sent) * 1e3, 6) for t in times]
 
         done = await asyncio.gather(*(one(i) for i in range(len(prompts))))

@@ -6,18 +6,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from typing import cast
 
 import pytest
 
 from engine.core.sampling_params import SamplingParams
 from pyrouter.cli import build_parser
 from pyrouter.dispatch import Dispatcher, PolicySlot
+from pyrouter.engines.membership import EngineSet
 from pyrouter.policy_registry import ActivePolicy, get_policy
 from pyrouter.request import RouterRequest
 from pyrouter.scope import RouterCounters
 from pyrouter.sim.clock import run_virtual
 from pyrouter.sim.cluster import POLL_S, SimCluster
-from pyrouter.testing.drive import drive
+from pyrouter.testing.front_run import run_through_front
 from tests.sim.sim_helpers import assert_clean, run_requests, tiny_profile
 
 PROMPT = list(range(1000, 1100))
@@ -37,7 +39,8 @@ def test_dispatched_work_counts_as_router_tokens_until_a_stats_covers_it() -> No
         dispatcher = Dispatcher(cluster, PolicySlot(ActivePolicy(spec, spec.check_params({}))))
         await asyncio.sleep(0.1)
         req = RouterRequest("r", PROMPT, SamplingParams(max_tokens=40, ignore_eos=True))
-        task = asyncio.create_task(drive(dispatcher, req, RouterCounters()))
+        task = asyncio.create_task(run_through_front(cast(EngineSet, cluster), dispatcher, req,
+                                                     RouterCounters()))
         seen = []
         for at in (0.2, 0.45, 0.55):  # before the next poll, just before it, just after it
             await asyncio.sleep(at - asyncio.get_running_loop().time())

@@ -6,7 +6,7 @@
 
 use super::api_error::ShapedError;
 use super::openai_request::GenerationRequest;
-use crate::engine_rpc::GenerateCall;
+use super::segment_call::SegmentCall;
 use crate::rpc::pb;
 use std::future::Future;
 use std::pin::Pin;
@@ -39,9 +39,10 @@ pub struct Caller {
     pub host: String,
 }
 
-/// A segment's stream the front now reads, and the engine running it (for messages).
+/// A segment's stream the front now reads (the router's gRPC call, or an in-process engine
+/// double's), and the engine running it (for messages).
 pub struct Segment {
-    pub call: Arc<GenerateCall>,
+    pub call: Arc<dyn SegmentCall>,
     pub engine: String,
 }
 

@@ -36,7 +36,8 @@ pub struct ResponseBody {
     request_id: String,
     model: String,
     created: u64,
-    /// Non-streaming: the text and ids so far.
+    /// Non-streaming: the text and ids so far; streaming, the ids no event has carried yet (a
+    /// token whose text is held back rides on the next event).
     text: String,
     ids: Vec<u32>,
     completion_tokens: u64,
@@ -149,9 +150,14 @@ impl ResponseBody {
         if reason.is_some() && !stopped {
             text.push_str(&self.detok.flush());
         }
+        if self.return_token_ids {
+            self.ids.extend_from_slice(ids);
+        }
         if !text.is_empty() || reason.is_some() {
+            let ids = std::mem::take(&mut self.ids);
+            let ids = self.return_token_ids.then_some(ids.as_slice());
             out.bytes
-                .extend_from_slice(&self.encoder.delta(&text, reason));
+                .extend_from_slice(&self.encoder.delta_with_ids(&text, ids, reason));
         }
         out.stopped = stopped;
         Ok(())

@@ -114,3 +114,34 @@ fn errors_end_the_stream() {
     assert!(bytes.starts_with(b"data: {\"error\""));
     assert!(bytes.ends_with(b"data: [DONE]\n\n"));
 }
+
+#[test]
+fn streamed_token_ids_ride_with_their_text() {
+    // return_token_ids: each event carries the ids of the tokens whose text it carries; the
+    // first byte of "é" (3) has no text of its own, so its id waits for the event of 4.
+    let mut b = body(RequestKind::Completion, true, &[]);
+    let out = b.push(&[0, 3, 4, 2], Some("length")).unwrap();
+    let evs = events(&out.bytes);
+    let ids: Vec<_> = evs
+        .iter()
+        .map(|e| e["choices"][0]["token_ids"].clone())
+        .collect();
+    assert_eq!(ids, vec![json!([0]), json!([3, 4]), json!([2])]);
+    // A stop string: the event that ends the stream carries the token that completed it.
+    let mut b = body(RequestKind::Completion, true, &["lo w"]);
+    let out = b.push(&[0, 1, 2, 5], Some("length")).unwrap();
+    let evs = events(&out.bytes);
+    let last = &evs[evs.len() - 1]["choices"][0];
+    assert_eq!(last["finish_reason"], json!("stop"));
+    let streamed: Vec<u64> = evs
+        .iter()
+        .flat_map(|e| {
+            e["choices"][0]["token_ids"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .map(|id| id.as_u64().unwrap())
+        .collect();
+    assert_eq!(streamed, vec![0, 1, 2]);
+}

@@ -14,6 +14,13 @@ pub struct PyDetokenizerVocab {
     inner: Arc<DetokenizerVocab>,
 }
 
+impl PyDetokenizerVocab {
+    /// The vocabulary itself, for a front that shares it (python/in_process.rs).
+    pub(super) fn shared(&self) -> Arc<DetokenizerVocab> {
+        self.inner.clone()
+    }
+}
+
 #[pymethods]
 impl PyDetokenizerVocab {
     /// Byte-level BPE (GPT-2 style) and SentencePiece (Metaspace, <0xNN> byte fallback).

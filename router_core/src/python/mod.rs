@@ -5,10 +5,12 @@ mod bridge_jobs;
 mod bridge_values;
 mod convert;
 mod detok;
+mod double_call;
 mod engine_client;
 mod front;
 mod generate_call;
 mod hashing;
+mod in_process;
 mod index;
 mod interpreter_exit;
 mod ints;
@@ -50,6 +52,8 @@ fn _router_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<servers::PyMockOpenAIWorker>()?;
     m.add_class::<front::PyRouterFront>()?;
     m.add_class::<front::PyFastRecord>()?;
+    m.add_class::<in_process::PyInProcessFront>()?;
+    m.add_class::<in_process::PyInProcessRequest>()?;
     m.add_class::<generate_call::PyGenerateCall>()?;
     m.add_class::<generate_call::PyEngineChunk>()?;
     m.add(

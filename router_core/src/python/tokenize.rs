@@ -4,10 +4,11 @@ use crate::tokenize::{parse_chat_messages, ChatMessage, RouterTokenizer};
 use pyo3::prelude::*;
 use pythonize::depythonize;
 use serde_json::Value;
+use std::sync::Arc;
 
 #[pyclass(name = "RouterTokenizer", module = "router_core._router_core", frozen)]
 pub struct PyRouterTokenizer {
-    inner: RouterTokenizer,
+    inner: Arc<RouterTokenizer>,
 }
 
 /// `messages` (a list of `{"role", "content"}` dicts; content a string or a list of content
@@ -17,6 +18,13 @@ fn chat_messages(messages: &Bound<'_, PyAny>) -> PyResult<Vec<ChatMessage>> {
         pyo3::exceptions::PyValueError::new_err(format!("messages must be JSON-like: {err}"))
     })?;
     Ok(parse_chat_messages(&value)?)
+}
+
+impl PyRouterTokenizer {
+    /// The tokenizer itself, for a front that shares it (python/in_process.rs).
+    pub(super) fn shared(&self) -> Arc<RouterTokenizer> {
+        self.inner.clone()
+    }
 }
 
 #[pymethods]
@@ -35,7 +43,9 @@ impl PyRouterTokenizer {
         let inner = py.allow_threads(|| {
             RouterTokenizer::new(tokenizer_json, chat_template, bos_token_id, eos_token_ids)
         })?;
-        Ok(PyRouterTokenizer { inner })
+        Ok(PyRouterTokenizer {
+            inner: Arc::new(inner),
+        })
     }
 
     #[pyo3(signature = (text, add_special_tokens = true))]

@@ -16,6 +16,13 @@ pub struct PyRouterTracer {
     inner: Arc<RouterTracer>,
 }
 
+impl PyRouterTracer {
+    /// The tracer itself, for a front whose requests it traces (python/in_process.rs).
+    pub(super) fn shared(&self) -> Arc<RouterTracer> {
+        self.inner.clone()
+    }
+}
+
 fn bad_traceparent(value: &str) -> PyErr {
     PyValueError::new_err(format!("not a valid traceparent: {value:?}"))
 }
