@@ -39,6 +39,8 @@ class EngineConfig:
     max_running: int = 64
     role: str = "any"
     engine_id: str = "e0"
+    # The model name a router serves this engine under (ModelInfo.served_model; "" = none).
+    served_model: str = ""
     lease_s: float = 30.0
     # "auto" = the mode's: "cpu" (fused kernels) in fast mode; in exact mode FlashInfer for
     # fp16/bf16 on CUDA when installed, else "torch".

@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "engines leave, and a core of its own would take 1/N of the engines' "
                        "compute (docs/benchmarking.md, \"Quiet runs\")")
     add_router_guard_arguments(serve)
-    add_runtime_arguments(serve)  # passed to every engine
+    add_runtime_arguments(serve, several_models=True)  # passed to every engine
     serve.add_argument("--mock-engines", action="store_true",
                        help="start mock engines (synthetic tokens, no model): router tests and "
                        "overhead benchmarks only")
@@ -132,7 +132,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="seconds between checks of --policy-dir for changed files")
     rtr.add_argument("--port", type=int, default=8000)
     rtr.add_argument("--host", default="127.0.0.1")
-    rtr.add_argument("--model", default=None, help="model whose tokenizer the router uses")
+    rtr.add_argument("--model", action="append", default=None, metavar="[NAME=]PATH",
+                     help="model whose tokenizer the router uses; repeated as NAME=PATH "
+                     "(PATH may be 'default'), several models: a request's model picks the "
+                     "engines whose ModelInfo names it (switchyard engine "
+                     "--served-model-name NAME)")
     rtr.add_argument("--max-inflight", type=int, default=4096,
                      help="requests in flight before answering 429")
     rtr.add_argument("--max-context", type=int, default=8192,

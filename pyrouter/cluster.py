@@ -47,10 +47,14 @@ def session_note(pin: SessionPin | None) -> dict[str, str]:
 
 
 class EngineDirectory(Protocol):
-    """The engines a router knows (pyrouter/engines/membership.py's EngineSet; FakeCluster)."""
+    """The engines a router knows (pyrouter/engines/membership.py's EngineSet; FakeCluster; one
+    served model's share of them, pyrouter/model_groups.py's ModelEngines)."""
 
-    engines: dict[str, EngineHandle]
-    core: RouterCore
+    @property
+    def engines(self) -> dict[str, EngineHandle]: ...
+
+    @property
+    def core(self) -> RouterCore: ...
 
     def healthy(self) -> list[EngineHandle]: ...
 

@@ -43,13 +43,15 @@ def fast_policy_for(active: ActivePolicy, in_python: bool) -> tuple[str, Weights
 
 
 def sync_fast_policy(state: RouterState, front: RouterFront) -> None:
-    """Give the front the fast path of the router's active policy (or none)."""
+    """Give the front the fast path of each served model's active policy (or none)."""
     in_python = state.limiter.rules.active
-    choice = fast_policy_for(state.slot.current, in_python)
-    if choice is None:
-        front.set_fast_policy(None)
-    else:
-        front.set_fast_policy(*choice)
+    groups = list(state.models.values()) or [state.group()]
+    for group in groups:
+        choice = fast_policy_for(group.slot.current, in_python)
+        if choice is None:
+            front.set_fast_policy(None, model=group.name)
+        else:
+            front.set_fast_policy(*choice, model=group.name)
 
 
 class FastRequestRecorder:
@@ -79,14 +81,15 @@ class FastRequestRecorder:
                 handle = state.engines.engines.get(name)
                 labels = (pattern, name, handle.role if handle else "any")
                 m.count_selection(r.policy, pattern)
+            m.child(m.model_requests, r.model, "ok" if r.ok else "error").inc()
             record_request_metrics(m, r.policy, pattern, "ok" if r.ok else "error",
                                    r.error_type, labels, labels, r.ttft_s, r.e2e_s, r.tpot_s,
                                    r.prompt_tokens, r.completion_tokens)
             if labels is not None and r.tpot_s is not None:
                 # One arrival time per request on this path: its mean gap stands for each.
                 m.itl.observe_many(labels, r.tpot_s, r.completion_tokens - 1)
-            state.dispatcher.record_outcome(now - r.age_s, pattern, r.ok, r.ttft_s, r.tpot_s,
-                                            r.slo_ttft_ms, r.slo_tpot_ms)
+            state.group(r.model).dispatcher.record_outcome(
+                now - r.age_s, pattern, r.ok, r.ttft_s, r.tpot_s, r.slo_ttft_ms, r.slo_tpot_ms)
         return len(records)
 
     async def run(self) -> None:

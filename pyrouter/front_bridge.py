@@ -14,9 +14,7 @@ What crosses between the front and this bridge is typed (router_core's `AdmitSpe
 `AdmitOutcome` of `Admitted` or `RequestFailure`, `SegmentHandoff`, `SegmentStart`,
 `RequestEnd`, `OpsCall`/`OpsReply`; router_core/src/python/bridge_values.rs): an answer of any
 other type is the client's 500 naming it, never a failed unpacking. Chunks are `EngineChunk`s,
-made once in Rust: no protobuf is encoded or decoded on this side (an in-process engine double's
-GenerateChunk messages are, once, in SegmentStart: tests and the simulator run this bridge too,
-through router_core.InProcessFront).
+made once in Rust: no protobuf is encoded or decoded on this side.
 
 Crossings of a pd request between Rust and Python, admission to close ("R->P": a tokio thread
 queues a job for this loop, one GIL hand-off per batch of jobs; "P->R": this loop calls into
@@ -69,6 +67,7 @@ from router_core import (
     AdmitOutcome,
     AdmitSpec,
     Admitted,
+    EngineChunk,
     OpsCall,
     OpsReply,
     RequestEnd,
@@ -100,6 +99,14 @@ def _failure(exc: RouterError, handle: FrontRequest | None = None) -> RequestFai
     return RequestFailure(exc.status, json.dumps(exc.body()).encode())
 
 
+def _front_chunk(chunk: object) -> EngineChunk:
+    """A segment's first chunk as the front takes it back: the EngineChunk it made."""
+    if not isinstance(chunk, EngineChunk):
+        raise TypeError(f"a first chunk read through the Rust front must be an EngineChunk, "
+                        f"got {type(chunk).__name__} (an engine not attached to the front?)")
+    return chunk
+
+
 def _request(spec: AdmitSpec, served_model: str) -> RouterRequest:
     try:
         sampling = SamplingParams(
@@ -129,11 +136,12 @@ class FrontBridge:
     # ---- once per request ----
     async def admit(self, spec: AdmitSpec) -> AdmitOutcome:
         state = self.state
-        policy = state.slot.current.name
+        group = state.group(spec.model)  # the front resolved it: a served model's name
+        policy = group.slot.current.name
         try:
             if state.draining:
                 raise shutting_down()
-            req = _request(spec, state.config.served_model)
+            req = _request(spec, group.name)
             caller = None
             if state.limiter.rules.active:
                 caller = state.config.keys.caller_id(spec.authorization, spec.client_host)
@@ -149,7 +157,7 @@ class FrontBridge:
         if task is not None:
             self._admitting[handle.key] = task
         try:
-            run = await state.dispatcher.admit(req)
+            run = await group.dispatcher.admit(req)
         except RouterError as exc:
             if isinstance(exc, PolicyFailed):
                 state.metrics.child(state.metrics.policy_errors, policy).inc()
@@ -166,8 +174,9 @@ class FrontBridge:
         handle.run, handle.policy = run, run.policy_name  # close() ends the run, whatever follows
         state.runs[handle.key] = run
         try:
-            segment = SegmentStart(run.stream.segment_call, run.stream.engine.id, run.first)
-        except (RuntimeError, TypeError, AttributeError) as exc:  # a stream it cannot read
+            segment = SegmentStart(run.stream.rust_call, run.stream.engine.id,
+                                   _front_chunk(run.first))
+        except (RuntimeError, TypeError) as exc:  # a stream the Rust client did not start
             log.exception("request %s: the front cannot stream its segment", req.request_id)
             return AdmitOutcome(handle, run.policy_name, _failure(
                 PolicyFailed(run.policy_name, f"{type(exc).__name__}: {exc}"), handle))
@@ -195,7 +204,7 @@ class FrontBridge:
             # The segment's first chunk is read here: an engine that fails before it is
             # replaced (RequestRun.next_started) before the front sees anything.
             stream, first = await run.next_started(segment_tokens)
-            return SegmentStart(stream.segment_call, stream.engine.id, first)
+            return SegmentStart(stream.rust_call, stream.engine.id, _front_chunk(first))
         except RouterError as exc:
             return _failure(exc)
         except Exception as exc:

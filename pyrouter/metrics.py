@@ -46,6 +46,9 @@ class RouterMetrics:
                              buckets=E2E_BUCKETS, registry=r)
         self.requests = Counter("switchyard:requests", "Finished generation requests",
                                 ["policy", "pattern", "status"], registry=r)
+        self.model_requests = Counter("switchyard:model_requests", "Finished generation "
+                                      "requests per served model", ["model", "status"],
+                                      registry=r)
         self.errors = Counter("switchyard:request_errors", "Failed requests by error type "
                               "(the OpenAI error body's code)", ["type"], registry=r)
         self.prompt_tokens = Counter("switchyard:prompt_tokens", "Prompt tokens of finished "

@@ -48,9 +48,11 @@ def record_request_end(state: RouterState, req: RouterRequest, policy: str, stat
         None if first is None else (pattern, first.engine, first.role),
         None if last is None else (pattern, last.engine, last.role),
         ttft, tl.ended - tl.started, tpot, req.prompt_len, n)
+    m.child(m.model_requests, req.model, status).inc()
     itl = m.itl
     for segment, gap, count in tl.inter_token_gaps():
         itl.observe_many((pattern, segment.engine, segment.role), gap, count)
-    state.dispatcher.record(req, status == "ok", tl.started, tl.first_token, tl.ended)
+    state.group(req.model).dispatcher.record(req, status == "ok", tl.started, tl.first_token,
+                                             tl.ended)
     if tl.trace is not None:
         tl.trace.finish(req)

@@ -30,6 +30,8 @@ from pathlib import Path
 from engine.server.auth import TOKEN_ENV, TOKEN_FILE_ENV
 from engine.server.cpu_affinity import format_cpus, split_cores, usable_cores
 from engine.server.launcher import EngineProcess, EngineSpec, launch, stop_engines, wait_healthy
+from pyrouter.model_groups import ModelSpec, parse_model_args, split_engines
+from pyrouter.policy_registry import ActivePolicy
 from pyrouter.server import initial_policy, serve_router
 from pyrouter.session_affinity import SESSION_FLAGS
 
@@ -61,9 +63,11 @@ def engine_cores(args: argparse.Namespace, engines: int) -> list[list[int]] | No
 
 
 def engine_specs(args: argparse.Namespace, roles: list[str],
-                 cores: list[list[int]] | None = None) -> list[EngineSpec]:
+                 cores: list[list[int]] | None = None,
+                 models: list[ModelSpec] | None = None) -> list[EngineSpec]:
     """One spec per role; the runtime flags (model, dtype, pool, chunk) go to every engine.
-    With `cores`, engine i is pinned to cores[i] and runs that many torch threads."""
+    With `cores`, engine i is pinned to cores[i] and runs that many torch threads. With
+    several `models`, engine i serves models[i] under its name (--served-model-name)."""
     threads = max(1, (os.cpu_count() or 1) // len(roles))
     fixed_threads = os.environ.get("SWITCHYARD_TORCH_THREADS")
     specs = []
@@ -71,13 +75,36 @@ def engine_specs(args: argparse.Namespace, roles: list[str],
         cpus = cores[i] if cores is not None else None
         engine_threads = int(fixed_threads) if fixed_threads else (
             len(cpus) if cpus is not None else threads)
+        model = models[i] if models is not None and len(set(models)) > 1 else None
         specs.append(EngineSpec(
             f"engine-{i}", role=role, mock=bool(getattr(args, "mock_engines", False)),
-            model=args.model, device=args.device, mode=args.mode, dtype=args.dtype,
+            model=model.path if model is not None else _single_model_path(args),
+            served_model=model.name if model is not None else None, device=args.device,
+            mode=args.mode, dtype=args.dtype,
             kv_memory=args.kv_memory, num_pages=args.num_pages, page_size=args.page_size,
             chunk_size=args.chunk_size, latency_profile=args.latency_profile,
             threads=engine_threads, cpus=cpus, metrics_port=0))
     return specs
+
+
+def _single_model_path(args: argparse.Namespace) -> str | None:
+    """--model's path when it names one model (given once, or not at all)."""
+    return parse_model_args(getattr(args, "model", None))[0].path
+
+
+def model_roles(args: argparse.Namespace, active: ActivePolicy
+                ) -> tuple[list[str], list[ModelSpec]]:
+    """Every engine's role and served model: --engines divided among the --model values, each
+    model's share given the roles its policy wants. ValueError for bad --model values or fewer
+    engines than models."""
+    models = parse_model_args(getattr(args, "model", None))
+    roles: list[str] = []
+    served: list[ModelSpec] = []
+    for model, count in zip(models, split_engines(args.engines, len(models)), strict=True):
+        share = active.spec.engine_roles(count)
+        roles += share
+        served += [model] * len(share)
+    return roles, served
 
 
 def deployment_token(log_dir: Path) -> None:
@@ -164,9 +191,15 @@ async def _serve(args: argparse.Namespace, log_dir: Path) -> int:
         loop.add_signal_handler(sig, stop.set)
     deployment_token(log_dir)
     active = initial_policy(args.policy, args.policy_file)
-    roles = active.spec.engine_roles(args.engines)
-    print(f"starting {len(roles)} engine(s) {roles} for policy {active.name}; logs in {log_dir}",
-          flush=True)
+    try:
+        roles, served = model_roles(args, active)
+    except ValueError as exc:
+        print(f"switchyard serve: {exc}", file=sys.stderr, flush=True)
+        return 2
+    models = "" if len(set(served)) < 2 else " serving " + ", ".join(
+        f"engine-{i}={m.name}" for i, m in enumerate(served))
+    print(f"starting {len(roles)} engine(s) {roles} for policy {active.name}{models}; logs in "
+          f"{log_dir}", flush=True)
     engines: list[EngineProcess] = []
     keeper: EngineKeeper | None = None
     keeper_task: asyncio.Task[None] | None = None
@@ -179,7 +212,7 @@ async def _serve(args: argparse.Namespace, log_dir: Path) -> int:
         print("engine cores: " + ("unpinned" if cores is None else "; ".join(
             f"engine-{i} on {format_cpus(c)}" for i, c in enumerate(cores))
             + " (the router unpinned)"), flush=True)
-        specs = engine_specs(args, roles, cores)
+        specs = engine_specs(args, roles, cores, served)
         for spec in specs:
             engines.append(launch(spec, log_dir, die_with_parent=True))
 

@@ -15,13 +15,20 @@ from pyrouter.front_bridge import FrontBridge
 from pyrouter.http.drain import drain
 from pyrouter.live_config import LiveConfig
 from pyrouter.metrics import RouterMetrics
+from pyrouter.model_groups import (
+    ModelEngines,
+    ModelGroup,
+    ModelSpec,
+    engine_group,
+    parse_model_args,
+)
 from pyrouter.policy_registry import ActivePolicy, get_policy, load_policy_source
 from pyrouter.security.engine_allow import EngineAllowList
 from pyrouter.security.keys import ADMIN_KEYS_ENV, KeyRing
 from pyrouter.security.rate_limit import CallerLimiter, RateRules
 from pyrouter.session_affinity import session_config
 from pyrouter.state import RouterConfig, RouterState
-from pyrouter.tokenizer import load_router_tokenizer, model_display_id
+from pyrouter.tokenizer import load_router_tokenizer
 from router_core import DetokenizerVocab, RouterFront
 
 log = logging.getLogger("switchyard.router")
@@ -48,8 +55,9 @@ def parse_engine_arg(value: str) -> tuple[str, str | None]:
 
 
 def _sampling_defaults(args: argparse.Namespace) -> dict[str, float]:
-    """SmolLM2's recommended sampling (its model card) when serving the default model."""
-    default_model = args.model is None
+    """SmolLM2's recommended sampling (its model card) when serving the default model (the
+    first model, when there are several)."""
+    default_model = _models(args)[0].path is None
     temperature = getattr(args, "default_temperature", None)
     top_p = getattr(args, "default_top_p", None)
     return {"default_temperature": temperature if temperature is not None else
@@ -67,7 +75,7 @@ def router_config(args: argparse.Namespace) -> RouterConfig:
     admin_separate = getattr(args, "admin_port", None) is not None
     try:
         return RouterConfig(
-            served_model=model_display_id(args.model),
+            served_model=_models(args)[0].name,
             max_context=int(getattr(args, "max_context", None) or 8192),
             max_inflight=int(getattr(args, "max_inflight", None) or 4096),
             keys=KeyRing.from_env(admin_plane_separate=admin_separate),
@@ -86,20 +94,37 @@ def router_config(args: argparse.Namespace) -> RouterConfig:
         raise BadRequest(str(exc)) from None
 
 
+def _models(args: argparse.Namespace) -> list[ModelSpec]:
+    try:
+        return parse_model_args(getattr(args, "model", None))
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+
+
 async def build_state(args: argparse.Namespace) -> RouterState:
     config = router_config(args)
-    tokenizer = load_router_tokenizer(args.model)
+    models = _models(args)
+    tokenizer = load_router_tokenizer(models[0].path)
     engines = EngineSet(poll_s=float(getattr(args, "poll_s", None) or 0.5))
+    names = [m.name for m in models]
+    engines.group_of = lambda served: engine_group(names, served)
     for spec in args.engine:
         engines.add(*parse_engine_arg(spec))
-    slot = PolicySlot(initial_policy(args.policy, args.policy_file))
     timeout_s = float(getattr(args, "policy_timeout_s", None) or 300.0)
     metrics = RouterMetrics()
-    dispatcher = Dispatcher(engines, slot, policy_timeout_s=timeout_s, events=metrics.count_event)
-    dispatcher.feedback.sink = metrics.observe_prediction_error
-    return RouterState(config, tokenizer, engines, slot, dispatcher,
+    groups: dict[str, ModelGroup] = {}
+    for model in models:
+        # One model: its group is every engine (as before models were grouped).
+        members = engines if len(models) == 1 else ModelEngines(engines, model.name)
+        slot = PolicySlot(initial_policy(args.policy, args.policy_file))
+        dispatcher = Dispatcher(members, slot, policy_timeout_s=timeout_s,
+                                events=metrics.count_event)
+        dispatcher.feedback.sink = metrics.observe_prediction_error
+        groups[model.name] = ModelGroup(model, members, slot, dispatcher)
+    first = groups[models[0].name]
+    return RouterState(config, tokenizer, engines, first.slot, first.dispatcher,
                        DetokenizerVocab.from_tokenizer_json(tokenizer.to_json()),
-                       metrics=metrics, limiter=CallerLimiter(config.rate))
+                       metrics=metrics, limiter=CallerLimiter(config.rate), models=groups)
 
 
 def _admin_host(args: argparse.Namespace) -> str:
@@ -120,10 +145,13 @@ def start_front(state: RouterState, args: argparse.Namespace) -> RouterFront:
         max_body_bytes=cfg.max_body_bytes, body_timeout_s=cfg.body_timeout_s,
         idle_timeout_s=cfg.idle_timeout_s,
         admin_host=_admin_host(args), admin_port=getattr(args, "admin_port", None))
+    for group in list(state.models.values())[1:]:  # the first came with the front
+        front.add_served_model(group.name, **load_router_tokenizer(group.spec.path).to_state())
     state.engines.attach_front(front)
     # Under a pure-selection built-in the front picks engines itself (pyrouter/fast_path.py).
     sync_fast_policy(state, front)
-    state.slot.on_change(lambda _active: sync_fast_policy(state, front))
+    for group in state.models.values():
+        group.slot.on_change(lambda _active: sync_fast_policy(state, front))
     state.fast_recorder = FastRequestRecorder(state, front)
     return front
 

@@ -9,6 +9,7 @@ from engine.tokenizer import EngineTokenizer
 from pyrouter.dispatch import Dispatcher, PolicySlot, RequestRun
 from pyrouter.engines.membership import EngineSet
 from pyrouter.metrics import RouterMetrics
+from pyrouter.model_groups import ModelGroup, ModelSpec, group_for
 from pyrouter.policy_dir import PolicyDir
 from pyrouter.scope import RouterCounters
 from pyrouter.security.engine_allow import EngineAllowList
@@ -79,6 +80,15 @@ class RouterState:
     tracer: RouterTracer | None = field(default_factory=lambda: router_tracer())
     # The front's fast-path requests, recorded into the metrics and outcomes.
     fast_recorder: FastRequestRecorder | None = None
+    # Every served model's group by name, the first being the one above (tokenizer, engines,
+    # slot, dispatcher); empty: that one alone (pyrouter/model_groups.py).
+    models: dict[str, ModelGroup] = field(default_factory=dict)
+
+    def group(self, model: str | None = None) -> ModelGroup:
+        """The served model's group (None: the first); 404 `model_not_found` for others."""
+        default = next(iter(self.models.values()), None) or ModelGroup(
+            ModelSpec(self.config.served_model, None), self.engines, self.slot, self.dispatcher)
+        return group_for(self.models or {default.name: default}, model, default)
 
 
 def router_tracer() -> RouterTracer | None:

@@ -11,10 +11,17 @@ import argparse
 ROLES = ("any", "prefill", "decode")
 
 
-def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
-    """What every engine of a deployment shares: model, device, numerics, KV pool, batching."""
-    parser.add_argument("--model", default=None,
-                        help="GGUF file or HF directory (default: SmolLM2-135M-Instruct)")
+def add_runtime_arguments(parser: argparse.ArgumentParser, several_models: bool = False) -> None:
+    """What every engine of a deployment shares: model, device, numerics, KV pool, batching.
+    `several_models` (`switchyard serve`): --model repeats as NAME=PATH, one model each."""
+    if several_models:
+        parser.add_argument("--model", action="append", default=None, metavar="[NAME=]PATH",
+                            help="GGUF file or HF directory (default: SmolLM2-135M-Instruct); "
+                            "repeated as NAME=PATH (PATH may be 'default'), several models "
+                            "behind one router, --engines divided among them")
+    else:
+        parser.add_argument("--model", default=None,
+                            help="GGUF file or HF directory (default: SmolLM2-135M-Instruct)")
     parser.add_argument("--device", default="cpu", help="cpu | cuda:K")
     parser.add_argument("--mode", default=None, choices=["fast", "exact"],
                         help='"fast" (default on CPU): block-quantised weights, int8 activations '
@@ -67,6 +74,9 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--role", default="any", choices=ROLES)
     parser.add_argument("--engine-id", default=None)
+    parser.add_argument("--served-model-name", default=None, metavar="NAME",
+                        help="the model name a router serves this engine under (ModelInfo; a "
+                        "router serving several models sends NAME's requests here)")
     parser.add_argument("--metrics-port", type=int, default=None,
                         help="serve Prometheus metrics on http://HOST:PORT/metrics (default: "
                         "env SWITCHYARD_METRICS_PORT, else none)")

@@ -41,6 +41,7 @@ class EngineSpec:
     mock: bool = False              # synthetic tokens, no model: benchmarks and fault tests only
     mode: str | None = None         # exact | fast (None: the engine's default)
     model: str | None = None
+    served_model: str | None = None  # --served-model-name (None: the engine names none)
     device: str = "cpu"
     dtype: str | None = None        # None: the engine's default
     num_pages: int | None = None
@@ -63,7 +64,8 @@ class EngineSpec:
         for flag, value in (("--model", self.model), ("--mode", self.mode), ("--dtype", self.dtype),
                             ("--num-pages", self.num_pages), ("--kv-memory", self.kv_memory),
                             ("--chunk-size", self.chunk_size),
-                            ("--latency-profile", self.latency_profile)):
+                            ("--latency-profile", self.latency_profile),
+                            ("--served-model-name", self.served_model)):
             if value is not None:
                 argv += [flag, str(value)]
         if self.mock:

@@ -63,6 +63,7 @@ def engine_config_from_args(args: argparse.Namespace) -> Any:
         "role": args.role,
         "page_size": args.page_size,
         "engine_id": args.engine_id or f"engine-{args.port}",
+        "served_model": getattr(args, "served_model_name", None) or "",
     }
     fields["mode"] = engine_mode(args)
     if args.dtype:

@@ -29,4 +29,5 @@ def model_info(core: Any, config: Any, transfer_addr: str) -> pb.ModelInfoRespon
         transfer_addr=transfer_addr,
         role=config.role,
         engine_id=config.engine_id,
+        served_model=config.served_model,
     )

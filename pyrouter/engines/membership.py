@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 import grpc
 
@@ -55,6 +56,9 @@ class EngineSet:
         self._tasks: dict[str, list[asyncio.Task[None]]] = {}
         self._clients: dict[str, RustEngineClient] = {}
         self.model_id = ""
+        # An engine's served model from its ModelInfo's `served_model` (pyrouter/model_groups.py
+        # engine_group); None: it serves none of this router's models.
+        self.group_of: Callable[[str], str | None] = lambda _served: ""
         # Smallest context any member engine accepts (ModelInfo.max_context); 0 = unknown yet.
         self.max_context = 0
         self.front: RouterFront | None = None  # the HTTP front, once it serves
@@ -74,6 +78,8 @@ class EngineSet:
         if self.front is not None:
             self._clients[handle.id].attach_to(self.front, handle.num)
             self.front.set_engine_max_context(self.max_context)
+            if handle.model is not None:
+                self.front.set_engine_model(handle.num, handle.model)
 
     # ---- membership ----
     def add(self, address: str, role: str | None = None) -> EngineHandle:
@@ -196,6 +202,15 @@ class EngineSet:
                     self._follow_kv_events(handle, self._clients[handle.id]))
         del old
 
+    def _place(self, handle: EngineHandle, served_model: str) -> None:
+        """Into the group of the model it serves (the front sends it that model's requests)."""
+        handle.model = self.group_of(served_model)
+        if handle.model is None:
+            log.warning("engine %s (%s) serves model %r, which this router does not: it takes "
+                        "no requests", handle.id, handle.address, served_model)
+        if self.front is not None:
+            self.front.set_engine_model(handle.num, handle.model)
+
     async def _watch(self, handle: EngineHandle, client: RustEngineClient,
                      learn_role: bool) -> None:
         info_known = False
@@ -205,6 +220,7 @@ class EngineSet:
                     info = await client.model_info(timeout_s=5.0)
                     self._adopt_layout(info.page_size or 16, int(info.block_hash_seed))
                     handle.model_id = info.model_id
+                    self._place(handle, info.served_model)
                     if info.max_context > 0:
                         self.max_context = (min(self.max_context, int(info.max_context))
                                             if self.max_context else int(info.max_context))

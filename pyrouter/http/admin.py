@@ -25,24 +25,35 @@ _drains: set[asyncio.Task[None]] = set()
 ENGINE_CHECK_S = 3.0  # how long POST /admin/engines waits for an address to answer as an engine
 
 
-def _policy_body(state: RouterState) -> dict[str, Any]:
-    active = state.slot.current
-    return {"policy": active.name, "params": active.params, "available": available()}
+def _policy_body(state: RouterState, model: str | None = None) -> dict[str, Any]:
+    """The policy of `model` (None: the first model's), and each served model's when the
+    router serves several."""
+    active = state.group(model).slot.current
+    body: dict[str, Any] = {"policy": active.name, "params": active.params,
+                            "available": available()}
+    if len(state.models) > 1:
+        body["model"] = state.group(model).name
+        body["models"] = {name: {"policy": g.slot.current.name, "params": g.slot.current.params}
+                          for name, g in state.models.items()}
+    return body
 
 
 async def get_policy_handler(state: RouterState, request: OpsRequest) -> OpsResponse:
-    return json_response(_policy_body(state))
+    return json_response(_policy_body(state, request.query.get("model")))
 
 
 async def put_policy_handler(state: RouterState, request: OpsRequest) -> OpsResponse:
     body = request.json_object()
-    name = body.get("policy", state.slot.current.name)
+    model = body.get("model")
+    slot = state.group(model).slot  # 404 model_not_found before anything changes
+    name = body.get("policy", slot.current.name)
     params = body.get("params", {})
     policy_file = body.get("file")
     if not isinstance(name, str) or not isinstance(params, dict) or not isinstance(
             policy_file, str | None):
         raise BadRequest("expected {\"policy\": NAME, \"params\": {...}, \"file\": optional "
-                         "name of a policy file in --policy-dir}", param="policy")
+                         "name of a policy file in --policy-dir, \"model\": optional served "
+                         "model}", param="policy")
     if policy_file:
         if state.policy_dir is None:
             raise Forbidden("this router loads no policy files at run time (start it with "
@@ -51,9 +62,10 @@ async def put_policy_handler(state: RouterState, request: OpsRequest) -> OpsResp
         state.policy_dir.load_one(policy_file)
     spec = get_policy(name)
     # A new ActivePolicy (fresh state) takes new requests; in-flight ones keep their own.
-    state.slot.current = ActivePolicy(spec, spec.check_params(params))
-    log.info("policy switched to %s %s", name, state.slot.current.params)
-    return json_response(_policy_body(state))
+    slot.current = ActivePolicy(spec, spec.check_params(params))
+    log.info("policy switched to %s %s%s", name, slot.current.params,
+             f" for model {model}" if model is not None else "")
+    return json_response(_policy_body(state, model))
 
 
 def _engine_view(state: RouterState) -> list[dict[str, Any]]:
@@ -63,6 +75,7 @@ def _engine_view(state: RouterState) -> list[dict[str, Any]]:
         state_name = "draining" if e.draining else "healthy" if e.healthy else "unreachable"
         out.append({"id": e.id, "address": e.address, "role": e.role, "healthy": e.healthy,
                     "draining": e.draining, "state": state_name, "model": e.model_id,
+                    "served_model": e.model,
                     "load": {"unfinished_tokens": int(load.unfinished_tokens),
                              "running": int(load.running_decodes),
                              "queued_prefill_tokens": int(load.queued_prefill_tokens),

@@ -85,7 +85,9 @@ SCHEMAS: dict[str, Any] = {
                                   "usage": {"type": "object"}}},
     "PolicyChange": {"type": "object", "properties": {
         "policy": _STR, "params": {"type": "object"},
-        "file": {**_STR, "description": "a *.py file in --policy-dir, by name"}}},
+        "file": {**_STR, "description": "a *.py file in --policy-dir, by name"},
+        "model": {**_STR, "description": "the served model whose policy changes (default: "
+                  "the first)"}}},
     "SessionAffinity": {"type": "object", "properties": {
         "load_bound": {**_NUM, "minimum": 1}, "from_user": _BOOL}},
     "EngineAdd": {"type": "object", "required": ["address"], "properties": {

@@ -67,9 +67,19 @@ impl FastPolicy {
     /// Picks the engine for `tokens` among the table's healthy engines (those serving: healthy
     /// and not draining). Errors are the 503s the Python versions raise.
     pub fn choose(&self, core: &RouterCore, tokens: &[u32]) -> Result<FastChoice, ApiError> {
+        self.choose_among(core, tokens, &|_| true)
+    }
+
+    /// As `choose`, among the engines `member` admits only (a served model's group).
+    pub fn choose_among(
+        &self,
+        core: &RouterCore,
+        tokens: &[u32],
+        member: &dyn Fn(u32) -> bool,
+    ) -> Result<FastChoice, ApiError> {
         match self.kind {
             FastPolicyKind::RoundRobin => {
-                let engines = healthy_engines(core);
+                let engines = healthy_engines(core, member);
                 if engines.is_empty() {
                     return Err(no_healthy_engine());
                 }
@@ -82,7 +92,7 @@ impl FastPolicy {
                 })
             }
             FastPolicyKind::LeastLoad => {
-                let engines = healthy_engines(core);
+                let engines = healthy_engines(core, member);
                 let best = engines
                     .iter()
                     .min_by_key(|e| (e.unfinished, e.inflight, e.id))
@@ -103,7 +113,8 @@ impl FastPolicy {
                     .map_err(ApiError::from)?;
                 let best = result
                     .candidates
-                    .first()
+                    .iter()
+                    .find(|c| member(c.engine_id))
                     .ok_or_else(|| ApiError::no_capacity("no healthy engine with role 'any'"))?;
                 Ok(FastChoice {
                     engine: best.engine_id,
@@ -127,12 +138,13 @@ struct Serving {
     inflight: u64,
 }
 
-/// Healthy engines by id (`cluster.engines("any")`: the table is ordered by number).
-fn healthy_engines(core: &RouterCore) -> Vec<Serving> {
+/// Healthy engines by id (`cluster.engines("any")`: the table is ordered by number) that
+/// `member` admits.
+fn healthy_engines(core: &RouterCore, member: &dyn Fn(u32) -> bool) -> Vec<Serving> {
     let table = lock(&core.table);
     table
         .all()
-        .filter(|e| e.healthy)
+        .filter(|e| e.healthy && member(e.engine_id))
         .map(|e: &EngineLoad| Serving {
             id: e.engine_id,
             unfinished: e.unfinished_tokens + e.router_tokens,
@@ -223,5 +235,23 @@ mod tests {
         let choice = ca.choose(&core, &tokens).unwrap();
         assert_eq!(choice.route, "cache_aware engine=e1 matched=8");
         assert_eq!(FastPolicyKind::parse("pd", None), None);
+        // Among engine 0 alone (another model's group holds e1), e0 it is.
+        let choice = ca.choose_among(&core, &tokens, &|e| e == 0).unwrap();
+        assert_eq!(choice.route, "cache_aware engine=e0 matched=0");
+    }
+
+    #[test]
+    fn a_group_picks_among_its_own_engines_only() {
+        let core = core_with(&[(0, 0, true), (9, 0, true), (0, 0, true), (5, 0, true)]);
+        let odd = |e: u32| e % 2 == 1;
+        let rr = FastPolicy::new(FastPolicyKind::RoundRobin, "round_robin");
+        let picks: Vec<u32> = (0..3)
+            .map(|_| rr.choose_among(&core, &[1], &odd).unwrap().engine)
+            .collect();
+        assert_eq!(picks, vec![1, 3, 1]);
+        let ll = FastPolicy::new(FastPolicyKind::LeastLoad, "least_load");
+        assert_eq!(ll.choose_among(&core, &[1], &odd).unwrap().engine, 3);
+        let err = ll.choose_among(&core, &[1], &|_| false).unwrap_err();
+        assert_eq!(err.status, 503);
     }
 }

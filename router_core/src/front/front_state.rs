@@ -8,6 +8,7 @@
 use super::bridge::PolicyBridge;
 use super::fast_path::FastPolicy;
 use super::openai_request::RequestLimits;
+use super::served_models::{ServedModel, ServedModels};
 use crate::detok::DetokenizerVocab;
 use crate::engine_rpc::EngineRpc;
 use crate::router::{lock, RouterCore};
@@ -51,6 +52,8 @@ pub struct FrontEngine {
 #[derive(Debug, Clone, PartialEq)]
 pub struct FastRecord {
     pub ended: Instant,
+    /// The served model it asked for.
+    pub model: String,
     pub policy: String,
     /// The route's pattern ("dp", "cache_aware"); None when no engine took the request.
     pub pattern: Option<&'static str>,
@@ -77,6 +80,8 @@ pub struct Front<B: PolicyBridge> {
     pub config: FrontConfig,
     pub tokenizer: Arc<RouterTokenizer>,
     pub vocab: Arc<DetokenizerVocab>,
+    /// Every served model (the first is `config.served_model` with the tokenizer above).
+    pub models: ServedModels,
     pub bridge: B,
     pub runtime: tokio::runtime::Handle,
     /// Unix seconds at start (/v1/models' `created`).
@@ -88,7 +93,8 @@ pub struct Front<B: PolicyBridge> {
     engine_max_context: AtomicU64,
     engines: RwLock<HashMap<u32, Arc<FrontEngine>>>,
     core: RwLock<Option<Arc<RouterCore>>>,
-    fast: RwLock<Option<Arc<FastPolicy>>>,
+    /// Each model's fast-path policy, by model name (absent: its requests go to the bridge).
+    fast: RwLock<HashMap<String, Arc<FastPolicy>>>,
     records: Mutex<VecDeque<FastRecord>>,
     records_dropped: AtomicU64,
     /// The router drains: new requests go to the deciding side, which refuses them.
@@ -123,10 +129,16 @@ impl<B: PolicyBridge> Front<B> {
         runtime: tokio::runtime::Handle,
         started_unix: u64,
     ) -> Self {
+        let models = ServedModels::new(ServedModel {
+            name: config.served_model.clone(),
+            tokenizer: tokenizer.clone(),
+            vocab: vocab.clone(),
+        });
         Front {
             config,
             tokenizer,
             vocab,
+            models,
             bridge,
             runtime,
             started_unix,
@@ -135,7 +147,7 @@ impl<B: PolicyBridge> Front<B> {
             engine_max_context: AtomicU64::new(0),
             engines: RwLock::new(HashMap::new()),
             core: RwLock::new(None),
-            fast: RwLock::new(None),
+            fast: RwLock::new(HashMap::new()),
             records: Mutex::new(VecDeque::new()),
             records_dropped: AtomicU64::new(0),
             draining: AtomicBool::new(false),
@@ -206,18 +218,28 @@ impl<B: PolicyBridge> Front<B> {
         read(&self.core).clone()
     }
 
-    /// The fast-path policy new requests get (None: the deciding side's policy runs).
+    /// The fast-path policy the default model's new requests get (None: the deciding side's
+    /// policy runs).
     pub fn set_fast_policy(&self, policy: Option<FastPolicy>) {
-        *write(&self.fast) = policy.map(Arc::new);
+        self.set_model_fast_policy(&self.config.served_model, policy);
     }
 
-    /// The fast-path policy for a new request: none while the router drains (the deciding
-    /// side answers those with its 503 `shutting_down`).
-    pub fn fast_policy(&self) -> Option<Arc<FastPolicy>> {
+    /// The fast-path policy `model`'s new requests get.
+    pub fn set_model_fast_policy(&self, model: &str, policy: Option<FastPolicy>) {
+        let mut fast = write(&self.fast);
+        match policy {
+            Some(policy) => fast.insert(model.to_owned(), Arc::new(policy)),
+            None => fast.remove(model),
+        };
+    }
+
+    /// The fast-path policy for a new request of `model`: none while the router drains (the
+    /// deciding side answers those with its 503 `shutting_down`).
+    pub fn fast_policy(&self, model: &str) -> Option<Arc<FastPolicy>> {
         if self.draining.load(Ordering::Acquire) {
             return None;
         }
-        read(&self.fast).clone()
+        read(&self.fast).get(model).cloned()
     }
 
     pub fn set_draining(&self, draining: bool) {

@@ -12,9 +12,9 @@ use super::fast_path::FastPolicy;
 use super::front_state::{ended, FastRecord, Front, FrontEngine, InflightGuard};
 use super::openai_request::{GenerationRequest, RequestKind};
 use super::response_body::ResponseBody;
-use super::segment_call::SegmentCall;
+use super::served_models::ServedModel;
 use crate::engine_rpc::GenerateCall;
-use crate::otel::{router_tracer, RequestSpans, RequestSummary, RouterTracer};
+use crate::otel::{router_tracer, RequestSpans, RequestSummary};
 use crate::router::lock;
 use crate::rpc::pb;
 use axum::body::{Body, Bytes};
@@ -37,6 +37,8 @@ pub struct Prepared {
     pub engine_request_id: String,
     pub caller: Caller,
     pub request: GenerationRequest,
+    /// The served model it asked for.
+    pub model: Arc<ServedModel>,
     pub trace_headers: Vec<(String, String)>,
     pub started: Instant,
     pub inflight: InflightGuard,
@@ -44,34 +46,16 @@ pub struct Prepared {
 
 /// Runs `prepared` in its own task; resolves to the response (its body may still stream).
 pub async fn respond<B: PolicyBridge>(front: Arc<Front<B>>, prepared: Prepared) -> Response {
-    let (task, head) = request_task(front, prepared, None);
-    tokio::spawn(task);
-    head.await.unwrap_or_else(|_| {
+    let (head_tx, head_rx) = oneshot::channel();
+    let task = RequestTask::new(front, prepared, head_tx);
+    tokio::spawn(task.run());
+    head_rx.await.unwrap_or_else(|_| {
         error_response(
             &ShapedError::from(&ApiError::internal("the request ended without a response")),
             "none",
             "",
         )
     })
-}
-
-/// One request's task, and where its response's head arrives (then, streaming, its body). The
-/// HTTP front spawns the task on tokio; an in-process caller (front/in_process.rs) drives it
-/// itself, so tests and the simulator run the code a client's request runs. `tracer`: where
-/// its spans go instead of the process's router tracer (None: that one).
-pub fn request_task<B: PolicyBridge>(
-    front: Arc<Front<B>>,
-    prepared: Prepared,
-    tracer: Option<Arc<RouterTracer>>,
-) -> (
-    impl std::future::Future<Output = ()> + Send + 'static,
-    oneshot::Receiver<Response>,
-) {
-    let (head_tx, head_rx) = oneshot::channel();
-    (
-        RequestTask::new(front, prepared, head_tx, tracer).run(),
-        head_rx,
-    )
 }
 
 /// A JSON response with the envelope headers.
@@ -249,6 +233,7 @@ struct RequestTask<B: PolicyBridge> {
     engine_request_id: String,
     caller: Caller,
     request: GenerationRequest,
+    model: Arc<ServedModel>,
     trace_headers: Vec<(String, String)>,
     started: Instant,
     first_token: Option<Instant>,
@@ -272,7 +257,7 @@ struct RequestTask<B: PolicyBridge> {
     spans: Option<RequestSpans>,
     /// Why it failed (the error body's code), for its span.
     error_type: String,
-    call: Option<Arc<dyn SegmentCall>>,
+    call: Option<Arc<GenerateCall>>,
     /// The running segment's engine sent its finish.
     delivered: bool,
     completion_tokens: u64,
@@ -285,16 +270,10 @@ fn proto_tokens(tokens: &[u32]) -> Vec<i32> {
 }
 
 impl<B: PolicyBridge> RequestTask<B> {
-    fn new(
-        front: Arc<Front<B>>,
-        p: Prepared,
-        head: oneshot::Sender<Response>,
-        tracer: Option<Arc<RouterTracer>>,
-    ) -> Self {
+    fn new(front: Arc<Front<B>>, p: Prepared, head: oneshot::Sender<Response>) -> Self {
         let ending = front.watch_ending();
-        let tracer = tracer.or_else(|| router_tracer(&front.runtime).cloned());
-        let spans = tracer.and_then(|tracer| {
-            RequestSpans::start(&tracer, &p.trace_headers, p.started, &p.engine_request_id)
+        let spans = router_tracer(&front.runtime).and_then(|tracer| {
+            RequestSpans::start(tracer, &p.trace_headers, p.started, &p.engine_request_id)
         });
         RequestTask {
             front,
@@ -302,6 +281,7 @@ impl<B: PolicyBridge> RequestTask<B> {
             engine_request_id: p.engine_request_id,
             caller: p.caller,
             request: p.request,
+            model: p.model,
             trace_headers: p.trace_headers,
             started: p.started,
             first_token: None,
@@ -327,7 +307,7 @@ impl<B: PolicyBridge> RequestTask<B> {
     }
 
     async fn run(mut self) {
-        let fast = self.front.fast_policy();
+        let fast = self.front.fast_policy(&self.model.name);
         let admitted = match &fast {
             Some(policy) => self.admit_fast(policy).await,
             None => self.admit_bridge().await,
@@ -399,7 +379,9 @@ impl<B: PolicyBridge> RequestTask<B> {
             spans.begin_segment(false);
         }
         for attempt in 1..=FAST_ATTEMPTS {
-            let choice = policy.choose(&core, &self.request.tokens)?;
+            let (models, model) = (&self.front.models, self.model.name.as_str());
+            let member = |num| models.serves(num, model);
+            let choice = policy.choose_among(&core, &self.request.tokens, &member)?;
             let engine = self
                 .front
                 .engine(choice.engine)
@@ -443,7 +425,7 @@ impl<B: PolicyBridge> RequestTask<B> {
                         if let Some(spans) = &mut self.spans {
                             spans.segment_on(&name);
                         }
-                        self.route = choice.route;
+                        self.route = self.with_model(choice.route);
                         self.pattern = Some(choice.pattern.to_owned());
                         self.fast_engine = Some((choice.engine, choice.pattern));
                         return Ok((Segment { call, engine: name }, chunk));
@@ -478,7 +460,7 @@ impl<B: PolicyBridge> RequestTask<B> {
         let spec = AdmitSpec {
             request_id: self.request_id.clone(),
             engine_request_id: self.engine_request_id.clone(),
-            model: self.front.config.served_model.clone(),
+            model: self.model.name.clone(),
             request: self.request.clone(),
             trace_headers: std::mem::take(&mut self.trace_headers),
             caller: std::mem::take(&mut self.caller),
@@ -507,7 +489,7 @@ impl<B: PolicyBridge> RequestTask<B> {
         if let Some(spans) = &mut self.spans {
             spans.segment_on(&admitted.segment.engine);
         }
-        self.route = admitted.route;
+        self.route = self.with_model(admitted.route);
         self.pattern = Some(admitted.pattern);
         self.call = Some(admitted.segment.call.clone());
         if self.client_gone {
@@ -529,11 +511,6 @@ impl<B: PolicyBridge> RequestTask<B> {
             spans.segment_ended(segment_tokens.len() as u64, "handoff");
             spans.begin_segment(true);
         }
-        // The ended segment's finish is the deciding side's to account (it marks it delivered
-        // as it takes the hand-off); until the next segment's stream is read here, nothing it
-        // started counts as delivered: if the next segment fails, its close releases what the
-        // policy took for it (a reservation the failed segment never consumed).
-        self.delivered = false;
         let segment = self
             .front
             .bridge
@@ -544,10 +521,11 @@ impl<B: PolicyBridge> RequestTask<B> {
             spans.segment_on(&segment.0.engine);
         }
         self.call = Some(segment.0.call.clone());
+        self.delivered = false;
         Ok(segment)
     }
 
-    async fn read(&mut self, call: &dyn SegmentCall) -> Result<pb::GenerateChunk, Stop> {
+    async fn read(&mut self, call: &GenerateCall) -> Result<pb::GenerateChunk, Stop> {
         let read = tokio::select! {
             _ = ended(&mut self.ending) => return Err(ApiError::shutting_down().into()),
             read = call.next() => read,
@@ -559,19 +537,28 @@ impl<B: PolicyBridge> RequestTask<B> {
         Ok(next_chunk(read, &self.engine_request_id)?)
     }
 
+    /// The route header, naming the model when the router serves several.
+    fn with_model(&self, route: String) -> String {
+        if self.front.models.several() {
+            format!("{route} model={}", self.model.name)
+        } else {
+            route
+        }
+    }
+
     fn response_body(&self) -> Result<ResponseBody, ApiError> {
         let created = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
         ResponseBody::new(
-            self.front.vocab.clone(),
+            self.model.vocab.clone(),
             self.request.sampling.stop.clone(),
             self.request.kind,
             self.request.stream,
             self.request.include_usage,
             self.request.return_token_ids,
             &self.request_id,
-            &self.front.config.served_model,
+            &self.model.name,
             created,
         )
         .map_err(ApiError::from)
@@ -648,7 +635,7 @@ impl<B: PolicyBridge> RequestTask<B> {
                 call = next.call;
                 chunk = first;
             } else {
-                chunk = self.read(call.as_ref()).await?;
+                chunk = self.read(&call).await?;
             }
         }
     }
@@ -720,7 +707,7 @@ impl<B: PolicyBridge> RequestTask<B> {
         };
         spans.finish(RequestSummary {
             chat: self.request.kind == RequestKind::Chat,
-            model: &self.front.config.served_model,
+            model: &self.model.name,
             max_tokens: self.request.sampling.max_tokens,
             temperature: self.request.sampling.temperature,
             input_tokens: self.request.tokens.len() as u64,
@@ -756,6 +743,7 @@ impl<B: PolicyBridge> RequestTask<B> {
         };
         self.front.push_record(FastRecord {
             ended,
+            model: self.model.name.clone(),
             policy: std::mem::take(&mut self.policy),
             pattern: self.fast_engine.map(|(_, pattern)| pattern),
             engine: self.fast_engine.map(|(engine, _)| engine),

@@ -12,7 +12,7 @@ use super::bridge::{Caller, OpsRequest, Plane, PolicyBridge};
 use super::engine_names::first_engine_request_id;
 use super::front_state::Front;
 use super::generation::{envelope, error_response, json_response, respond, Prepared};
-use super::openai_request::{parse_generation, GenerationRequest, RequestKind};
+use super::openai_request::{parse_generation, GenerationRequest, RequestKind, RequestLimits};
 use super::parse_error_reply::ShapedParseErrors;
 use super::request_ids::{client_request_id, new_request_id};
 use super::session_id::request_session;
@@ -264,9 +264,17 @@ async fn handle<B: PolicyBridge>(State(conn): State<Connection<B>>, request: Req
             json_response(200, br#"{"status":"ok"}"#.to_vec(), "none", &request_id)
         }
         (&Method::GET, None) if public && path == "/v1/models" => {
-            let body = json!({"object": "list", "data": [{
-                "id": front.config.served_model, "object": "model",
-                "created": front.started_unix, "owned_by": "switchyard"}]});
+            let data: Vec<Value> = front
+                .models
+                .list()
+                .iter()
+                .map(|model| {
+                    json!({
+                "id": model.name, "object": "model",
+                "created": front.started_unix, "owned_by": "switchyard"})
+                })
+                .collect();
+            let body = json!({"object": "list", "data": data});
             json_response(200, body.to_string().into_bytes(), "none", &request_id)
         }
         _ if own => {
@@ -318,14 +326,14 @@ async fn handle<B: PolicyBridge>(State(conn): State<Connection<B>>, request: Req
 }
 
 /// Who sent a request and the ids it gets.
-pub(super) struct Identity {
-    pub(super) request_id: String,
-    pub(super) engine_request_id: String,
-    pub(super) client_host: String,
+struct Identity {
+    request_id: String,
+    engine_request_id: String,
+    client_host: String,
 }
 
 /// Parse, tokenise and count the request in flight (429 at the limit).
-pub(super) fn prepare<B: PolicyBridge>(
+fn prepare<B: PolicyBridge>(
     front: &Front<B>,
     kind: RequestKind,
     body: &[u8],
@@ -335,7 +343,13 @@ pub(super) fn prepare<B: PolicyBridge>(
 ) -> std::result::Result<Prepared, ApiError> {
     let value: Value = serde_json::from_slice(body)
         .map_err(|err| ApiError::bad_request(format!("request body is not valid JSON: {err}")))?;
-    let request = parse_generation(&value, kind, front.tokenizer.as_ref(), &front.limits())?;
+    // The request's model decides how its prompt is read and which engines may take it.
+    let model = front.models.resolve(value.get("model"))?;
+    let limits = RequestLimits {
+        served_model: model.name.clone(),
+        ..front.limits()
+    };
+    let request = parse_generation(&value, kind, model.tokenizer.as_ref(), &limits)?;
     let session = request_session(headers, &value, front.sessions.settings())?;
     let request = GenerationRequest { session, ..request };
     let inflight = front.enter().map_err(|n| {
@@ -357,6 +371,7 @@ pub(super) fn prepare<B: PolicyBridge>(
             host: identity.client_host,
         },
         request,
+        model,
         trace_headers: trace_headers(headers),
         started,
         inflight,

@@ -16,6 +16,7 @@ use crate::front::bridge::{
     Segment,
 };
 use crate::front::fast_path::{FastPolicy, FastPolicyKind};
+use crate::front::served_models::ServedModel;
 use crate::front::{start_front, FastRecord, Front, FrontConfig};
 use crate::rpc::pb;
 use crate::scoring::ScoreWeights;
@@ -32,8 +33,8 @@ use tokio::sync::oneshot;
 /// The Python side behind the front (pyrouter.front_bridge.FrontBridge): every call reaches it
 /// through the job queue its loop drains (bridge_jobs.rs), so no tokio thread waits for the GIL
 /// beyond the one wake-up per batch.
-pub(super) struct PyBridge {
-    pub(super) jobs: Arc<BridgeJobs>,
+struct PyBridge {
+    jobs: Arc<BridgeJobs>,
 }
 
 impl PolicyBridge for PyBridge {
@@ -124,6 +125,7 @@ fn positive(name: &str, seconds: f64) -> PyResult<Duration> {
 pub struct PyFastRecord {
     /// Seconds since it ended, when drained.
     age_s: f64,
+    model: String,
     policy: String,
     pattern: Option<&'static str>,
     engine: Option<u32>,
@@ -142,6 +144,7 @@ impl From<FastRecord> for PyFastRecord {
     fn from(r: FastRecord) -> Self {
         PyFastRecord {
             age_s: r.ended.elapsed().as_secs_f64(),
+            model: r.model,
             policy: r.policy,
             pattern: r.pattern,
             engine: r.engine,
@@ -156,6 +159,22 @@ impl From<FastRecord> for PyFastRecord {
             slo_tpot_ms: r.slo_tpot_ms,
         }
     }
+}
+
+/// A served model's tokenizer and detokenizer vocabulary, from its tokenizer state.
+fn load_tokenizer(
+    tokenizer_json: &str,
+    chat_template: Option<&str>,
+    bos_token_id: Option<u32>,
+    eos_token_ids: Vec<u32>,
+) -> crate::Result<(RouterTokenizer, DetokenizerVocab)> {
+    let tokenizer =
+        RouterTokenizer::new(tokenizer_json, chat_template, bos_token_id, eos_token_ids)?;
+    tokenizer.max_token_bytes(); // worked out now, not on the first request
+    Ok((
+        tokenizer,
+        DetokenizerVocab::from_tokenizer_json(tokenizer_json)?,
+    ))
 }
 
 /// The router's HTTP front, serving from construction until `shutdown`.
@@ -217,14 +236,8 @@ impl PyRouterFront {
             None => None,
         };
         let first_chunk_timeout = duration("first_chunk_timeout_s", first_chunk_timeout_s)?;
-        let (tokenizer, vocab) = py.allow_threads(|| -> crate::Result<_> {
-            let tokenizer =
-                RouterTokenizer::new(tokenizer_json, chat_template, bos_token_id, eos_token_ids)?;
-            tokenizer.max_token_bytes(); // worked out now, not on the first request
-            Ok((
-                tokenizer,
-                DetokenizerVocab::from_tokenizer_json(tokenizer_json)?,
-            ))
+        let (tokenizer, vocab) = py.allow_threads(|| {
+            load_tokenizer(tokenizer_json, chat_template, bos_token_id, eos_token_ids)
         })?;
         let config = FrontConfig {
             served_model,
@@ -308,12 +321,14 @@ impl PyRouterFront {
 
     /// Runs new requests under a pure-selection built-in in Rust, with no Python call
     /// ("round_robin", "least_load", or "cache_aware" with its four weights); None: every
-    /// request goes to the bridge's policy. A new value starts a fresh policy (turn 0).
-    #[pyo3(signature = (name, weights = None))]
+    /// request goes to the bridge's policy. A new value starts a fresh policy (turn 0). With
+    /// `model`, for that served model's requests only (default: the first model's).
+    #[pyo3(signature = (name, weights = None, model = None))]
     fn set_fast_policy(
         &self,
         name: Option<&str>,
         weights: Option<(f64, f64, f64, f64)>,
+        model: Option<&str>,
     ) -> PyResult<()> {
         let policy = match name {
             None => None,
@@ -327,8 +342,51 @@ impl PyRouterFront {
                 Some(FastPolicy::new(kind, name))
             }
         };
-        self.front.set_fast_policy(policy);
+        match model {
+            Some(model) => self.front.set_model_fast_policy(model, policy),
+            None => self.front.set_fast_policy(policy),
+        }
         Ok(())
+    }
+
+    /// Serves one more model behind this front: requests naming `name` are tokenised with
+    /// this tokenizer state (EngineTokenizer.to_state()'s keys) and go to its engines only.
+    #[pyo3(signature = (name, *, tokenizer_json, chat_template = None, bos_token_id = None,
+                        eos_token_ids = Vec::new()))]
+    fn add_served_model(
+        &self,
+        py: Python<'_>,
+        name: String,
+        tokenizer_json: &str,
+        chat_template: Option<&str>,
+        bos_token_id: Option<u32>,
+        eos_token_ids: Vec<u32>,
+    ) -> PyResult<()> {
+        let (tokenizer, vocab) = py.allow_threads(|| {
+            load_tokenizer(tokenizer_json, chat_template, bos_token_id, eos_token_ids)
+        })?;
+        self.front
+            .models
+            .add(ServedModel {
+                name,
+                tokenizer: Arc::new(tokenizer),
+                vocab: Arc::new(vocab),
+            })
+            .map_err(PyValueError::new_err)
+    }
+
+    /// The served models' ids, the default first (/v1/models lists them).
+    #[getter]
+    fn served_models(&self) -> Vec<String> {
+        let models = self.front.models.list();
+        models.iter().map(|m| m.name.clone()).collect()
+    }
+
+    /// Engine `num` serves `model` (its ModelInfo said so; None: forget it). With several
+    /// models a request goes only to engines of its own.
+    #[pyo3(signature = (num, model))]
+    fn set_engine_model(&self, num: u32, model: Option<String>) {
+        self.front.models.set_engine_model(num, model);
     }
 
     /// What the fast path picks for `tokens` now: (engine, X-Switchyard-Route); a round_robin
@@ -337,7 +395,7 @@ impl PyRouterFront {
     fn choose_fast(&self, tokens: Vec<u32>) -> PyResult<(u32, String)> {
         let policy = self
             .front
-            .fast_policy()
+            .fast_policy(&self.front.config.served_model)
             .ok_or_else(|| PyValueError::new_err("no fast-path policy is set"))?;
         let core = self
             .front
@@ -352,7 +410,8 @@ impl PyRouterFront {
     /// The policy the fast path runs now (None: the bridge decides every request).
     #[getter]
     fn fast_policy(&self) -> Option<String> {
-        self.front.fast_policy().map(|p| p.name.clone())
+        let model = &self.front.config.served_model;
+        self.front.fast_policy(model).map(|p| p.name.clone())
     }
 
     /// The router drains: no fast path for new requests (the bridge refuses them).
