@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 RouteFn = Callable[["RouterRequest", "ClusterView"],
                    Awaitable["GenerationStream"] | AsyncIterator["GenerationStream"]]
 
-# Names from INTERFACES.md; each is the module pyrouter.policies.<name> (some arrive later).
+# The built-in policies' names (docs/policies.md); each is the module pyrouter.policies.<name>.
 BUILTIN_NAMES = ("round_robin", "least_load", "cache_aware", "pd", "balanced_pd", "tandem",
                  "slo_mux", "adaptive")
 

@@ -1,9 +1,9 @@
 """long_prompts_pd: disaggregate only prompts long enough to pay for the KV transfer.
 
 Short prompts run whole on the decode engine (route `dp engine=...`); longer ones are prefilled
-on the prefill engine and pushed to the decode engine (route `pd ...`), as in DESIGN.md's
-policy-hook example. Mounted into the router with --policy-dir (deploy/compose.yaml, and the
-Kubernetes ConfigMap built from this directory); edit it and the router reloads it.
+on the prefill engine and pushed to the decode engine (route `pd ...`). Mounted into the router
+with --policy-dir (deploy/compose.yaml, and the Kubernetes ConfigMap built from this directory);
+edit it and the router reloads it.
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 but the last token, the prefill engine computes what the decode engine lacks and sends it.
 
 Cache aware (no send when the decode engine already holds the prefix) and failure tolerant (a
-failed transfer falls back to prefilling locally, as DESIGN.md "Failure behaviour" says).
+failed transfer falls back to prefilling locally: docs/reliability.md).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Greedy tokens of EngineCore equal transformers' generate on the same GGUF weights (fp32).
 
 All prompts run together in one engine with a 64-token prefill budget, so the batches mix
-decodes with chunked prefills of long prompts. Numerics (DESIGN.md): a different batch shape may
+decodes with chunked prefills of long prompts. Numerics: a different batch shape may
 change the last bits of a logit, so where the two runs pick different tokens the reference's
 top-two logits must be a near-tie (within NEAR_TIE); the sequences legitimately part there.
 """

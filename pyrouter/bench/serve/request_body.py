@@ -1,6 +1,6 @@
 """The body of one benchmark request and the SLO it carries: a streamed /v1/completions with a
 token-id (or text) prompt, `ignore_eos` so the output length is the workload's `max_tokens`,
-usage in the stream, and the optional `slo` field SLO-aware policies read (INTERFACES.md).
+usage in the stream, and the optional `slo` field SLO-aware policies read (docs/api.md).
 Shared by `switchyard bench serve` and loadtest/locustfile.py."""
 from __future__ import annotations
 
