@@ -1,4 +1,4 @@
-"""The `switchyard` command line (INTERFACES.md).
+"""The `switchyard` command line (README.md; every option: `switchyard <command> --help`).
 
 Each subcommand lives in the module that owns it; this file only parses arguments and dispatches,
 importing lazily so `switchyard router` never imports torch and `switchyard engine` never imports

@@ -1,4 +1,4 @@
-"""Admin API: switch policy live, list/add/drain engines (INTERFACES.md).
+"""Admin API: switch policy live, list/add/drain engines (docs/policies.md, docs/reliability.md).
 
 Who may call these is keys.py's rule (an admin key, never an inference key). What they may do
 is bounded too: a policy file loads only from --policy-dir (by its name there), an engine is
