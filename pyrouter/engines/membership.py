@@ -13,7 +13,6 @@ from collections.abc import Callable
 
 import grpc
 
-from pyrouter.core import make_router_core
 from pyrouter.engines.handle import EngineHandle
 from pyrouter.engines.rust_client import RustEngineClient, dial
 from pyrouter.errors import BadRequest, NotFound
@@ -50,7 +49,7 @@ class EngineSet:
     def __init__(self, poll_s: float = 0.5, block_size: int = 16, seed: int = 0) -> None:
         self.poll_s = poll_s
         self.engines: dict[str, EngineHandle] = {}
-        self.core: RouterCore = make_router_core(block_size, seed)
+        self.core: RouterCore = RouterCore(block_size, seed)
         self._core_key: tuple[int, int] | None = None  # (block_size, seed) learned from engines
         self._next = 0
         self._tasks: dict[str, list[asyncio.Task[None]]] = {}
@@ -186,7 +185,7 @@ class EngineSet:
                         key, self._core_key)
             return
         self._core_key = key
-        old, self.core = self.core, make_router_core(block_size, seed)
+        old, self.core = self.core, RouterCore(block_size, seed)
         if self.front is not None:
             self.front.set_core(self.core)
         for handle in self.engines.values():

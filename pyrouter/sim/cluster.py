@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 import router_core
 from engine.core.outputs import StepOutput
 from engine.server.convert import event_batches, stats_to_proto
-from pyrouter.core import make_router_core
 from pyrouter.engines.handle import EngineHandle
 from pyrouter.engines.membership import apply_stats
 from pyrouter.sim.client import SimEngineClient, TokenLog
@@ -35,7 +34,7 @@ class SimCluster:
             raise ValueError("a simulated cluster needs at least one engine")
         self.profile = profile
         seed = router_core.model_seed(profile.model.model_id or profile.name)
-        self.core: RouterCore = make_router_core(profile.page_size, seed)
+        self.core: RouterCore = RouterCore(profile.page_size, seed)
         self.engines: dict[str, EngineHandle] = {}
         self.tokens = TokenLog()
         self.poll_s = poll_s
