@@ -14,7 +14,9 @@ What crosses between the front and this bridge is typed (router_core's `AdmitSpe
 `AdmitOutcome` of `Admitted` or `RequestFailure`, `SegmentHandoff`, `SegmentStart`,
 `RequestEnd`, `OpsCall`/`OpsReply`; router_core/src/python/bridge_values.rs): an answer of any
 other type is the client's 500 naming it, never a failed unpacking. Chunks are `EngineChunk`s,
-made once in Rust: no protobuf is encoded or decoded on this side.
+made once in Rust: no protobuf is encoded or decoded on this side (an in-process engine double's
+GenerateChunk messages are, once, in SegmentStart: tests and the simulator run this bridge too,
+through router_core.InProcessFront).
 
 Crossings of a pd request between Rust and Python, admission to close ("R->P": a tokio thread
 queues a job for this loop, one GIL hand-off per batch of jobs; "P->R": this loop calls into
@@ -67,7 +69,6 @@ from router_core import (
     AdmitOutcome,
     AdmitSpec,
     Admitted,
-    EngineChunk,
     OpsCall,
     OpsReply,
     RequestEnd,
@@ -97,14 +98,6 @@ def _failure(exc: RouterError, handle: FrontRequest | None = None) -> RequestFai
     if handle is not None:
         handle.error_type = exc.code or exc.error_type
     return RequestFailure(exc.status, json.dumps(exc.body()).encode())
-
-
-def _front_chunk(chunk: object) -> EngineChunk:
-    """A segment's first chunk as the front takes it back: the EngineChunk it made."""
-    if not isinstance(chunk, EngineChunk):
-        raise TypeError(f"a first chunk read through the Rust front must be an EngineChunk, "
-                        f"got {type(chunk).__name__} (an engine not attached to the front?)")
-    return chunk
 
 
 def _request(spec: AdmitSpec, served_model: str) -> RouterRequest:
@@ -174,9 +167,8 @@ class FrontBridge:
         handle.run, handle.policy = run, run.policy_name  # close() ends the run, whatever follows
         state.runs[handle.key] = run
         try:
-            segment = SegmentStart(run.stream.rust_call, run.stream.engine.id,
-                                   _front_chunk(run.first))
-        except (RuntimeError, TypeError) as exc:  # a stream the Rust client did not start
+            segment = SegmentStart(run.stream.segment_call, run.stream.engine.id, run.first)
+        except (RuntimeError, TypeError, AttributeError) as exc:  # a stream it cannot read
             log.exception("request %s: the front cannot stream its segment", req.request_id)
             return AdmitOutcome(handle, run.policy_name, _failure(
                 PolicyFailed(run.policy_name, f"{type(exc).__name__}: {exc}"), handle))
@@ -204,7 +196,7 @@ class FrontBridge:
             # The segment's first chunk is read here: an engine that fails before it is
             # replaced (RequestRun.next_started) before the front sees anything.
             stream, first = await run.next_started(segment_tokens)
-            return SegmentStart(stream.rust_call, stream.engine.id, _front_chunk(first))
+            return SegmentStart(stream.segment_call, stream.engine.id, first)
         except RouterError as exc:
             return _failure(exc)
         except Exception as exc:

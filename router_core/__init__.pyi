@@ -5,7 +5,7 @@ Engine ids are small non-negative ints chosen by the caller (pyrouter maps "e0" 
 """
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, final
 
 __version__: str
@@ -575,14 +575,16 @@ class AdmitSpec:
 
 @final
 class SegmentStart:
-    """A segment for the front to stream: its call, engine id, and the first chunk read."""
-    def __new__(cls, call: GenerateCall, engine: str, first: EngineChunk) -> SegmentStart: ...
+    """A segment for the front to stream: its call, engine id, and the first chunk read. The
+    call is the router's GenerateCall or an in-process engine double's (an object with an
+    awaitable `read()` and `cancel()`), the chunk an EngineChunk or a GenerateChunk message."""
+    def __new__(cls, call: Any, engine: str, first: Any) -> SegmentStart: ...
     @property
-    def call(self) -> GenerateCall: ...
+    def call(self) -> Any: ...
     @property
     def engine(self) -> str: ...
     @property
-    def first(self) -> EngineChunk: ...
+    def first(self) -> Any: ...
 
 @final
 class Admitted:
@@ -734,6 +736,34 @@ class RouterFront:
     def drain_fast_records(self) -> tuple[list[FastRequestRecord], int]: ...
     def shutdown(self, grace_s: float = 1.0) -> None: ...
 
+
+@final
+class InProcessFront:
+    """The HTTP front with no listener (tests, the simulator): a request's body runs through
+    the parsing, admission and request task a client's request runs, with `bridge` (a
+    FrontBridge) on the loop it was made on; its spans go to `tracer` (None: the process's
+    router tracer, as the HTTP front's). Drive requests with pyrouter.testing.in_process."""
+    def __new__(cls, bridge: Any, tokenizer: RouterTokenizer, vocab: DetokenizerVocab, *,
+                served_model: str, max_context: int, max_inflight: int = 4096,
+                default_temperature: float = 1.0, default_top_p: float = 1.0,
+                first_chunk_timeout_s: float = 300.0,
+                tracer: RouterTracer | None = None) -> InProcessFront: ...
+    def request(self, kind: Literal["completion", "chat"], body: bytes,
+                headers: Sequence[tuple[str, str]] = ...) -> InProcessRequest: ...
+    @property
+    def inflight(self) -> int: ...
+
+@final
+class InProcessRequest:
+    """One in-process request; each poll runs it as far as it can go and answers (ready,
+    value), calling `wake` (thread-safely) when it can go further."""
+    @property
+    def engine_request_id(self) -> str: ...
+    def poll_task(self, wake: Callable[[], None]) -> bool: ...
+    def poll_head(self, wake: Callable[[], None]
+                  ) -> tuple[bool, tuple[int, list[tuple[str, str]]] | None]: ...
+    def poll_body(self, wake: Callable[[], None]) -> tuple[bool, bytes | None]: ...
+    def disconnect(self) -> None: ...
 
 @final
 class RouterTracer:

@@ -202,11 +202,10 @@ class GenerationStream:
         return chunk  # type: ignore[no-any-return]
 
     @property
-    def rust_call(self) -> GenerateCall:
-        """The Rust call behind this stream (the Rust front reads the rest of it)."""
-        if self.front_call is None:
-            raise RuntimeError("this stream was not started through the Rust engine client")
-        return self.front_call.call
+    def segment_call(self) -> GenerateCall | EngineCall:
+        """What the front reads the rest of this stream from: the Rust client's call, or an
+        in-process engine double's (router_core.SegmentStart takes either)."""
+        return self.front_call.call if self.front_call is not None else self._call
 
     def mark_delivered(self) -> None:
         """The engine sent its finish chunk (read here, or by the Rust front)."""

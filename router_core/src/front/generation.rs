@@ -12,9 +12,10 @@ use super::fast_path::FastPolicy;
 use super::front_state::{ended, FastRecord, Front, FrontEngine, InflightGuard};
 use super::openai_request::{GenerationRequest, RequestKind};
 use super::response_body::ResponseBody;
+use super::segment_call::SegmentCall;
 use super::served_models::ServedModel;
 use crate::engine_rpc::GenerateCall;
-use crate::otel::{router_tracer, RequestSpans, RequestSummary};
+use crate::otel::{router_tracer, RequestSpans, RequestSummary, RouterTracer};
 use crate::router::lock;
 use crate::rpc::pb;
 use axum::body::{Body, Bytes};
@@ -46,16 +47,34 @@ pub struct Prepared {
 
 /// Runs `prepared` in its own task; resolves to the response (its body may still stream).
 pub async fn respond<B: PolicyBridge>(front: Arc<Front<B>>, prepared: Prepared) -> Response {
-    let (head_tx, head_rx) = oneshot::channel();
-    let task = RequestTask::new(front, prepared, head_tx);
-    tokio::spawn(task.run());
-    head_rx.await.unwrap_or_else(|_| {
+    let (task, head) = request_task(front, prepared, None);
+    tokio::spawn(task);
+    head.await.unwrap_or_else(|_| {
         error_response(
             &ShapedError::from(&ApiError::internal("the request ended without a response")),
             "none",
             "",
         )
     })
+}
+
+/// One request's task, and where its response's head arrives (then, streaming, its body). The
+/// HTTP front spawns the task on tokio; an in-process caller (front/in_process.rs) drives it
+/// itself, so tests and the simulator run the code a client's request runs. `tracer`: where
+/// its spans go instead of the process's router tracer (None: that one).
+pub fn request_task<B: PolicyBridge>(
+    front: Arc<Front<B>>,
+    prepared: Prepared,
+    tracer: Option<Arc<RouterTracer>>,
+) -> (
+    impl std::future::Future<Output = ()> + Send + 'static,
+    oneshot::Receiver<Response>,
+) {
+    let (head_tx, head_rx) = oneshot::channel();
+    (
+        RequestTask::new(front, prepared, head_tx, tracer).run(),
+        head_rx,
+    )
 }
 
 /// A JSON response with the envelope headers.
@@ -257,7 +276,7 @@ struct RequestTask<B: PolicyBridge> {
     spans: Option<RequestSpans>,
     /// Why it failed (the error body's code), for its span.
     error_type: String,
-    call: Option<Arc<GenerateCall>>,
+    call: Option<Arc<dyn SegmentCall>>,
     /// The running segment's engine sent its finish.
     delivered: bool,
     completion_tokens: u64,
@@ -270,10 +289,16 @@ fn proto_tokens(tokens: &[u32]) -> Vec<i32> {
 }
 
 impl<B: PolicyBridge> RequestTask<B> {
-    fn new(front: Arc<Front<B>>, p: Prepared, head: oneshot::Sender<Response>) -> Self {
+    fn new(
+        front: Arc<Front<B>>,
+        p: Prepared,
+        head: oneshot::Sender<Response>,
+        tracer: Option<Arc<RouterTracer>>,
+    ) -> Self {
         let ending = front.watch_ending();
-        let spans = router_tracer(&front.runtime).and_then(|tracer| {
-            RequestSpans::start(tracer, &p.trace_headers, p.started, &p.engine_request_id)
+        let tracer = tracer.or_else(|| router_tracer(&front.runtime).cloned());
+        let spans = tracer.and_then(|tracer| {
+            RequestSpans::start(&tracer, &p.trace_headers, p.started, &p.engine_request_id)
         });
         RequestTask {
             front,
@@ -511,6 +536,11 @@ impl<B: PolicyBridge> RequestTask<B> {
             spans.segment_ended(segment_tokens.len() as u64, "handoff");
             spans.begin_segment(true);
         }
+        // The ended segment's finish is the deciding side's to account (it marks it delivered
+        // as it takes the hand-off); until the next segment's stream is read here, nothing it
+        // started counts as delivered: if the next segment fails, its close releases what the
+        // policy took for it (a reservation the failed segment never consumed).
+        self.delivered = false;
         let segment = self
             .front
             .bridge
@@ -521,11 +551,10 @@ impl<B: PolicyBridge> RequestTask<B> {
             spans.segment_on(&segment.0.engine);
         }
         self.call = Some(segment.0.call.clone());
-        self.delivered = false;
         Ok(segment)
     }
 
-    async fn read(&mut self, call: &GenerateCall) -> Result<pb::GenerateChunk, Stop> {
+    async fn read(&mut self, call: &dyn SegmentCall) -> Result<pb::GenerateChunk, Stop> {
         let read = tokio::select! {
             _ = ended(&mut self.ending) => return Err(ApiError::shutting_down().into()),
             read = call.next() => read,
@@ -635,7 +664,7 @@ impl<B: PolicyBridge> RequestTask<B> {
                 call = next.call;
                 chunk = first;
             } else {
-                chunk = self.read(&call).await?;
+                chunk = self.read(call.as_ref()).await?;
             }
         }
     }

@@ -326,14 +326,14 @@ async fn handle<B: PolicyBridge>(State(conn): State<Connection<B>>, request: Req
 }
 
 /// Who sent a request and the ids it gets.
-struct Identity {
-    request_id: String,
-    engine_request_id: String,
-    client_host: String,
+pub(super) struct Identity {
+    pub(super) request_id: String,
+    pub(super) engine_request_id: String,
+    pub(super) client_host: String,
 }
 
 /// Parse, tokenise and count the request in flight (429 at the limit).
-fn prepare<B: PolicyBridge>(
+pub(super) fn prepare<B: PolicyBridge>(
     front: &Front<B>,
     kind: RequestKind,
     body: &[u8],

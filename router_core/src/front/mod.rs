@@ -13,11 +13,13 @@ pub mod fast_session;
 mod front_state;
 mod generation;
 mod http;
+pub mod in_process;
 pub mod openai_request;
 mod parse_error_reply;
 mod request_ids;
 pub mod response_body;
 pub mod response_format;
+pub mod segment_call;
 pub mod served_models;
 pub mod session_id;
 

@@ -6,11 +6,13 @@
 //! that message instead of failing to unpack it.
 
 use super::bridge_jobs::Run;
-use super::generate_call::{PyEngineChunk, PyGenerateCall};
+use super::double_call::{chunk_message, DoubleCall};
+use super::generate_call::PyGenerateCall;
 use crate::front::api_error::ShapedError;
 use crate::front::bridge::{
     AdmitOutcome, AdmitSpec, Admitted, OpsRequest, OpsResponse, RequestEnd, Segment,
 };
+use crate::front::segment_call::SegmentCall;
 use crate::rpc::pb;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
@@ -143,38 +145,56 @@ impl PyAdmitSpec {
 }
 
 /// A segment's stream for the front to read: its call, its engine, and the first chunk the
-/// deciding side already read from it.
-#[pyclass(
-    name = "SegmentStart",
-    module = "router_core._router_core",
-    frozen,
-    get_all
-)]
+/// deciding side already read from it. The call is the router's (a `GenerateCall`) or an
+/// in-process engine double's (python/double_call.rs), the chunk an `EngineChunk` or a
+/// GenerateChunk message; both become the front's own values here, once.
+#[pyclass(name = "SegmentStart", module = "router_core._router_core", frozen)]
 pub struct PySegmentStart {
-    call: Py<PyGenerateCall>,
+    call: PyObject,
     engine: String,
-    first: Py<PyEngineChunk>,
+    first: PyObject,
+    front_call: Arc<dyn SegmentCall>,
+    first_chunk: pb::GenerateChunk,
 }
 
 #[pymethods]
 impl PySegmentStart {
     #[new]
-    fn new(call: Py<PyGenerateCall>, engine: String, first: Py<PyEngineChunk>) -> Self {
-        PySegmentStart {
-            call,
+    fn new(call: &Bound<'_, PyAny>, engine: String, first: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let py = call.py();
+        let front_call: Arc<dyn SegmentCall> = match call.downcast::<PyGenerateCall>() {
+            Ok(rust) => rust.get().call(),
+            Err(_) => Arc::new(DoubleCall::new(py, call.clone().unbind())?),
+        };
+        Ok(PySegmentStart {
+            call: call.clone().unbind(),
             engine,
-            first,
-        }
+            first: first.clone().unbind(),
+            front_call,
+            first_chunk: chunk_message(first)?,
+        })
+    }
+    #[getter]
+    fn call(&self, py: Python<'_>) -> PyObject {
+        self.call.clone_ref(py)
+    }
+    #[getter]
+    fn engine(&self) -> &str {
+        &self.engine
+    }
+    #[getter]
+    fn first(&self, py: Python<'_>) -> PyObject {
+        self.first.clone_ref(py)
     }
 }
 
 impl PySegmentStart {
-    fn segment(&self, py: Python<'_>) -> (Segment, pb::GenerateChunk) {
+    fn segment(&self, _py: Python<'_>) -> (Segment, pb::GenerateChunk) {
         let segment = Segment {
-            call: self.call.get().call(),
+            call: self.front_call.clone(),
             engine: self.engine.clone(),
         };
-        (segment, self.first.bind(py).get().message())
+        (segment, self.first_chunk.clone())
     }
 }
 

@@ -33,8 +33,8 @@ use tokio::sync::oneshot;
 /// The Python side behind the front (pyrouter.front_bridge.FrontBridge): every call reaches it
 /// through the job queue its loop drains (bridge_jobs.rs), so no tokio thread waits for the GIL
 /// beyond the one wake-up per batch.
-struct PyBridge {
-    jobs: Arc<BridgeJobs>,
+pub(super) struct PyBridge {
+    pub(super) jobs: Arc<BridgeJobs>,
 }
 
 impl PolicyBridge for PyBridge {
