@@ -62,9 +62,9 @@ from pyrouter.http.ops import answer
 from pyrouter.http.routes import OpsRequest
 from pyrouter.request import RouterRequest, SloSpec
 from pyrouter.request_end import record_request_end
+from pyrouter.request_timeline import RequestTimeline
 from pyrouter.request_trace import start_request_trace
 from pyrouter.state import RouterState
-from pyrouter.timeline import RequestTimeline
 from router_core import (
     AdmitOutcome,
     AdmitSpec,

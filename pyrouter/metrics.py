@@ -5,7 +5,7 @@ their own port (engine/server/metrics.py).
 Request-level metrics are labelled `pattern` (what ran), `engine` and `role`: the engine that
 produced the first token for TTFT, the segment's engine for inter-token latency, the last
 segment's engine for TPOT and end-to-end latency. They are observed once, when a request ends,
-from the timestamps its timeline collected (pyrouter/timeline.py).
+from the timestamps its timeline collected (pyrouter/request_timeline.py).
 """
 from __future__ import annotations
 

@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from engine.core.sampling_params import SamplingParams
+from pyrouter.request_timeline import RequestTimeline
 from pyrouter.scope import RequestScope
 from pyrouter.session_affinity import DEFAULT_LOAD_BOUND
-from pyrouter.timeline import RequestTimeline
 from router_core import first_engine_request_id, retry_engine_request_id
 
 if TYPE_CHECKING:

@@ -29,7 +29,7 @@ from switchyard_telemetry.propagation import KV_PARENT, TRACEPARENT
 
 if TYPE_CHECKING:
     from pyrouter.request import RouterRequest
-    from pyrouter.timeline import SegmentTimes
+    from pyrouter.request_timeline import SegmentTimes
     from router_core import RouterSpan
 
 _RPC_METHODS = {"prep_recv": "PrepRecv", "remote_send": "RemoteSend",

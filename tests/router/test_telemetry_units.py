@@ -18,8 +18,8 @@ from engine.core.sampling_params import SamplingParams
 from pyrouter.batched_histogram import BatchedHistogram
 from pyrouter.metrics import TOKEN_LATENCY_BUCKETS, RouterMetrics
 from pyrouter.request import RouterRequest
+from pyrouter.request_timeline import RequestTimeline
 from pyrouter.request_trace import start_request_trace
-from pyrouter.timeline import RequestTimeline
 from router_core import RouterTracer
 from switchyard_telemetry.jsonl import JsonlSpanExporter, read_spans
 from switchyard_telemetry.propagation import KV_PARENT, TRACEPARENT, sampled_parent

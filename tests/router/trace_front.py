@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pyrouter.timeline import RequestTimeline, SegmentTimes
+from pyrouter.request_timeline import RequestTimeline, SegmentTimes
 from router_core import RouterSpan, RouterTracer
 from switchyard_telemetry.jsonl import read_spans
 
