@@ -80,3 +80,7 @@ pub fn start_in_process<B: PolicyBridge>(
         }
     }
 }
+
+#[cfg(test)]
+#[path = "in_process_tests.rs"]
+mod tests;
