@@ -11,7 +11,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import requests
@@ -104,3 +105,21 @@ def wait_until(cond: Callable[[], object], timeout_s: float, what: str = "") -> 
     while not cond():
         assert time.monotonic() < deadline, f"timed out waiting for {what or 'the condition'}"
         time.sleep(0.05)
+
+
+@contextmanager
+def mock_router(*engine_args: str, engines: int = 2) -> Iterator[str]:
+    """`engines` mock engines (each started with `engine_args`) behind one router; yields the
+    router's base URL once every engine is ready, and stops them all."""
+    ports = [free_port() for _ in range(engines)]
+    procs = [start_mock(p, *engine_args) for p in ports]
+    port = free_port()
+    router = start_router(port, ports)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(base, router, want_engines=engines)
+        yield base
+    finally:
+        router.stop()
+        for e in procs:
+            e.stop()

@@ -9,6 +9,7 @@ use super::bridge::{AdmitSpec, Caller, PolicyBridge, RequestEnd, Segment};
 use super::engine_errors::{first_chunk, first_chunk_timeout, next_chunk};
 use super::engine_names::{engine_name, retry_engine_request_id};
 use super::fast_path::FastPolicy;
+use super::fast_session::choose_fast;
 use super::front_state::{ended, FastRecord, Front, FrontEngine, InflightGuard};
 use super::openai_request::{GenerationRequest, RequestKind};
 use super::response_body::ResponseBody;
@@ -406,7 +407,10 @@ impl<B: PolicyBridge> RequestTask<B> {
         for attempt in 1..=FAST_ATTEMPTS {
             let (models, model) = (&self.front.models, self.model.name.as_str());
             let member = |num| models.serves(num, model);
-            let choice = policy.choose_among(&core, &self.request.tokens, &member)?;
+            // A request with a session: its session's engine (front/fast_session.rs).
+            let session = self.request.session.as_ref();
+            let session = session.map(|s| (&self.front.sessions, s));
+            let choice = choose_fast(policy, &core, &self.request.tokens, &member, session)?;
             let engine = self
                 .front
                 .engine(choice.engine)
