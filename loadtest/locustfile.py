@@ -28,9 +28,14 @@ from typing import Any
 
 from locust import HttpUser, between, events, task
 
-from pyrouter.bench.serve.request_body import Slo, completion_body
-from pyrouter.bench.serve.stream_record import RequestRecord, StreamObserver
-from pyrouter.bench.workloads import RequestShape, Workload, add_workload_arguments, build_workload
+from switchyard_bench.serve.request_body import Slo, completion_body
+from switchyard_bench.serve.stream_record import RequestRecord, StreamObserver
+from switchyard_bench.workloads import (
+    RequestShape,
+    Workload,
+    add_workload_arguments,
+    build_workload,
+)
 
 
 class SloMissed(Exception):

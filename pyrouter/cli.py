@@ -22,15 +22,15 @@ _DISPATCH: dict[str, str] = {
     "trace": "pyrouter.trace_cli:run",
 }
 _BENCH_DISPATCH: dict[str, str] = {
-    "engine": "engine.bench.engine_bench:run",
-    "transfer": "engine.bench.transfer_bench:run",
-    "router-core": "pyrouter.bench.router_core_bench:run",
-    "router": "pyrouter.bench.router_bench:run",
-    "serve": "pyrouter.bench.serve.main:run",
+    "engine": "switchyard_bench.engine.engine_bench:run",
+    "transfer": "switchyard_bench.engine.transfer_bench:run",
+    "router-core": "switchyard_bench.router_core_bench:run",
+    "router": "switchyard_bench.router_bench:run",
+    "serve": "switchyard_bench.serve.main:run",
     "simulate": "pyrouter.sim.main:run",
-    "tournament": "pyrouter.bench.tournament.main:run",
-    "plot": "pyrouter.bench.plot:run",
-    "soak": "pyrouter.bench.soak.main:run",
+    "tournament": "switchyard_bench.tournament.main:run",
+    "plot": "switchyard_bench.plot:run",
+    "soak": "switchyard_bench.soak.main:run",
 }
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from pyrouter.bench.serve.report import slo_capacity
+from switchyard_bench.serve.report import slo_capacity
 
 DEFAULT = "mean_ttft_ms,p99_ttft_ms,mean_tpot_ms,p99_tpot_ms,mean_jct_ms,p99_jct_ms"
 

@@ -19,21 +19,21 @@ import sys
 from typing import Any
 
 from engine.server.cpu_affinity import usable_cores
-from pyrouter.bench.serve.main import _names, _rates
-from pyrouter.bench.serve.report import header_lines, slo_capacity, table, write_summary
-from pyrouter.bench.serve.request_body import Slo
-from pyrouter.bench.workloads import (
+from pyrouter.errors import BadRequest
+from pyrouter.policy_registry import get_policy, load_policy_source
+from pyrouter.sim.clock import real_perf_counter
+from pyrouter.sim.profile import ProfileError, builtin_profiles, load_profile
+from pyrouter.sim.run import SimConfig, SweepSpec, sweep
+from switchyard_bench.serve.main import _names, _rates
+from switchyard_bench.serve.report import header_lines, slo_capacity, table, write_summary
+from switchyard_bench.serve.request_body import Slo
+from switchyard_bench.workloads import (
     ArrivalProcess,
     Workload,
     WorkloadError,
     add_workload_arguments,
     build_workload,
 )
-from pyrouter.errors import BadRequest
-from pyrouter.policy_registry import get_policy, load_policy_source
-from pyrouter.sim.clock import real_perf_counter
-from pyrouter.sim.profile import ProfileError, builtin_profiles, load_profile
-from pyrouter.sim.run import SimConfig, SweepSpec, sweep
 
 DEFAULT_PROFILE = "local-smollm2-cpu"
 
@@ -178,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
           f"({len(runs) * a.num_prompts / wall_s:.0f} requests/s, {meta['jobs']} process(es)); "
           f"wrote {summary_path} and one JSONL per run")
     if a.plot:
-        from pyrouter.bench.plot import plot_summaries
+        from switchyard_bench.plot import plot_summaries
 
         for path in plot_summaries([summary_path], result_dir):
             print(f"wrote {path}")

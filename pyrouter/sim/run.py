@@ -21,11 +21,6 @@ from typing import Any, cast
 from tqdm import tqdm
 
 from engine.core.sampling_params import SamplingParams
-from pyrouter.bench.serve.request_body import Slo
-from pyrouter.bench.serve.stream_record import RequestRecord, StreamObserver
-from pyrouter.bench.serve.summary import summarize
-from pyrouter.bench.serve.sweep import rate_label, write_jsonl
-from pyrouter.bench.workloads import ArrivalProcess, WorkItem, Workload, WorkloadError, schedule
 from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.membership import EngineSet
 from pyrouter.policy_registry import ActivePolicy, get_policy
@@ -36,6 +31,11 @@ from pyrouter.sim.cluster import SimCluster
 from pyrouter.sim.parallel import in_processes
 from pyrouter.sim.profile import HardwareProfile
 from pyrouter.testing.front_run import FakeRun, run_through_front
+from switchyard_bench.serve.request_body import Slo
+from switchyard_bench.serve.stream_record import RequestRecord, StreamObserver
+from switchyard_bench.serve.summary import summarize
+from switchyard_bench.serve.sweep import rate_label, write_jsonl
+from switchyard_bench.workloads import ArrivalProcess, WorkItem, Workload, WorkloadError, schedule
 
 
 @dataclass(slots=True)

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from pyrouter.bench.workloads import RealVocabulary
 from pyrouter.tokenizer import load_router_tokenizer
+from switchyard_bench.workloads import RealVocabulary
 
 
 @pytest.fixture(scope="session")

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from pyrouter.bench.workloads import ArrivalProcess, WorkloadError
-from pyrouter.bench.workloads.arrivals import scaled_trace_offsets
+from switchyard_bench.workloads import ArrivalProcess, WorkloadError
+from switchyard_bench.workloads.arrivals import scaled_trace_offsets
 
 N = 40_000
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from pyrouter.bench.serve.request_body import Slo, completion_body
-from pyrouter.bench.serve.stream_record import RequestRecord, StreamObserver
-from pyrouter.bench.serve.summary import describe_ms, summarize
+from switchyard_bench.serve.request_body import Slo, completion_body
+from switchyard_bench.serve.stream_record import RequestRecord, StreamObserver
+from switchyard_bench.serve.summary import describe_ms, summarize
 
 
 def _event(text: str = "", usage: dict[str, int] | None = None, finish: str | None = None,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from pyrouter.bench.plot import _series
-from pyrouter.bench.plot import run as bench_plot
-from pyrouter.bench.serve.report import slo_capacity, table
+from switchyard_bench.plot import _series
+from switchyard_bench.plot import run as bench_plot
+from switchyard_bench.serve.report import slo_capacity, table
 
 
 def _run(policy: str, rate: float | None, ttft: float, attained: float) -> dict[str, object]:

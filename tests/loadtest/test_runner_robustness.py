@@ -13,11 +13,11 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from pyrouter.bench.serve.client import ClientConfig
-from pyrouter.bench.serve.request_body import Slo
-from pyrouter.bench.serve.runner import run_open_loop
-from pyrouter.bench.serve.summary import summarize
-from pyrouter.bench.workloads import WorkItem
+from switchyard_bench.serve.client import ClientConfig
+from switchyard_bench.serve.request_body import Slo
+from switchyard_bench.serve.runner import run_open_loop
+from switchyard_bench.serve.summary import summarize
+from switchyard_bench.workloads import WorkItem
 
 # max_tokens picks the stub's behaviour
 OK, HTTP_503, ERROR_EVENT, NO_DONE, STALL = 3, 4, 5, 6, 7

@@ -18,12 +18,12 @@ import pytest
 import requests
 
 from engine.server.launcher import EngineSpec, launch
-from pyrouter.bench.serve.client import ClientConfig
-from pyrouter.bench.serve.main import run as bench_serve
-from pyrouter.bench.serve.router_admin import RouterAdmin
-from pyrouter.bench.serve.sweep import SweepConfig, run_sweep
-from pyrouter.bench.workloads import RealVocabulary
-from pyrouter.bench.workloads.shifting import ShiftingConfig, ShiftingWorkload
+from switchyard_bench.serve.client import ClientConfig
+from switchyard_bench.serve.main import run as bench_serve
+from switchyard_bench.serve.router_admin import RouterAdmin
+from switchyard_bench.serve.sweep import SweepConfig, run_sweep
+from switchyard_bench.workloads import RealVocabulary
+from switchyard_bench.workloads.shifting import ShiftingConfig, ShiftingWorkload
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "router"))

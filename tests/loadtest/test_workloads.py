@@ -4,25 +4,29 @@ phases, and the schedule that joins shapes and arrivals."""
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 import pytest
 
-from pyrouter.bench.serve.main import build_parser
-from pyrouter.bench.workloads import (
+from switchyard_bench.serve.main import build_parser
+from switchyard_bench.workloads import (
     ArrivalProcess,
     RealVocabulary,
     WorkloadError,
     build_workload,
     schedule,
 )
-from pyrouter.bench.workloads.azure import AzureCodeWorkload
-from pyrouter.bench.workloads.data_files import AZURE_CODE, MOONCAKE_CONVERSATION
-from pyrouter.bench.workloads.mooncake import MooncakeWorkload
-from pyrouter.bench.workloads.shifting import ShiftingConfig, ShiftingWorkload
-from pyrouter.bench.workloads.sonnet import SALT_TOKENS, SonnetConfig, SonnetWorkload
-from pyrouter.bench.workloads.trace_replay import TraceConfig
+from switchyard_bench.workloads.azure import AzureCodeWorkload
+from switchyard_bench.workloads.data_files import (
+    AZURE_CODE,
+    MOONCAKE_CONVERSATION,
+    SONNET,
+    data_path,
+)
+from switchyard_bench.workloads.mooncake import MooncakeWorkload
+from switchyard_bench.workloads.shifting import ShiftingConfig, ShiftingWorkload
+from switchyard_bench.workloads.sonnet import SALT_TOKENS, SonnetConfig, SonnetWorkload
+from switchyard_bench.workloads.trace_replay import TraceConfig
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
@@ -54,7 +58,7 @@ def test_sonnet_lengths_follow_the_targets(vocab: RealVocabulary):
     assert outs.mean() == pytest.approx(50, rel=0.03) and outs.std() == pytest.approx(10, rel=0.15)
     text = vocab.tokenizer.decode(shapes[0].prompt[SALT_TOKENS:])
     assert text.startswith("Randomly stream lines from the following text with")
-    with open(os.path.join("loadtest", "data", "sonnet.txt"), encoding="utf-8") as f:
+    with open(data_path(SONNET), encoding="utf-8") as f:
         sonnet_lines = {line.strip() for line in f if line.strip()}
     assert sum(line in sonnet_lines for line in text.splitlines()) >= 5
 

@@ -15,8 +15,8 @@ import pytest
 import requests
 from router_procs import free_port, start_mock, start_router, wait_ready
 
-from pyrouter.bench.soak.outcome import Outcome, judge_stream
 from pyrouter.policy_registry import get_policy
+from switchyard_bench.soak.outcome import Outcome, judge_stream
 
 pytestmark = [pytest.mark.procs, pytest.mark.slow, pytest.mark.timeout(180)]
 BUILTINS = ("round_robin", "least_load", "cache_aware", "pd", "balanced_pd", "tandem",

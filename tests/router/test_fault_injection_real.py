@@ -2,7 +2,7 @@
 (SmolLM2, fast mode). Each engine is SIGKILLed during transfer, prefill and decode, the KV link's
 acknowledgement thread crashes, a lease expires, clients disconnect at every stage, and slowloris
 connections pile up. After each: no request hung or was lost silently (every one ended with an
-answer or a coded error — pyrouter/bench/soak/outcome.py judges), and every surviving engine's
+answer or a coded error — switchyard_bench/soak/outcome.py judges), and every surviving engine's
 pool is back at baseline (pages held only by its prefix cache; no lease, no running request),
 with the router counting nothing in flight.
 """
@@ -32,8 +32,8 @@ from engine.server.launcher import (
     wait_healthy,
 )
 from engine.transfer.link import FAULT_ACK_CRASH_ENV
-from pyrouter.bench.soak.audit import audit_engine, router_inflight
-from pyrouter.bench.soak.outcome import Outcome, judge_json, judge_stream
+from switchyard_bench.soak.audit import audit_engine, router_inflight
+from switchyard_bench.soak.outcome import Outcome, judge_json, judge_stream
 
 pytestmark = [pytest.mark.procs, pytest.mark.slow, pytest.mark.timeout(1800)]
 _STORY = ("In the harbour town the fishermen mended their nets at dawn, and the old lighthouse "

@@ -12,11 +12,11 @@ import psutil
 import pytest
 import requests
 
-from pyrouter.bench.proc_cpu import tree_cpu_s
-from pyrouter.bench.router_bench_tables import Row, issue_table
-from pyrouter.bench.router_bench_tracing import median_rows, tracing_cost
-from pyrouter.bench.wrk_runner import Measure, parse_wrk
 from router_core import MockOpenAIWorker
+from switchyard_bench.proc_cpu import tree_cpu_s
+from switchyard_bench.router_bench_tables import Row, issue_table
+from switchyard_bench.router_bench_tracing import median_rows, tracing_cost
+from switchyard_bench.wrk_runner import Measure, parse_wrk
 
 pytestmark = pytest.mark.procs
 
@@ -107,7 +107,7 @@ def test_tracing_cost_is_the_median_of_per_round_ratios() -> None:
 def test_mock_worker_process_streams_and_stops_on_sigterm() -> None:
     with MockOpenAIWorker(0) as probe:
         port = probe.port  # a free port (released again when the probe stops)
-    proc = subprocess.Popen([sys.executable, "-m", "pyrouter.bench.mock_openai_worker", "--port",
+    proc = subprocess.Popen([sys.executable, "-m", "switchyard_bench.mock_openai_worker", "--port",
                              str(port)], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None and "listening" in proc.stdout.readline()

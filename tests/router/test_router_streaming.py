@@ -10,7 +10,7 @@ import pytest
 import requests
 from router_procs import free_port, start_mock
 
-from pyrouter.bench.grpc_direct import count_messages
+from switchyard_bench.grpc_direct import count_messages
 
 pytestmark = [pytest.mark.procs, pytest.mark.timeout(60)]
 

@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from pyrouter.bench.tournament import runner
-from pyrouter.bench.tournament.capacity import find_capacity
-from pyrouter.bench.tournament.cells import Cell, Group
-from pyrouter.bench.tournament.main import run
-from pyrouter.bench.tournament.report import prediction_error, summary_lines, verdicts
-from pyrouter.bench.tournament.runner import Results
-from pyrouter.bench.tournament.workloads import PhasedWorkload
-from pyrouter.bench.workloads import RequestShape, Workload
+from switchyard_bench.tournament import runner
+from switchyard_bench.tournament.capacity import find_capacity
+from switchyard_bench.tournament.cells import Cell, Group
+from switchyard_bench.tournament.main import run
+from switchyard_bench.tournament.report import prediction_error, summary_lines, verdicts
+from switchyard_bench.tournament.runner import Results
+from switchyard_bench.tournament.workloads import PhasedWorkload
+from switchyard_bench.workloads import RequestShape, Workload
 
 pytestmark = pytest.mark.procs
 

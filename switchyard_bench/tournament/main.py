@@ -1,0 +1,232 @@
+"""`switchyard bench tournament`: every policy in every regime, in virtual time. Workloads
+(sonnet short and long, Mooncake, Azure code, shifting) x loads relative to each cell group's
+capacity x engine counts x hardware profiles; every policy runs each cell on the same prompts
+and arrivals, engines all `any` (a router whose policy was switched at run time). Prints SLO
+attainment and goodput per policy per cell, the best fixed policy per cell and each adaptive
+policy's regret; writes summary.json and heatmap.png. Deterministic: the same command gives
+the same tables.
+
+  switchyard bench tournament                      # the full grid (hours on 2 cores)
+  switchyard bench tournament --profiles local-smollm2-cpu --workloads sonnet-short \\
+      --engines 2 --loads 0.6,1.5 --policies round_robin,pd,adaptive --num-prompts 40
+
+Capacity (the load 1.0 of a group): the highest Poisson rate at which --capacity-policy
+(round_robin) keeps 90% of its light-load SLO attainment, by bisection; see capacity.py.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import sys
+from typing import Any
+
+from engine.server.cpu_affinity import usable_cores
+from pyrouter.errors import BadRequest
+from pyrouter.policy_registry import BUILTIN_NAMES, get_policy, load_policy_source
+from pyrouter.sim.clock import real_perf_counter
+from pyrouter.sim.profile import ProfileError, load_profile
+from switchyard_bench.serve.main import _names, _rates
+from switchyard_bench.serve.request_body import Slo
+from switchyard_bench.tournament.cells import (
+    DEFAULT_SETTINGS,
+    ENGINES,
+    LOADS,
+    PROFILES,
+    ProfileSetting,
+    grid,
+    short_profile,
+)
+from switchyard_bench.tournament.report import (
+    capacity_lines,
+    summary_lines,
+    tables,
+    verdicts,
+    write_summary,
+)
+from switchyard_bench.tournament.runner import Plan, run_tournament, workload
+from switchyard_bench.tournament.workloads import TOURNAMENT_WORKLOADS, Sizing
+from switchyard_bench.workloads import WorkloadError
+
+
+def _per_profile(text: str) -> tuple[str | None, str]:
+    """`[PROFILE=]VALUE`: a value for one profile, or for every profile."""
+    name, sep, value = text.rpartition("=")
+    return (name if sep else None), value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="switchyard bench tournament", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workloads", type=_names, default=list(TOURNAMENT_WORKLOADS),
+                   help=f"comma-separated, from {', '.join(TOURNAMENT_WORKLOADS)}")
+    p.add_argument("--loads", type=_rates, default=list(LOADS),
+                   help="multiples of each group's capacity")
+    p.add_argument("--engines", type=_names, default=[str(n) for n in ENGINES],
+                   help="engine counts, comma-separated")
+    p.add_argument("--profiles", type=_names, default=list(PROFILES),
+                   help="built-in profile names or JSON files")
+    p.add_argument("--policies", type=_names, default=list(BUILTIN_NAMES))
+    p.add_argument("--adaptive", type=_names, default=[],
+                   help="policies that count as adaptive besides those named adaptive*")
+    p.add_argument("--roles", type=_names, default=["any"],
+                   help="engine roles cycled to each engine count (default any: every engine "
+                   "does everything); 'own': each policy's own roles, as `switchyard serve "
+                   "--policy P` starts them")
+    p.add_argument("--num-prompts", type=int, default=300, help="requests per run")
+    p.add_argument("--jobs", type=int, default=len(usable_cores()),
+                   help="runs side by side, each in a forked process (default: one per usable "
+                   "core; 1: all in this process)")
+    p.add_argument("--slo", action="append", default=[], metavar="[PROFILE=]TTFT_MS,TPOT_MS",
+                   help="SLO for one profile or all (default: h100 1000,50; local 2000,200)")
+    p.add_argument("--length-scale", action="append", default=[], metavar="[PROFILE=]X",
+                   help="multiply a profile's workload lengths (default 1: the seeds' "
+                   "lengths on h100, a tenth on local)")
+    p.add_argument("--capacity-policy", default="round_robin")
+    p.add_argument("--attainment-target", type=float, default=0.9,
+                   help="capacity: the fraction of light-load attainment kept")
+    p.add_argument("--capacity-tolerance", type=float, default=0.05,
+                   help="capacity bisection stops when its bracket is within this ratio")
+    p.add_argument("--policy-file", action="append", default=[],
+                   help="a .py file or module of @policy functions to load (repeatable)")
+    p.add_argument("--policy-params", type=json.loads, default={},
+                   help='JSON: policy -> its parameters')
+    p.add_argument("--seed", type=int, default=0, help="seed of lengths and arrival times")
+    p.add_argument("--salt", type=int, default=0, help="prompt-content salt of every run")
+    p.add_argument("--coalesce", type=int, default=16)
+    p.add_argument("--policy-timeout-s", type=float, default=300.0)
+    p.add_argument("--result-dir", default=None)
+    p.add_argument("--no-plot", action="store_true", help="skip heatmap.png")
+    return p
+
+
+def _slo(setting: ProfileSetting, value: str) -> ProfileSetting:
+    try:
+        ttft, tpot = (float(x) for x in value.split(","))
+    except ValueError:
+        raise ValueError(f"--slo {value!r}: expected [PROFILE=]TTFT_MS,TPOT_MS") from None
+    return ProfileSetting(Slo(ttft, tpot), setting.sizing)
+
+
+def _length_scale(setting: ProfileSetting, value: str) -> ProfileSetting:
+    factor = float(value)
+    if not factor > 0:
+        raise ValueError(f"--length-scale {value!r} must be > 0")
+    return ProfileSetting(setting.slo, setting.sizing.times(factor))
+
+
+def _settings(a: argparse.Namespace) -> dict[str, ProfileSetting]:
+    """Each profile's SLO and sizing: the defaults, then --slo and --length-scale in order."""
+    settings = {name: DEFAULT_SETTINGS.get(name, ProfileSetting(None, Sizing()))
+                for name in a.profiles}
+    for option, texts, change in (("--slo", a.slo, _slo),
+                                  ("--length-scale", a.length_scale, _length_scale)):
+        for text in texts:
+            name, value = _per_profile(text)
+            for key in ([name] if name else list(settings)):
+                if key not in settings:
+                    raise ValueError(f"{option} names {key!r}, not in --profiles")
+                settings[key] = change(settings[key], value)
+    return settings
+
+
+def _check(a: argparse.Namespace) -> Plan:
+    if not all(n.isdigit() and int(n) > 0 for n in a.engines):
+        raise ValueError(f"--engines: counts >= 1, got {','.join(a.engines)}")
+    a.engines = [int(n) for n in a.engines]
+    for name in a.profiles:
+        load_profile(name)
+    bad = [w for w in a.workloads if w not in TOURNAMENT_WORKLOADS]
+    if bad:
+        raise ValueError(f"unknown workload(s) {bad}; choose from {TOURNAMENT_WORKLOADS}")
+    if a.num_prompts < 1 or a.jobs < 1 or a.coalesce < 1:
+        raise ValueError("--num-prompts, --jobs and --coalesce must be >= 1")
+    if not 0 < a.attainment_target <= 1 or not a.capacity_tolerance > 0:
+        raise ValueError("--attainment-target must be in (0, 1], --capacity-tolerance > 0")
+    if a.roles != ["own"] and any(r not in ("any", "prefill", "decode") for r in a.roles):
+        raise ValueError("--roles: 'own', or roles each any, prefill or decode")
+    if not isinstance(a.policy_params, dict) or set(a.policy_params) - set(a.policies):
+        raise ValueError("--policy-params must be a JSON object of policies in --policies")
+    for source in a.policy_file:  # loaded here, inherited by the forked runs
+        load_policy_source(source)
+    for name in [*a.policies, a.capacity_policy]:
+        get_policy(name).check_params(a.policy_params.get(name) or {})
+    settings = _settings(a)
+    plan = Plan(settings, a.num_prompts, a.seed, a.salt, tuple(a.roles), a.policy_params,
+                a.capacity_policy, a.attainment_target, a.capacity_tolerance, a.coalesce,
+                a.policy_timeout_s)
+    for cell in grid(a.profiles, a.workloads, a.engines[:1], a.loads[:1]):
+        plan.slo(cell.group.profile)
+        size = workload(plan, cell.group).size()  # builds it: bad sizes fail here, not later
+        if size is not None and a.num_prompts > size:
+            raise WorkloadError(f"{cell.group.workload} has {size} requests; --num-prompts "
+                                f"{a.num_prompts} is more")
+    return plan
+
+
+def _meta(a: argparse.Namespace, plan: Plan) -> dict[str, Any]:
+    return {"bench": "tournament", "date": datetime.datetime.now().isoformat(timespec="seconds"),
+            "command": "switchyard bench tournament " + " ".join(getattr(a, "argv", [])),
+            "profiles": a.profiles, "workloads": a.workloads, "engines": a.engines,
+            "loads": a.loads, "policies": a.policies, "adaptive": a.adaptive,
+            "roles": a.roles, "num_prompts": a.num_prompts, "seed": a.seed, "salt": a.salt,
+            "slo": {p: s.slo.body() if s.slo else None for p, s in plan.settings.items()},
+            "sizing": {p: dataclasses.asdict(s.sizing) for p, s in plan.settings.items()},
+            "capacity": {"policy": a.capacity_policy, "target": a.attainment_target,
+                         "tolerance": a.capacity_tolerance},
+            "jobs": a.jobs, "loadavg_before": list(os.getloadavg())}
+
+
+def run(args: argparse.Namespace) -> int:
+    argv = getattr(args, "rest", None) or []
+    a = build_parser().parse_args(argv)
+    a.argv = argv
+    try:
+        plan = _check(a)
+    except (ProfileError, WorkloadError, BadRequest, ValueError) as exc:
+        print(f"switchyard bench tournament: {exc}", file=sys.stderr)
+        return 2
+    result_dir = a.result_dir or os.path.join(
+        "bench_results", datetime.datetime.now().strftime("tournament-%Y%m%d-%H%M%S"))
+    os.makedirs(result_dir, exist_ok=True)
+    meta = _meta(a, plan)
+    cells = grid(a.profiles, a.workloads, a.engines, a.loads)
+    slos = "; ".join(f"{short_profile(p)} TTFT <= {s.slo.ttft_ms:g} ms, TPOT <= "
+                     f"{s.slo.tpot_ms:g} ms" for p, s in plan.settings.items() if s.slo)
+    print(f"tournament: {len(cells)} cells x {len(a.policies)} policies, {a.num_prompts} "
+          f"requests per run, seed {a.seed}, salt {a.salt}, roles {','.join(a.roles)}\n"
+          f"SLO: {slos}", flush=True)
+    began = real_perf_counter()
+    try:
+        results = run_tournament(plan, cells, a.policies, a.jobs)
+    except KeyboardInterrupt:
+        print("interrupted: no summary", file=sys.stderr)
+        return 130
+    meta["wall_s"] = real_perf_counter() - began
+    meta["loadavg_after"] = list(os.getloadavg())
+    rows = verdicts(results, cells, a.policies, a.adaptive)
+    if not rows:
+        print("no cell has a capacity: nothing to compare\n" + "\n".join(results.errors))
+        return 1
+    groups = sorted(results.capacities)
+    print("\n".join(capacity_lines(results, groups, a.num_prompts)))
+    print()
+    print(tables(rows, a.policies))
+    lines, summary = summary_lines(rows)
+    print()
+    print("\n".join(lines))
+    for error in results.errors:
+        print(f"FAILED {error}")
+    path = os.path.join(result_dir, "summary.json")
+    write_summary(path, meta, results, rows, summary)
+    print(f"{len(results.runs)} runs in {meta['wall_s']:.1f} s (load {meta['loadavg_before'][0]:.1f}"
+          f" -> {meta['loadavg_after'][0]:.1f}); wrote {path}")
+    if not a.no_plot:
+        from switchyard_bench.tournament.heatmap import write_heatmap
+
+        title = (f"switchyard bench tournament: SLO attainment (%), best fixed outlined\n"
+                 f"{a.num_prompts} requests per run; {slos}")
+        print(f"wrote {write_heatmap(os.path.join(result_dir, 'heatmap.png'), rows, a.policies, title)}")
+    return 1 if results.errors else 0
