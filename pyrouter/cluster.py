@@ -47,7 +47,7 @@ def session_note(pin: SessionPin | None) -> dict[str, str]:
 
 
 class EngineDirectory(Protocol):
-    """The engines a router knows (pyrouter/engines/membership.py's EngineSet; FakeCluster; one
+    """The engines a router knows (pyrouter/engines/membership.py's EngineMembership; FakeCluster; one
     served model's share of them, pyrouter/model_groups.py's ModelEngines)."""
 
     @property

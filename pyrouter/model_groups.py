@@ -22,7 +22,7 @@ from pyrouter.tokenizer import model_display_id
 from router_core import RouterCore
 
 if TYPE_CHECKING:
-    from pyrouter.engines.membership import EngineSet
+    from pyrouter.engines.membership import EngineMembership
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
 DEFAULT_PATH = "default"  # NAME=default: the default model (SmolLM2)
@@ -79,7 +79,7 @@ class ModelEngines:
     members whose model it is. Scores, predictions and loads come from the shared router core;
     the view offers only these engines, so no policy sends a request to another model's."""
 
-    def __init__(self, members: EngineSet, model: str) -> None:
+    def __init__(self, members: EngineMembership, model: str) -> None:
         self._members = members
         self.model = model
 

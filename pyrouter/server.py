@@ -8,7 +8,7 @@ import os
 import signal
 
 from pyrouter.dispatch import Dispatcher, PolicySlot
-from pyrouter.engines.membership import EngineSet
+from pyrouter.engines.membership import EngineMembership
 from pyrouter.errors import BadRequest
 from pyrouter.fast_path import FastRequestRecorder, sync_fast_policy
 from pyrouter.front_bridge import FrontBridge
@@ -105,7 +105,7 @@ async def build_state(args: argparse.Namespace) -> RouterState:
     config = router_config(args)
     models = _models(args)
     tokenizer = load_router_tokenizer(models[0].path)
-    engines = EngineSet(poll_s=float(getattr(args, "poll_s", None) or 0.5))
+    engines = EngineMembership(poll_s=float(getattr(args, "poll_s", None) or 0.5))
     names = [m.name for m in models]
     engines.group_of = lambda served: engine_group(names, served)
     for spec in args.engine:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from engine.tokenizer import EngineTokenizer
 from pyrouter.dispatch import Dispatcher, PolicySlot, RequestRun
-from pyrouter.engines.membership import EngineSet
+from pyrouter.engines.membership import EngineMembership
 from pyrouter.metrics import RouterMetrics
 from pyrouter.model_groups import ModelGroup, ModelSpec, group_for
 from pyrouter.policy_dir import PolicyDir
@@ -61,7 +61,7 @@ class RouterConfig:
 class RouterState:
     config: RouterConfig
     tokenizer: EngineTokenizer
-    engines: EngineSet
+    engines: EngineMembership
     slot: PolicySlot
     dispatcher: Dispatcher
     detok_vocab: DetokenizerVocab  # built once from the tokenizer; every response's detokenizer

@@ -2,7 +2,7 @@
 
 A Kubernetes headless Service answers one A (or AAAA) record per pod, so re-resolving its name
 every few seconds tells the router which engine pods exist. New addresses join and vanished ones
-are drained and removed through `EngineSet` — the same code path as POST and
+are drained and removed through `EngineMembership` — the same code path as POST and
 DELETE /admin/engines — so discovery has no membership logic of its own. Whether a member takes
 work is still decided by the router's own gRPC health checks, not by DNS.
 
@@ -17,7 +17,7 @@ import logging
 import socket
 from dataclasses import dataclass
 
-from pyrouter.engines.membership import EngineSet
+from pyrouter.engines.membership import EngineMembership
 from pyrouter.errors import BadRequest
 
 log = logging.getLogger("switchyard.router")
@@ -49,7 +49,7 @@ class DnsEngineSpec:
 
 
 def format_address(ip: str, port: int) -> str:
-    """HOST:PORT as gRPC and EngineSet expect it; IPv6 literals in brackets."""
+    """HOST:PORT as gRPC and EngineMembership expect it; IPv6 literals in brackets."""
     return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
 
 
@@ -67,9 +67,9 @@ async def resolve_addresses(name: str, port: int) -> set[str] | None:
 
 
 class DnsEngineDiscovery:
-    """Keeps the engines behind one DNS name in an EngineSet, re-resolving every `interval_s`."""
+    """Keeps the engines behind one DNS name in an EngineMembership, re-resolving every `interval_s`."""
 
-    def __init__(self, engines: EngineSet, spec: DnsEngineSpec, interval_s: float = 5.0) -> None:
+    def __init__(self, engines: EngineMembership, spec: DnsEngineSpec, interval_s: float = 5.0) -> None:
         if interval_s <= 0:
             raise ValueError("DNS re-resolve interval must be > 0")
         self.engines = engines

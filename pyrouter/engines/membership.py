@@ -45,7 +45,11 @@ def _check_address(address: str) -> None:
         raise BadRequest(f"engine address must be HOST:PORT, got {address!r}", param="address")
 
 
-class EngineSet:
+class EngineMembership:
+    """The engines this router routes to — added, drained, removed, health-watched — with their
+    Stats and KV events fed into router_core (whose EngineSet is something else: a bitmap of
+    engine slots)."""
+
     def __init__(self, poll_s: float = 0.5, block_size: int = 16, seed: int = 0) -> None:
         self.poll_s = poll_s
         self.engines: dict[str, EngineHandle] = {}

@@ -2,7 +2,7 @@
 (pyrouter/cluster.py's EngineDirectory), over simulated engines.
 
 Each engine gets a real EngineHandle whose client is a SimEngineClient, and the router's
-router_core is fed as the real EngineSet feeds it (pyrouter/engines/membership.py): Stats every
+router_core is fed as the real EngineMembership feeds it (pyrouter/engines/membership.py): Stats every
 `poll_s` (0.5 s, virtual) with the engine's load and latency model, and KV events as the
 engine's KVEvents stream delivers them (every 50 ms), so prefix matches and load lag the engines
 as they do in a real router.
@@ -62,7 +62,7 @@ class SimCluster:
             self._clients[engine_id].deliver(out, now)
         return deliver
 
-    # ---- what a ClusterView and the Dispatcher need (as EngineSet provides) ----
+    # ---- what a ClusterView and the Dispatcher need (as EngineMembership provides) ----
     def healthy(self) -> list[EngineHandle]:
         return [e for e in self.engines.values() if e.healthy and not e.draining]
 
@@ -107,7 +107,7 @@ class SimCluster:
             poll(engine_id)
 
     def poll_stats(self, engine_id: str) -> None:
-        """What EngineSet._watch does with one Stats answer."""
+        """What EngineMembership._watch does with one Stats answer."""
         handle = self.engines[engine_id]
         table = self.core.table
         table.stats_requested(handle.num)
@@ -116,7 +116,7 @@ class SimCluster:
         table.set_health(handle.num, handle.healthy and not handle.draining)
 
     def poll_kv_events(self, engine_id: str) -> None:
-        """What EngineSet._follow_kv_events does with the engine's event batches (a gap, when
+        """What EngineMembership._follow_kv_events does with the engine's event batches (a gap, when
         the engine's bounded log overflowed, is answered with a snapshot)."""
         core, num = self._sims[engine_id].core, self.engines[engine_id].num
         index = self.core.index

@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from engine.core.sampling_params import SamplingParams
 from pyrouter.dispatch import Dispatcher, PolicySlot
-from pyrouter.engines.membership import EngineSet
+from pyrouter.engines.membership import EngineMembership
 from pyrouter.policy_registry import ActivePolicy, get_policy
 from pyrouter.request import RouterRequest, SloSpec
 from pyrouter.scope import RouterCounters
@@ -110,8 +110,8 @@ async def _simulate(cfg: SimConfig, policy: str, params: dict[str, Any],
         req = RouterRequest(f"sim-{index}", list(item.prompt),
                             SamplingParams(max_tokens=item.max_tokens, ignore_eos=True),
                             slo=SloSpec(slo.ttft_ms, slo.tpot_ms))
-        # The simulated cluster stands in for the router's EngineSet.
-        out = await run_through_front(cast(EngineSet, cluster), dispatcher, req, counters)
+        # The simulated cluster stands in for the router's EngineMembership.
+        out = await run_through_front(cast(EngineMembership, cluster), dispatcher, req, counters)
         end = loop.time()
         cached = int(((out.usage or {}).get("prompt_tokens_details") or {})
                      .get("cached_tokens", 0))

@@ -24,7 +24,7 @@ from engine.core.sampling_params import SamplingParams
 from pyrouter.cluster import ClusterView
 from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.handle import EngineHandle
-from pyrouter.engines.membership import EngineSet
+from pyrouter.engines.membership import EngineMembership
 from pyrouter.outcomes import RecentOutcomes
 from pyrouter.planning.prediction_feedback import PredictionFeedback
 from pyrouter.policy_registry import ActivePolicy, PolicySpec, get_policy
@@ -84,7 +84,7 @@ class FakeCluster:
             for tokens in spec.cached:
                 client.cache(list(tokens))
 
-    # ---- the directory a ClusterView and the Dispatcher need (as EngineSet provides) ----
+    # ---- the directory a ClusterView and the Dispatcher need (as EngineMembership provides) ----
     def healthy(self) -> list[EngineHandle]:
         return [e for e in self.engines.values() if e.healthy and not e.draining]
 
@@ -167,8 +167,8 @@ class FakeCluster:
         dispatcher.outcomes, dispatcher.feedback = self.outcomes, self.feedback
         reference = (self.reference(req.tokens, req.sampling.max_tokens)
                      if stop_after is not None else None)
-        # The cluster stands in for the router's EngineSet (healthy(), mark_unhealthy()).
+        # The cluster stands in for the router's EngineMembership (healthy(), mark_unhealthy()).
         return await run_through_front(
-            cast(EngineSet, self), dispatcher, req, self.counters,
+            cast(EngineMembership, self), dispatcher, req, self.counters,
             disconnect_after=disconnect_after, stop_after=stop_after, reference=reference,
             on_tokens=on_tokens, tracer=self.tracer, traceparent=self.traceparent)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyrouter.dispatch import Dispatcher, RequestRun
-from pyrouter.engines.membership import EngineSet
+from pyrouter.engines.membership import EngineMembership
 from pyrouter.front_bridge import FrontBridge, FrontRequest
 from pyrouter.request import RouterRequest
 from pyrouter.scope import RouterCounters
@@ -110,7 +110,7 @@ def request_body(req: RouterRequest, model: str = FAKE_MODEL) -> dict[str, Any]:
     return body
 
 
-async def run_through_front(engines: EngineSet, dispatcher: Dispatcher, req: RouterRequest,
+async def run_through_front(engines: EngineMembership, dispatcher: Dispatcher, req: RouterRequest,
                             counters: RouterCounters, *, disconnect_after: int | None = None,
                             stop_after: int | None = None,
                             reference: Sequence[int] | None = None,

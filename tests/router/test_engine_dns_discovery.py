@@ -15,7 +15,7 @@ from pyrouter.engines.dns_discovery import (
     format_address,
     resolve_addresses,
 )
-from pyrouter.engines.membership import EngineSet
+from pyrouter.engines.membership import EngineMembership
 from pyrouter.errors import BadRequest
 
 pytestmark = pytest.mark.procs
@@ -68,7 +68,7 @@ class FakeDns:
 async def test_membership_follows_the_records(monkeypatch):
     dns = FakeDns()
     monkeypatch.setattr(dns_discovery, "resolve_addresses", dns)
-    engines = EngineSet(poll_s=0.05)
+    engines = EngineMembership(poll_s=0.05)
     static = engines.add("127.0.0.1:1", "prefill")  # given with --engine: never touched by DNS
     discovery = DnsEngineDiscovery(engines, DnsEngineSpec("decoders", 2, "decode"), 0.01)
     try:

@@ -89,7 +89,7 @@ def test_an_engine_joins_the_model_its_model_info_names() -> None:
 
 
 class _Members:
-    """The parts of EngineSet a model's view reads."""
+    """The parts of EngineMembership a model's view reads."""
 
     def __init__(self, handles: list[Any]) -> None:
         self.engines = {h.id: h for h in handles}

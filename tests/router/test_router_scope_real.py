@@ -22,7 +22,7 @@ import pytest
 from engine.core.sampling_params import SamplingParams
 from engine.server.launcher import EngineProcess, EngineSpec, start_engines, stop_engines
 from pyrouter.dispatch import Dispatcher, PolicySlot
-from pyrouter.engines.membership import EngineSet
+from pyrouter.engines.membership import EngineMembership
 from pyrouter.policy_registry import ActivePolicy, get_policy
 from pyrouter.request import RouterRequest
 from pyrouter.scope import RouterCounters
@@ -60,7 +60,7 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[EnginePro
     stop_engines(procs)
 
 
-async def _idle(es: EngineSet) -> None:
+async def _idle(es: EngineMembership) -> None:
     """Every engine idle with only its prefix cache holding pages; router counts at zero."""
     deadline = asyncio.get_running_loop().time() + 30
     while True:
@@ -84,7 +84,7 @@ async def _idle(es: EngineSet) -> None:
 async def _run_case(engines: list[EngineProcess], policy: str, roles: tuple[str, str],
                     params: dict[str, Any], faults: dict[int, list[Fault]],
                     cut: dict[str, int]) -> list[tuple[str, str]]:
-    es = EngineSet(poll_s=0.1)
+    es = EngineMembership(poll_s=0.1)
     try:
         for engine, role in zip(engines, roles, strict=True):
             es.add(engine.address, role)

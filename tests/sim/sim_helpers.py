@@ -14,7 +14,7 @@ from typing import Any, cast
 
 from engine.core.sampling_params import SamplingParams
 from pyrouter.dispatch import Dispatcher, PolicySlot
-from pyrouter.engines.membership import EngineSet
+from pyrouter.engines.membership import EngineMembership
 from pyrouter.policy_registry import ActivePolicy, get_policy
 from pyrouter.request import RouterRequest
 from pyrouter.scope import RouterCounters
@@ -69,7 +69,7 @@ def run_requests(profile: HardwareProfile, policy: str, prompts: Sequence[Sequen
             sent = loop.time()
             req = RouterRequest(f"r{i}", list(prompts[i]),
                                 SamplingParams(max_tokens=limits[i], ignore_eos=True))
-            run = await run_through_front(cast(EngineSet, cluster), dispatcher, req, counters)
+            run = await run_through_front(cast(EngineMembership, cluster), dispatcher, req, counters)
             times = cluster.tokens.pop(run.request.engine_request_id)
             return run, [round((t - sent) * 1e3, 6) for t in times]
 

@@ -1,5 +1,5 @@
 """The router's side in a simulation: its Stats poll is the real router's default period and
-feeds router_core as EngineSet does (work dispatched since the last Stats counts as
+feeds router_core as EngineMembership does (work dispatched since the last Stats counts as
 router_tokens until a Stats that covers it), and the router's own time per verb
 (`router_ms`) delays every verb it sends."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from engine.core.sampling_params import SamplingParams
 from pyrouter.cli import build_parser
 from pyrouter.dispatch import Dispatcher, PolicySlot
-from pyrouter.engines.membership import EngineSet
+from pyrouter.engines.membership import EngineMembership
 from pyrouter.policy_registry import ActivePolicy, get_policy
 from pyrouter.request import RouterRequest
 from pyrouter.scope import RouterCounters
@@ -39,7 +39,7 @@ def test_dispatched_work_counts_as_router_tokens_until_a_stats_covers_it() -> No
         dispatcher = Dispatcher(cluster, PolicySlot(ActivePolicy(spec, spec.check_params({}))))
         await asyncio.sleep(0.1)
         req = RouterRequest("r", PROMPT, SamplingParams(max_tokens=40, ignore_eos=True))
-        task = asyncio.create_task(run_through_front(cast(EngineSet, cluster), dispatcher, req,
+        task = asyncio.create_task(run_through_front(cast(EngineMembership, cluster), dispatcher, req,
                                                      RouterCounters()))
         seen = []
         for at in (0.2, 0.45, 0.55):  # before the next poll, just before it, just after it
