@@ -81,6 +81,16 @@ def add_session_arguments(parser: argparse.ArgumentParser) -> None:
                    help="the body's `user` names the session when no X-Session-Id header does")
 
 
+def add_peer_arguments(parser: argparse.ArgumentParser) -> None:
+    """The other router replicas (pyrouter/router_peers.py; docs/deploy.md)."""
+    g = parser.add_argument_group("router replicas (docs/deploy.md)")
+    g.add_argument("--peer", action="append", default=None, metavar="HOST:PORT",
+                   help="another router replica in front of the same engines (repeatable)")
+    g.add_argument("--peers-dns", default=None, metavar="NAME:PORT",
+                   help="a DNS name whose records are the router replicas (a Kubernetes "
+                   "headless Service), each on PORT")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="switchyard", description="Switchyard LLM serving")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -94,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "may load by name")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--routers", type=int, default=1, metavar="N",
+                       help="router replicas over the same engines, on --port, --port+1, ... "
+                       "(each its own process; docs/deploy.md)")
     serve.add_argument("--max-restarts", type=int, default=5,
                        help="times a dead engine is restarted (with backoff) before it is left "
                        "down")
@@ -132,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="seconds between checks of --policy-dir for changed files")
     rtr.add_argument("--port", type=int, default=8000)
     rtr.add_argument("--host", default="127.0.0.1")
+    add_peer_arguments(rtr)
     rtr.add_argument("--model", action="append", default=None, metavar="[NAME=]PATH",
                      help="model whose tokenizer the router uses; repeated as NAME=PATH "
                      "(PATH may be 'default'), several models: a request's model picks the "

@@ -32,6 +32,7 @@ from engine.server.cpu_affinity import format_cpus, split_cores, usable_cores
 from engine.server.launcher import EngineProcess, EngineSpec, launch, stop_engines, wait_healthy
 from pyrouter.model_groups import ModelSpec, parse_model_args, split_engines
 from pyrouter.policy_registry import ActivePolicy
+from pyrouter.router_replicas import RouterReplicas
 from pyrouter.server import initial_policy, serve_router
 from pyrouter.session_affinity import SESSION_FLAGS
 
@@ -229,9 +230,19 @@ async def _serve(args: argparse.Namespace, log_dir: Path) -> int:
             return 1
         keeper = EngineKeeper(engines, specs, log_dir, int(getattr(args, "max_restarts", 5)))
         keeper_task = asyncio.create_task(keeper.run())
-        await serve_router(_router_args(args, engines, active.name), stop,
-                           banner=f"switchyard serving on http://{args.host}:{args.port}/v1 "
-                           "(Ctrl-C stops everything)")
+        router_args = _router_args(args, engines, active.name)
+        replicas = RouterReplicas(router_args, int(getattr(args, "routers", 1)), log_dir)
+        for r in replicas.replicas:
+            print(f"router replica {r.index} starting on http://{args.host}:{r.port}/v1 "
+                  f"(log {r.log_path})", flush=True)
+        replicas_stop = asyncio.create_task(replicas.stop_when(stop))
+        try:
+            await serve_router(replicas.first, stop,
+                               banner=f"switchyard serving on http://{args.host}:{args.port}/v1 "
+                               "(Ctrl-C stops everything)")
+        finally:
+            stop.set()  # the replicas stop with replica 0, however it ended
+            await replicas_stop
         return 0
     finally:
         if keeper is not None:
@@ -246,6 +257,9 @@ async def _serve(args: argparse.Namespace, log_dir: Path) -> int:
 def run(args: argparse.Namespace) -> int:
     if args.engines < 1:
         print("--engines must be >= 1", file=sys.stderr)
+        return 2
+    if getattr(args, "routers", 1) < 1:
+        print("--routers must be >= 1", file=sys.stderr)
         return 2
     from pyrouter.server import setup_logging_and_loop
 

@@ -23,6 +23,7 @@ from pyrouter.model_groups import (
     parse_model_args,
 )
 from pyrouter.policy_registry import ActivePolicy, get_policy, load_policy_source
+from pyrouter.router_peers import router_peers
 from pyrouter.security.engine_allow import EngineAllowList
 from pyrouter.security.keys import ADMIN_KEYS_ENV, KeyRing
 from pyrouter.security.rate_limit import CallerLimiter, RateRules
@@ -160,6 +161,7 @@ async def serve_router(args: argparse.Namespace, stop: asyncio.Event,
                        banner: str | None = None) -> None:
     live = LiveConfig.from_args(args)  # --policy-dir loads first: --policy may name its policies
     state = await build_state(args)
+    state.peers = router_peers(args)
     state.policy_dir = live.policy_dir
     state.sessions = session_config(args)
     await live.start(state)
@@ -207,6 +209,9 @@ def setup_logging_and_loop() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from engine.server.parent_death import die_with_parent_if_asked
+
+    die_with_parent_if_asked()  # a replica that `switchyard serve --routers N` started
     setup_logging_and_loop()
 
     async def main() -> None:

@@ -11,6 +11,7 @@ from pyrouter.engines.membership import EngineMembership
 from pyrouter.metrics import RouterMetrics
 from pyrouter.model_groups import ModelGroup, ModelSpec, group_for
 from pyrouter.policy_dir import PolicyDir
+from pyrouter.router_peers import RouterPeers
 from pyrouter.scope import RouterCounters
 from pyrouter.security.engine_allow import EngineAllowList
 from pyrouter.security.keys import KeyRing
@@ -83,6 +84,8 @@ class RouterState:
     # Every served model's group by name, the first being the one above (tokenizer, engines,
     # slot, dispatcher); empty: that one alone (pyrouter/model_groups.py).
     models: dict[str, ModelGroup] = field(default_factory=dict)
+    # The other router replicas named by --peer / --peers-dns (pyrouter/router_peers.py).
+    peers: RouterPeers = field(default_factory=RouterPeers)
 
     def group(self, model: str | None = None) -> ModelGroup:
         """The served model's group (None: the first); 404 `model_not_found` for others."""

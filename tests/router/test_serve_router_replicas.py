@@ -1,0 +1,67 @@
+"""`switchyard serve --routers 2`: two router processes over the same engines, on --port and
+--port+1, each answering and with its own /metrics; SIGTERM stops every process."""
+from __future__ import annotations
+
+import signal
+
+import psutil
+import pytest
+import requests
+from router_procs import start_serve, wait_ready, wait_until
+
+pytestmark = [pytest.mark.procs, pytest.mark.timeout(300)]
+
+
+def _routers(children: list[psutil.Process]) -> list[psutil.Process]:
+    return [c for c in children if "router" in c.cmdline() and "pyrouter.cli" in c.cmdline()]
+
+
+def test_serve_two_routers_over_the_same_engines_then_sigterm_stops_all() -> None:
+    proc, base = start_serve("--mock-engines", "--engines", "2", "--routers", "2",
+                             "--policy", "least_load")
+    port = int(base.rsplit(":", 1)[1])
+    second = f"http://127.0.0.1:{port + 1}"
+    try:
+        wait_ready(base, proc, want_engines=2, timeout_s=120)
+        wait_ready(second, proc, want_engines=2, timeout_s=120)
+        for url in (base, second):
+            r = requests.post(f"{url}/v1/completions",
+                              json={"prompt": "hi", "max_tokens": 3}, timeout=30)
+            assert r.status_code == 200, r.text
+            assert r.json()["usage"]["completion_tokens"] == 3
+            engines = requests.get(f"{url}/admin/engines", timeout=10).json()["engines"]
+            assert sorted(e["address"] for e in engines) == sorted(
+                e["address"] for e in requests.get(f"{base}/admin/engines",
+                                                   timeout=10).json()["engines"])
+            metrics = requests.get(f"{url}/metrics", timeout=10)
+            assert metrics.status_code == 200 and "switchyard:" in metrics.text
+        children = psutil.Process(proc.popen.pid).children(recursive=True)
+        replicas = _routers(children)
+        assert len(replicas) == 1, [c.cmdline() for c in children]
+        argv = replicas[0].cmdline()
+        assert argv[argv.index("--port") + 1] == str(port + 1)
+        assert argv[argv.index("--peer") + 1] == f"127.0.0.1:{port}"
+        assert f"router replica 1 starting on http://127.0.0.1:{port + 1}/v1" in proc.output()
+    except BaseException:
+        proc.stop()
+        raise
+    proc.popen.send_signal(signal.SIGTERM)
+    assert proc.popen.wait(timeout=90) == 0
+    _, alive = psutil.wait_procs(children, timeout=30)
+    assert not alive, f"orphans left: {alive}"
+    proc.stop()
+
+
+def test_a_replica_dies_with_serve_when_serve_is_sigkilled() -> None:
+    proc, base = start_serve("--mock-engines", "--engines", "1", "--routers", "2")
+    port = int(base.rsplit(":", 1)[1])
+    try:
+        wait_ready(f"http://127.0.0.1:{port + 1}", proc, want_engines=1, timeout_s=120)
+        children = psutil.Process(proc.popen.pid).children(recursive=True)
+        assert _routers(children)
+        proc.popen.kill()
+        proc.popen.wait(timeout=10)
+        wait_until(lambda: not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE
+                                   for c in children), 60, "serve's children to exit")
+    finally:
+        proc.stop()
