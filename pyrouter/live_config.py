@@ -10,6 +10,7 @@ import argparse
 import logging
 
 from pyrouter.cluster import ActivePolicy
+from pyrouter.dispatch import PolicySlot
 from pyrouter.engines.dns_discovery import DnsEngineDiscovery, DnsEngineSpec
 from pyrouter.errors import BadRequest
 from pyrouter.policy_dir import PolicyDir
@@ -20,8 +21,14 @@ log = logging.getLogger("switchyard.router")
 
 
 def refresh_active_policy(state: RouterState, reloaded: list[str]) -> None:
-    """If the active policy's file was reloaded, new requests get its new code (same params)."""
-    active = state.slot.current
+    """If an active policy's file was reloaded (each served model's), new requests get its new
+    code (same params)."""
+    for group in list(state.models.values()) or [state.group()]:
+        _refresh(group.slot, reloaded)
+
+
+def _refresh(slot: PolicySlot, reloaded: list[str]) -> None:
+    active = slot.current
     if active.name not in reloaded:
         return
     spec = get_policy(active.name)
@@ -31,7 +38,7 @@ def refresh_active_policy(state: RouterState, reloaded: list[str]) -> None:
         log.error("reloaded policy %s rejects the active params (%s); keeping the old code",
                   active.name, exc.message)
         return
-    state.slot.current = ActivePolicy(spec, params)
+    slot.current = ActivePolicy(spec, params)
     log.info("active policy %s replaced by its reloaded version", active.name)
 
 

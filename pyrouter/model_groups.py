@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from engine.tokenizer import EngineTokenizer
 from pyrouter.cluster import EngineDirectory
 from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.handle import EngineHandle
@@ -106,6 +107,8 @@ class ModelGroup:
     engines: EngineDirectory
     slot: PolicySlot
     dispatcher: Dispatcher
+    # How its prompts read (the Rust front holds its own copy); None: the router's first.
+    tokenizer: EngineTokenizer | None = None
 
     @property
     def name(self) -> str:

@@ -121,7 +121,9 @@ async def build_state(args: argparse.Namespace) -> RouterState:
         dispatcher = Dispatcher(members, slot, policy_timeout_s=timeout_s,
                                 events=metrics.count_event)
         dispatcher.feedback.sink = metrics.observe_prediction_error
-        groups[model.name] = ModelGroup(model, members, slot, dispatcher)
+        groups[model.name] = ModelGroup(
+            model, members, slot, dispatcher,
+            tokenizer if model is models[0] else load_router_tokenizer(model.path))
     first = groups[models[0].name]
     return RouterState(config, tokenizer, engines, first.slot, first.dispatcher,
                        DetokenizerVocab.from_tokenizer_json(tokenizer.to_json()),
@@ -147,7 +149,8 @@ def start_front(state: RouterState, args: argparse.Namespace) -> RouterFront:
         idle_timeout_s=cfg.idle_timeout_s,
         admin_host=_admin_host(args), admin_port=getattr(args, "admin_port", None))
     for group in list(state.models.values())[1:]:  # the first came with the front
-        front.add_served_model(group.name, **load_router_tokenizer(group.spec.path).to_state())
+        assert group.tokenizer is not None  # build_state loads every model's
+        front.add_served_model(group.name, **group.tokenizer.to_state())
     state.engines.attach_front(front)
     # Under a pure-selection built-in the front picks engines itself (pyrouter/fast_path.py).
     sync_fast_policy(state, front)

@@ -32,10 +32,19 @@ def _engine(state: RouterState, body: dict[str, Any], key: str) -> EngineHandle:
     return handle
 
 
-def _context_tokens(state: RouterState, prefix: object) -> list[int]:
+def _same_model(state: RouterState, target: EngineHandle, model: str | None, what: str) -> None:
+    """KV and requests move only between engines of one served model (several models)."""
+    if len(state.models) > 1 and target.model != model:
+        raise BadRequest(f"engine {target.id} serves model {target.model!r}, {what} model "
+                         f"{model!r}", param="to")
+
+
+def _context_tokens(state: RouterState, source: EngineHandle, prefix: object) -> list[int]:
+    tokenizer = state.group(source.model).tokenizer if len(state.models) > 1 else None
+    tokenizer = tokenizer or state.tokenizer  # the source's model's: its blocks are that text's
     if isinstance(prefix, str) and prefix:
-        return state.tokenizer.encode(prefix)
-    vocab = state.tokenizer.vocab_size
+        return tokenizer.encode(prefix)
+    vocab = tokenizer.vocab_size
     if isinstance(prefix, list) and prefix and all(
             isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab for t in prefix):
         return list(prefix)
@@ -61,6 +70,7 @@ async def migrate(state: RouterState, body: dict[str, Any]) -> dict[str, Any]:
                 "runs in Python)")
             raise NotFound(f"no running request {body['request_id']!r}{hint}",
                            param="request_id")
+        _same_model(state, target, run.req.model, "the request is for")
         move = run.migrate(target)
         try:
             await asyncio.wait_for(asyncio.shield(move.done.wait()), _MOVE_TIMEOUT_S)
@@ -69,7 +79,8 @@ async def migrate(state: RouterState, body: dict[str, Any]) -> dict[str, Any]:
         return {"request_id": body["request_id"], "from": move.source.id, "to": target.id,
                 "outcome": move.outcome, "moved_tokens": move.moved_tokens}
     source = _engine(state, body, "from")
-    tokens = _context_tokens(state, body.get("prefix"))
+    _same_model(state, target, source.model, f"engine {source.id} serves")
+    tokens = _context_tokens(state, source, body.get("prefix"))
     copied = await copy_context(tokens, source, target)
     return {"from": source.id, "to": target.id, "tokens": len(tokens),
             "matched": copied.matched, "copied": copied.copied,

@@ -66,6 +66,12 @@ def test_two_models_route_by_name_with_their_own_policies() -> None:
         answers = {m: r.json()["choices"][0]["message"]["content"] for m, r in routes.items()}
         assert answers["a"] == answers["b"] and "Tokyo" in answers["a"], answers
 
+        # KV moves only between engines of one model.
+        r = requests.post(f"{base}/admin/migrate", json={
+            "prefix": "The capital of Japan is", "from": engine_of["a"], "to": engine_of["b"]},
+            timeout=60)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "to", r.text
+
         metrics = requests.get(f"{base}/metrics", timeout=10).text
         for model in ("a", "b"):
             assert f'switchyard:model_requests_total{{model="{model}",status="ok"}}' in metrics
