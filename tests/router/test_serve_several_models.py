@@ -2,14 +2,17 @@
 --model b=default` serves the same file under two names, one engine each. The router learns each
 engine's model from its ModelInfo (serve hands it addresses only); a request's `model` picks the
 engines, an unknown one is a 404 `model_not_found`, each model runs its own policy (switched with
-PUT /admin/policy's `model`), and greedy output is one engine's whichever name serves it."""
+PUT /admin/policy's `model`), and greedy output is one engine's whichever name serves it.
+`switchyard router` in front of engines started on their own groups them the same way."""
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
 import requests
-from router_procs import start_serve, wait_ready
+from router_procs import LOG_DIR, free_port, start_router, start_serve, wait_ready
+
+from engine.server.launcher import EngineSpec, start_engines, stop_engines
 
 pytestmark = [pytest.mark.procs, pytest.mark.timeout(600)]
 PROMPT = {"prompt": "The capital of Japan is", "max_tokens": 12, "temperature": 0}
@@ -77,3 +80,30 @@ def test_two_models_route_by_name_with_their_own_policies() -> None:
             assert f'switchyard:model_requests_total{{model="{model}",status="ok"}}' in metrics
     finally:
         proc.stop()
+
+
+def test_a_router_learns_each_engines_model_from_the_engine() -> None:
+    # One engine serves a, one names a model this router does not serve; b has none.
+    engines = start_engines([EngineSpec(f"engine-{name}-{free_port()}", served_model=name,
+                                        threads=1, env={"SWITCHYARD_LOG_LEVEL": "WARNING"})
+                             for name in ("a", "elsewhere")], LOG_DIR)
+    port = free_port()
+    router = start_router(port, [e.port for e in engines], "--model", "a=default",
+                          "--model", "b=default")
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(base, router, want_engines=2, timeout_s=120)
+        served = {e["id"]: e["served_model"] for e in
+                  requests.get(f"{base}/admin/engines", timeout=10).json()["engines"]}
+        assert sorted(map(str, served.values())) == ["None", "a"], served
+        a_engine = next(i for i, m in served.items() if m == "a")
+        for _ in range(2):
+            r = _complete(base, "a")
+            assert r.status_code == 200, r.text
+            assert f"engine={a_engine}" in r.headers["x-switchyard-route"]
+        r = _complete(base, "b")  # served, but no engine of its own: no capacity, not another's
+        assert r.status_code == 503 and r.json()["error"]["code"] == "no_capacity", r.text
+        assert "serves model 'elsewhere', which this router does not" in router.output()
+    finally:
+        router.stop()
+        stop_engines(engines)
