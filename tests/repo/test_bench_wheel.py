@@ -1,20 +1,23 @@
 """`switchyard bench` works from an installed wheel, outside the checkout.
 
-The wheel holds exactly the packages pyproject's [tool.maturin] python-packages lists (every file
-in them, data included) plus router_core; this test lays those out in a temporary site folder the
-same way — with the extension already built by `make install` instead of compiling it again — and
-runs `switchyard bench serve|simulate|tournament|engine --help` and the workload-data lookup
-there, with the checkout off the import path. A package or data file the wheel would leave out,
-or a path that climbs back into the checkout (`../loadtest/...`), fails here.
+The wheel holds the packages pyproject's [tool.maturin] python-packages lists plus router_core:
+their files git does not ignore (data included) and the ignored ones an `include` names (the
+generated stubs, built extensions). This test lays those files out in a temporary site folder —
+with the extension `make install` built instead of compiling it again — and runs `switchyard
+bench serve|simulate|tournament|engine --help` and the workload-data lookup there, checking that
+every module of ours they load comes from that folder. A package or data file the wheel would
+leave out, or a path that climbs back into the checkout (`../loadtest/...`), fails here.
 """
 from __future__ import annotations
 
+import fnmatch
 import os
 import shutil
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,17 +27,36 @@ DATA = ["sonnet.txt", "azure_llm_2023_code.csv", "mooncake_conversation_trace.js
 pytestmark = pytest.mark.procs
 
 
+def _maturin() -> dict[str, Any]:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    return pyproject["tool"]["maturin"]
+
+
 def _wheel_packages() -> list[str]:
-    maturin = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["maturin"]
-    return [*maturin["python-packages"], maturin["module-name"].split(".")[0]]
+    return [*_maturin()["python-packages"], _maturin()["module-name"].split(".")[0]]
+
+
+def _wheel_files() -> list[str]:
+    """The files maturin takes from those packages: what git does not ignore, plus the ignored
+    ones an `include` pattern names, less what an `exclude` pattern names."""
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard",
+                             "--", *_wheel_packages()], cwd=ROOT, text=True,
+                            capture_output=True, check=True).stdout.split()
+    included = [str(p.relative_to(ROOT)) for entry in _maturin().get("include", [])
+                for p in ROOT.glob(entry["path"])]
+    excluded = _maturin().get("exclude", [])
+    return sorted({name for name in [*listed, *included] if (ROOT / name).is_file()
+                   and not any(fnmatch.fnmatch(name, pattern) for pattern in excluded)})
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("installed") / "site-packages"
-    for package in _wheel_packages():
-        shutil.copytree(ROOT / package, folder / package,
-                        ignore=shutil.ignore_patterns("__pycache__", "src", "target", "*.rs"))
+    for name in _wheel_files():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, folder / name)
+    for built in (ROOT / "router_core").glob("_router_core*.so"):  # what maturin compiles
+        shutil.copy2(built, folder / "router_core" / built.name)
     return folder
 
 
@@ -50,8 +72,10 @@ def _run(site: Path, code: str) -> str:
                           text=True, capture_output=True, check=True, timeout=300).stdout
 
 
-def test_the_wheel_ships_switchyard_bench():
-    assert "switchyard_bench" in _wheel_packages()
+def test_the_wheel_ships_switchyard_bench_and_its_data():
+    files = _wheel_files()
+    assert "switchyard_bench/workloads/data_files.py" in files
+    assert all(f"switchyard_bench/data/{name}" in files for name in DATA)
 
 
 @pytest.mark.parametrize("what", ["serve", "simulate", "tournament", "engine"])
