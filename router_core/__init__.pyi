@@ -365,7 +365,8 @@ class MockEngineServer:
     ValueError for bad knobs, OSError when the address cannot be bound."""
     def __new__(cls, port: int, host: str = "127.0.0.1", *, threads: int = 1,
                 engine_id: str = "mock", role: Literal["any", "prefill", "decode"] = "any",
-                tokens_per_chunk: int = 1, chunk_delay_ms: float = 0.0, coalesce: bool = True,
+                served_model: str = "", tokens_per_chunk: int = 1, chunk_delay_ms: float = 0.0,
+                coalesce: bool = True,
                 fail_rate: float = 0.0, fail_after_tokens: int = 0,
                 abort_after_tokens: int = 0, fail_remote_send: bool = False,
                 unhealthy_file: str = "", page_size: int = 16, vocab_size: int = 49152,

@@ -32,6 +32,7 @@ class MockConfig:
     threads: int = 1
     engine_id: str = "mock"
     role: str = "any"
+    served_model: str = ""  # ModelInfo.served_model (--served-model-name; "" = none)
     # The mock's decode step: it produces `tokens_per_chunk` tokens per request and takes
     # `chunk_delay_ms` (0 = costs nothing: every token of a request exists at once).
     tokens_per_chunk: int = 1
@@ -72,6 +73,7 @@ class MockConfig:
             threads=pick("threads", int, 1),
             engine_id=str(getattr(args, "engine_id", None) or f"mock-{args.port}"),
             role=str(getattr(args, "role", None) or "any"),
+            served_model=str(getattr(args, "served_model_name", None) or ""),
             tokens_per_chunk=pick("tokens_per_chunk", int, 1),
             chunk_delay_ms=pick("chunk_delay_ms", float, 0.0),
             coalesce=pick("coalesce", _flag, True),

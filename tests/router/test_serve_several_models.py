@@ -107,3 +107,27 @@ def test_a_router_learns_each_engines_model_from_the_engine() -> None:
     finally:
         router.stop()
         stop_engines(engines)
+
+
+def test_each_model_takes_turns_over_its_own_engines_only() -> None:
+    # Mock engines (they report --served-model-name too): two engines per model.
+    proc, base = start_serve("--mock-engines", "--engines", "4", "--model", "a=default",
+                             "--model", "b=default")
+    try:
+        wait_ready(base, proc, want_engines=4, timeout_s=60)
+        engines = requests.get(f"{base}/admin/engines", timeout=10).json()["engines"]
+        owned: dict[str, set[str]] = {"a": set(), "b": set()}
+        for e in engines:
+            owned[e["served_model"]].add(e["id"])
+        assert [len(ids) for ids in owned.values()] == [2, 2], engines
+        for model in ("a", "b", "b", "a", "a", "b"):
+            r = _complete(base, model, max_tokens=2)
+            assert r.status_code == 200, r.text
+            route = r.headers["x-switchyard-route"]
+            used = {i for i in owned[model] if f"engine={i} " in route}
+            assert len(used) == 1 and route.endswith(f" model={model}"), route
+            owned.setdefault(f"{model}-used", set()).update(used)
+        # Round robin per model: both of a model's engines took a turn, no other's did.
+        assert owned["a-used"] == owned["a"] and owned["b-used"] == owned["b"]
+    finally:
+        proc.stop()

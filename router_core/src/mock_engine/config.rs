@@ -13,6 +13,8 @@ pub struct MockEngineConfig {
     pub engine_id: String,
     /// "any" | "prefill" | "decode", reported by ModelInfo and Stats.
     pub role: String,
+    /// The model name a router serves it under (ModelInfo.served_model; "" = none).
+    pub served_model: String,
     /// A decode step produces this many tokens per request...
     pub tokens_per_chunk: u32,
     /// ...and takes this long (0: every token of a request exists at once).
@@ -47,6 +49,7 @@ impl Default for MockEngineConfig {
         MockEngineConfig {
             engine_id: "mock".into(),
             role: "any".into(),
+            served_model: String::new(),
             tokens_per_chunk: 1,
             chunk_delay_ms: 0.0,
             coalesce: true,

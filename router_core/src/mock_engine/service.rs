@@ -349,6 +349,7 @@ impl Engine for MockEngine {
             host_id: "mock".into(),
             role: self.config.role.clone(),
             engine_id: self.config.engine_id.clone(),
+            served_model: self.config.served_model.clone(),
             ..Default::default()
         }))
     }

@@ -60,7 +60,8 @@ pub struct PyMockEngineServer {
 impl PyMockEngineServer {
     #[new]
     #[pyo3(signature = (port, host = "127.0.0.1", *, threads = 1, engine_id = "mock",
-                        role = "any", tokens_per_chunk = 1, chunk_delay_ms = 0.0,
+                        role = "any", served_model = "", tokens_per_chunk = 1,
+                        chunk_delay_ms = 0.0,
                         coalesce = true, fail_rate = 0.0, fail_after_tokens = 0,
                         abort_after_tokens = 0, fail_remote_send = false, unhealthy_file = "",
                         page_size = 16, vocab_size = 49152, seed = 0, engine_token = ""))]
@@ -72,6 +73,7 @@ impl PyMockEngineServer {
         threads: usize,
         engine_id: &str,
         role: &str,
+        served_model: &str,
         tokens_per_chunk: u32,
         chunk_delay_ms: f64,
         coalesce: bool,
@@ -88,6 +90,7 @@ impl PyMockEngineServer {
         let config = MockEngineConfig {
             engine_id: engine_id.to_owned(),
             role: role.to_owned(),
+            served_model: served_model.to_owned(),
             tokens_per_chunk,
             chunk_delay_ms,
             coalesce,
