@@ -22,6 +22,7 @@ from engine.server.parent_death import PARENT_PID_ENV
 from pyrouter.server import DRAIN_ENV
 
 _STOP_GRACE_S = 15.0  # beyond the drain, before SIGKILL
+_WATCH_S = 0.5
 _ANY_ADDRESS = ("0.0.0.0", "::", "")
 
 
@@ -66,12 +67,17 @@ class RouterReplica:
 class RouterReplicas:
     """Replicas 1..count-1 of the router whose flags are `args` (replica 0 is the caller's)."""
 
-    def __init__(self, args: argparse.Namespace, count: int, log_dir: Path) -> None:
+    def __init__(self, args: argparse.Namespace, count: int, log_dir: Path,
+                 policy_file: str | None = None) -> None:
+        """`policy_file`: the --policy-file that serve loaded itself (replica 0's `args` name
+        only the policy it registered); each child loads it again."""
         self.count = count
         self.first = replica_args(args, 0, count)
         self.replicas: list[RouterReplica] = []
+        self._reported: set[int] = set()  # replicas whose exit has been told
         for index in range(1, count):
             mine = replica_args(args, index, count)
+            mine.policy_file = policy_file
             log_path = log_dir / f"router-{index}.log"
             argv = [sys.executable, "-m", "pyrouter.cli", "router", *router_argv(mine)]
             # Appended: a log that says why an earlier run died is kept.
@@ -83,8 +89,23 @@ class RouterReplicas:
     async def stop_when(self, stop: asyncio.Event) -> None:
         """Once `stop` is set: SIGTERM every replica (each drains as replica 0 does), then
         SIGKILL those still running after the drain and a grace period."""
-        await stop.wait()
+        while not stop.is_set():
+            self._report_exits()
+            try:
+                await asyncio.wait_for(stop.wait(), _WATCH_S)
+            except TimeoutError:
+                pass
         await asyncio.to_thread(self.stop)
+
+    def _report_exits(self) -> None:
+        """Say once that a replica exited before serve asked it to (it is not restarted: the
+        others keep serving; its log says why)."""
+        for replica in self.replicas:
+            code = replica.proc.poll()
+            if code is not None and replica.index not in self._reported:
+                self._reported.add(replica.index)
+                print(f"router replica {replica.index} on port {replica.port} exited with code "
+                      f"{code}; see {replica.log_path}", flush=True)
 
     def stop(self) -> None:
         drain_s = getattr(self.first, "drain_s", None) or float(

@@ -1,8 +1,10 @@
 """`switchyard serve --routers 2`: two router processes over the same engines, on --port and
---port+1, each answering and with its own /metrics; SIGTERM stops every process."""
+--port+1, each answering and with its own /metrics; SIGTERM stops every process; a policy file
+reaches every replica; a replica that dies is reported and the other keeps serving."""
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 
 import psutil
 import pytest
@@ -63,5 +65,44 @@ def test_a_replica_dies_with_serve_when_serve_is_sigkilled() -> None:
         proc.popen.wait(timeout=10)
         wait_until(lambda: not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE
                                    for c in children), 60, "serve's children to exit")
+    finally:
+        proc.stop()
+
+
+FIRST_ENGINE_PY = """from pyrouter import policy
+
+
+@policy("first_engine_only")
+async def route(req, cluster):
+    e = cluster.engines()[0]
+    req.note_route("mine", engine=e.id)
+    return e.start_generate(req)
+"""
+
+
+def test_every_replica_runs_the_policy_file_and_one_dying_leaves_the_other(
+        tmp_path: Path) -> None:
+    policy_file = tmp_path / "first_engine.py"
+    policy_file.write_text(FIRST_ENGINE_PY)
+    proc, base = start_serve("--mock-engines", "--engines", "2", "--routers", "2",
+                             "--policy-file", str(policy_file), "--policy", "first_engine_only")
+    port = int(base.rsplit(":", 1)[1])
+    second = f"http://127.0.0.1:{port + 1}"
+    try:
+        wait_ready(base, proc, want_engines=2, timeout_s=120)
+        wait_ready(second, proc, want_engines=2, timeout_s=120)
+        for url in (base, second):
+            r = requests.post(f"{url}/v1/completions",
+                              json={"prompt": "hi", "max_tokens": 2}, timeout=30)
+            assert r.status_code == 200, r.text
+            assert r.headers["X-Switchyard-Route"] == "mine engine=e0"
+        replica = _routers(psutil.Process(proc.popen.pid).children(recursive=True))[0]
+        replica.kill()
+        wait_until(lambda: f"router replica 1 on port {port + 1} exited with code -9"
+                   in proc.output(), 30, "serve to report the replica's exit")
+        r = requests.post(f"{base}/v1/completions",
+                          json={"prompt": "still", "max_tokens": 2}, timeout=30)
+        assert r.status_code == 200, r.text
+        assert proc.popen.poll() is None
     finally:
         proc.stop()
