@@ -9,7 +9,7 @@ from pathlib import Path
 import psutil
 import pytest
 import requests
-from router_procs import start_serve, wait_ready, wait_until
+from router_procs import Proc, start_serve, wait_ready, wait_until
 
 pytestmark = [pytest.mark.procs, pytest.mark.timeout(300)]
 
@@ -18,19 +18,33 @@ def _routers(children: list[psutil.Process]) -> list[psutil.Process]:
     return [c for c in children if "router" in c.cmdline() and "pyrouter.cli" in c.cmdline()]
 
 
-def test_serve_two_routers_over_the_same_engines_then_sigterm_stops_all() -> None:
-    proc, base = start_serve("--mock-engines", "--engines", "2", "--routers", "2",
-                             "--policy", "least_load")
+def _serve_two_routers(*flags: str) -> tuple[Proc, int]:
+    """`serve --mock-engines --engines 2 --routers 2 FLAGS`, once both replicas are ready:
+    serve's process and replica 0's port."""
+    proc, base = start_serve("--mock-engines", "--engines", "2", "--routers", "2", *flags)
     port = int(base.rsplit(":", 1)[1])
-    second = f"http://127.0.0.1:{port + 1}"
     try:
-        wait_ready(base, proc, want_engines=2, timeout_s=120)
-        wait_ready(second, proc, want_engines=2, timeout_s=120)
+        for p in (port, port + 1):
+            wait_ready(f"http://127.0.0.1:{p}", proc, want_engines=2, timeout_s=120)
+    except BaseException:
+        proc.stop()
+        raise
+    return proc, port
+
+
+def _complete(url: str, max_tokens: int) -> requests.Response:
+    r = requests.post(f"{url}/v1/completions",
+                      json={"prompt": "hi", "max_tokens": max_tokens}, timeout=30)
+    assert r.status_code == 200, r.text
+    return r
+
+
+def test_serve_two_routers_over_the_same_engines_then_sigterm_stops_all() -> None:
+    proc, port = _serve_two_routers("--policy", "least_load")
+    base, second = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port + 1}"
+    try:
         for url in (base, second):
-            r = requests.post(f"{url}/v1/completions",
-                              json={"prompt": "hi", "max_tokens": 3}, timeout=30)
-            assert r.status_code == 200, r.text
-            assert r.json()["usage"]["completion_tokens"] == 3
+            assert _complete(url, 3).json()["usage"]["completion_tokens"] == 3
             engines = requests.get(f"{url}/admin/engines", timeout=10).json()["engines"]
             assert sorted(e["address"] for e in engines) == sorted(
                 e["address"] for e in requests.get(f"{base}/admin/engines",
@@ -84,25 +98,17 @@ def test_every_replica_runs_the_policy_file_and_one_dying_leaves_the_other(
         tmp_path: Path) -> None:
     policy_file = tmp_path / "first_engine.py"
     policy_file.write_text(FIRST_ENGINE_PY)
-    proc, base = start_serve("--mock-engines", "--engines", "2", "--routers", "2",
-                             "--policy-file", str(policy_file), "--policy", "first_engine_only")
-    port = int(base.rsplit(":", 1)[1])
-    second = f"http://127.0.0.1:{port + 1}"
+    proc, port = _serve_two_routers("--policy-file", str(policy_file),
+                                    "--policy", "first_engine_only")
     try:
-        wait_ready(base, proc, want_engines=2, timeout_s=120)
-        wait_ready(second, proc, want_engines=2, timeout_s=120)
-        for url in (base, second):
-            r = requests.post(f"{url}/v1/completions",
-                              json={"prompt": "hi", "max_tokens": 2}, timeout=30)
-            assert r.status_code == 200, r.text
-            assert r.headers["X-Switchyard-Route"] == "mine engine=e0"
+        for p in (port, port + 1):
+            route = _complete(f"http://127.0.0.1:{p}", 2).headers["X-Switchyard-Route"]
+            assert route == "mine engine=e0"
         replica = _routers(psutil.Process(proc.popen.pid).children(recursive=True))[0]
         replica.kill()
         wait_until(lambda: f"router replica 1 on port {port + 1} exited with code -9"
                    in proc.output(), 30, "serve to report the replica's exit")
-        r = requests.post(f"{base}/v1/completions",
-                          json={"prompt": "still", "max_tokens": 2}, timeout=30)
-        assert r.status_code == 200, r.text
+        _complete(f"http://127.0.0.1:{port}", 2)
         assert proc.popen.poll() is None
     finally:
         proc.stop()
