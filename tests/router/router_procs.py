@@ -108,18 +108,26 @@ def wait_until(cond: Callable[[], object], timeout_s: float, what: str = "") -> 
 
 
 @contextmanager
+def mock_engines(count: int, *engine_args: str) -> Iterator[list[EngineProcess]]:
+    """`count` mock engines, each started with `engine_args`; stopped on exit."""
+    procs = [start_mock(free_port(), *engine_args) for _ in range(count)]
+    try:
+        yield procs
+    finally:
+        for e in procs:
+            e.stop()
+
+
+@contextmanager
 def mock_router(*engine_args: str, engines: int = 2) -> Iterator[str]:
     """`engines` mock engines (each started with `engine_args`) behind one router; yields the
     router's base URL once every engine is ready, and stops them all."""
-    ports = [free_port() for _ in range(engines)]
-    procs = [start_mock(p, *engine_args) for p in ports]
-    port = free_port()
-    router = start_router(port, ports)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_ready(base, router, want_engines=engines)
-        yield base
-    finally:
-        router.stop()
-        for e in procs:
-            e.stop()
+    with mock_engines(engines, *engine_args) as procs:
+        port = free_port()
+        router = start_router(port, [e.port for e in procs])
+        base = f"http://127.0.0.1:{port}"
+        try:
+            wait_ready(base, router, want_engines=engines)
+            yield base
+        finally:
+            router.stop()

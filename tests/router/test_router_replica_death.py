@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import pytest
 import requests
-from router_procs import free_port, start_mock, start_router, wait_ready, wait_until
+from router_procs import free_port, mock_engines, start_router, wait_ready, wait_until
 
 from engine.server.launcher import EngineProcess
 
@@ -59,12 +59,8 @@ class Stream:
 
 @pytest.fixture
 def engines() -> Iterator[list[EngineProcess]]:
-    procs = [start_mock(free_port(), "--chunk-delay-ms", "40") for _ in range(2)]
-    try:
+    with mock_engines(2, "--chunk-delay-ms", "40") as procs:
         yield procs
-    finally:
-        for e in procs:
-            e.stop()
 
 
 def _running(engine: EngineProcess) -> int:

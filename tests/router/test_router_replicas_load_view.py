@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 import requests
-from router_procs import free_port, start_mock, start_router, wait_ready, wait_until
+from router_procs import free_port, mock_engines, start_router, wait_ready, wait_until
 
 from engine.server.launcher import EngineProcess
 
@@ -26,12 +26,8 @@ LONG_TOKENS = 300  # at one token per 40 ms chunk: about 12 s of running work on
 
 @pytest.fixture
 def engines() -> Iterator[list[EngineProcess]]:
-    procs = [start_mock(free_port(), "--chunk-delay-ms", "40") for _ in range(2)]
-    try:
+    with mock_engines(2, "--chunk-delay-ms", "40") as procs:
         yield procs
-    finally:
-        for e in procs:
-            e.stop()
 
 
 def _long_stream(base: str, done: threading.Event) -> None:
