@@ -5,7 +5,7 @@ child process that dies with this one (PR_SET_PDEATHSIG), and Ctrl-C / SIGTERM s
 first (it drains: pyrouter/http/drain.py), then every engine (SIGTERM, then SIGKILL after a grace
 period), so nothing is orphaned.
 
-The deployment gets a fresh engine token (engine/server/auth.py) in a 0600 file that the engines
+The deployment gets a fresh engine token (switchyard_proto/auth.py) in a 0600 file that the engines
 and the router read, unless SWITCHYARD_ENGINE_TOKEN[_FILE] is already set. An engine that dies
 is reaped and restarted on its port (the router's health watcher takes it back into rotation)
 with exponential backoff, at most --max-restarts times in a row (an engine that then runs for two
@@ -27,7 +27,6 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from engine.server.auth import TOKEN_ENV, TOKEN_FILE_ENV
 from engine.server.cpu_affinity import format_cpus, split_cores, usable_cores
 from engine.server.launcher import EngineProcess, EngineSpec, launch, stop_engines, wait_healthy
 from pyrouter.model_groups import ModelSpec, parse_model_args, split_engines
@@ -35,6 +34,7 @@ from pyrouter.policy_registry import ActivePolicy
 from pyrouter.router_replicas import RouterReplicas
 from pyrouter.server import initial_policy, serve_router
 from pyrouter.session_affinity import SESSION_FLAGS
+from switchyard_proto.auth import TOKEN_ENV, TOKEN_FILE_ENV
 
 log = logging.getLogger("switchyard.serve")
 _READY_TIMEOUT_S = float(os.environ.get("SWITCHYARD_ENGINE_READY_TIMEOUT_S", "900"))

@@ -19,9 +19,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.server.client import EngineClient
 from engine.server.cpu_affinity import CPUS_ENV, format_cpus
 from engine.server.parent_death import PARENT_PID_ENV
+from switchyard_proto.client import EngineClient
 
 REPO = Path(__file__).resolve().parents[2]  # run from the checkout the package lives in
 START_TIMEOUT_S = 300.0

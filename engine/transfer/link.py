@@ -26,7 +26,6 @@ from typing import Any, NamedTuple
 
 import torch
 
-from engine.server.auth import engine_token
 from engine.transfer.base import (
     ChunkBuffer,
     SendSession,
@@ -45,6 +44,7 @@ from engine.transfer.frames import (
 )
 from engine.transfer.layout import KVLayout
 from engine.transfer.staging import StagingArea, StagingRing, StagingTimeout
+from switchyard_proto.auth import engine_token
 
 log = logging.getLogger(__name__)
 # How long a sender waits for staging space before deciding the receiver is stuck.

@@ -19,7 +19,6 @@ from typing import Protocol
 
 import torch
 
-from engine.server.auth import token_matches
 from engine.transfer.cuda_ipc import AttachedDeviceStaging
 from engine.transfer.frames import (
     FrameError,
@@ -32,6 +31,7 @@ from engine.transfer.frames import (
 )
 from engine.transfer.layout import KVLayout
 from engine.transfer.staging import AttachedStaging
+from switchyard_proto.auth import token_matches
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ router_core/src/python/engine_client.rs) behind the engine interface EngineHandl
 ModelInfo, KV events).
 
 The router process dials each engine once, in Rust, with the deployment's engine token and TLS
-settings (engine/server/auth.py); the HTTP front streams from that same connection
+settings (switchyard_proto/auth.py); the HTTP front streams from that same connection
 (`attach_to`). Each call here crosses into Rust once and back once: a verb's answer is a typed
 value made in Rust (PrepRecvResult, RemoteSendResult: no protobuf decoded here), an upkeep
 call's the serialized response, read here with the proto's generated class; a failure is the
@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Awaitable
 from typing import TypeVar
 
-from engine.server.auth import client_tls, engine_token
 from pyrouter.engines.engine_api import Metadata
 from pyrouter.engines.front_call import FrontCall, rpc_error_of
 from router_core import (
@@ -25,6 +24,7 @@ from router_core import (
     RemoteSendResult,
     RouterFront,
 )
+from switchyard_proto.auth import client_tls, engine_token
 from switchyard_rpc import engine_pb2 as pb
 
 T = TypeVar("T")

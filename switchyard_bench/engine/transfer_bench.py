@@ -21,8 +21,8 @@ from pathlib import Path
 
 import torch
 
-from engine.server.client import EngineClient
 from engine.server.launcher import start_engines, stop_engines
+from switchyard_proto.client import EngineClient
 
 
 @dataclass(slots=True)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from engine.server.client import EngineClient
+from switchyard_proto.client import EngineClient
 
 
 @dataclass(frozen=True, slots=True)

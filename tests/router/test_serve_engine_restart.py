@@ -12,7 +12,7 @@ import pytest
 import requests
 from router_procs import start_serve, wait_ready
 
-from engine.server.client import EngineClient
+from switchyard_proto.client import EngineClient
 
 pytestmark = [pytest.mark.procs, pytest.mark.timeout(180)]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from engine.server.client import EngineClient
+from switchyard_proto.client import EngineClient
 from switchyard_rpc import engine_pb2 as pb
 
 

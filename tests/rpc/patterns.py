@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.server.client import EngineClient, Generation, sampling
+from switchyard_proto.client import EngineClient, Generation, sampling
 from switchyard_rpc import engine_pb2 as pb
 
 MAX_TOKENS = 8

@@ -12,8 +12,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from engine.server.client import EngineClient, sampling
 from engine.server.launcher import EngineProcess, start_engines, stop_engines
+from switchyard_proto.client import EngineClient, sampling
 from tests.rpc import patterns
 from tests.rpc.accounting import assert_accounted, kv_bytes_per_token
 

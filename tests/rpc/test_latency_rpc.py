@@ -18,10 +18,10 @@ from engine.core.latency_model import VERSION, StepShape
 from engine.core.latency_profile import grid_for
 from engine.model.default_model import default_model_path
 from engine.model.loader import load_model
-from engine.server.client import sampling
 from engine.server.launcher import EngineProcess, EngineSpec, start_engines, stop_engines
+from switchyard_proto.client import sampling
 
-pytestmark = [pytest.mark.procs, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.procs, pytest.mark.model, pytest.mark.timeout(300)]
 NUM_PAGES = 512  # as the launcher starts engines
 KNOWN = {"const": 5.0, "prefill_tokens": 0.5, "prefill_seqs": 1.0, "prefill_attention": 1e-4,
          "prefill_context": 0.002, "decode_seqs": 0.7, "decode_context": 0.001,

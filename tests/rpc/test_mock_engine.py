@@ -17,8 +17,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from engine.server.client import EngineClient, sampling
 from router_core import MockEngineServer, block_hashes
+from switchyard_proto.client import EngineClient, sampling
 
 pytestmark = pytest.mark.procs
 

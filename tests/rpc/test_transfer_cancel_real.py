@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
-from engine.server.client import EngineClient
 from engine.server.launcher import EngineProcess, EngineSpec, start_engines, stop_engines
+from switchyard_proto.client import EngineClient
 from tests.rpc import patterns
 from tests.rpc.accounting import assert_accounted
 

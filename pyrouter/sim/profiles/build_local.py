@@ -26,8 +26,8 @@ import json
 import os
 from typing import Any
 
-from engine.server.auth import TOKEN_FILE_ENV, engine_token
 from pyrouter.sim.profile import PROFILE_DIR, profile_from_dict
+from switchyard_proto.auth import TOKEN_FILE_ENV, engine_token
 
 NAME = "local-smollm2-cpu"
 LINK_GBPS = 2.77  # shm receiver's page writes (measure_local.py); bench transfer: 0.8-1.8 GB/s
@@ -56,7 +56,7 @@ async def _from_engines(addresses: list[str], token: str | None = None) -> dict[
 
 
 async def _from_engine(address: str, token: str | None = None) -> dict[str, Any]:
-    from engine.server.client import EngineClient
+    from switchyard_proto.client import EngineClient
 
     async with EngineClient(address, timeout_s=10.0, token=token) as client:
         info = await client.model_info()
