@@ -75,6 +75,12 @@ def _matched(base: str, prompt: str) -> dict[str, int]:
     return {address: int(n) for address, n in (p.rsplit("=", 1) for p in text.split())}
 
 
+def _idle(base: str) -> bool:
+    engines = requests.get(f"{base}/admin/engines", timeout=10).json()["engines"]
+    return all(e["load"]["unfinished_tokens"] == 0 and e["load"]["queued_prefill_tokens"] == 0
+               for e in engines)
+
+
 def _set_policy(base: str, name: str) -> None:
     r = requests.put(f"{base}/admin/policy", json={"policy": name}, timeout=10)
     assert r.status_code == 200, r.text
@@ -88,6 +94,9 @@ def _b_routes_to_the_holder(b: str, prompt: str, holder: str) -> None:
                f"replica B's index to hold the prompt on {holder}")
     seen = _matched(b, prompt)
     assert all(n == 0 for address, n in seen.items() if address != holder), seen
+    # cache_aware weighs load too: B's Stats must show A's request over (a Stats taken during
+    # its prefill, still in force, would rightly send B elsewhere).
+    wait_until(lambda: _idle(b), 60, "replica B's Stats to show the engines idle")
     _set_policy(b, "cache_aware")
     route = _route(_complete(b, prompt))
     assert _address_of(b, route["engine"]) == holder, route
