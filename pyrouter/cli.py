@@ -42,6 +42,23 @@ def _load(target: str) -> Callable[[argparse.Namespace], int]:
     return func
 
 
+def add_admission_arguments(parser: argparse.ArgumentParser) -> None:
+    """The admission queue (pyrouter/admission.py); `serve` passes them through."""
+    g = parser.add_argument_group("admission queue (docs/policies.md)")
+    g.add_argument("--admit-max-inflight-per-engine", type=int, default=0, metavar="N",
+                   help="N unfinished requests of this router per open engine saturate the "
+                   "engines; while they are, requests queue by priority and fair share (0 = off)")
+    g.add_argument("--admit-max-queued-prefill-tokens", type=int, default=0, metavar="T",
+                   help="an engine with T prefill tokens queued is not open (0 = off)")
+    g.add_argument("--admit-queue-size", type=int, default=1024, metavar="N",
+                   help="requests the admission queue holds; beyond, 429 queue_full")
+    g.add_argument("--admit-queue-timeout-s", type=float, default=30.0, metavar="S",
+                   help="the longest a request waits (its slo.ttft_ms may shorten it); then 503 "
+                   "queue_timeout with Retry-After")
+    g.add_argument("--admit-weight", action="append", default=None, metavar="KEY=W",
+                   help="fair-share weight of an API key (repeatable; others weigh 1)")
+
+
 def add_router_guard_arguments(parser: argparse.ArgumentParser) -> None:
     """What bounds the router's exposure (docs/reliability.md); `serve` passes them through."""
     g = parser.add_argument_group("protection (docs/reliability.md)")
@@ -119,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "engines leave, and a core of its own would take 1/N of the engines' "
                        "compute (docs/benchmarking.md, \"Quiet runs\")")
     add_router_guard_arguments(serve)
+    add_admission_arguments(serve)
     add_runtime_arguments(serve, several_models=True)  # passed to every engine
     serve.add_argument("--mock-engines", action="store_true",
                        help="start mock engines (synthetic tokens, no model): router tests and "
@@ -165,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     rtr.add_argument("--default-top-p", type=float, default=None,
                      help="top_p when a request omits it (default: 0.9 for SmolLM2, else 1.0)")
     add_router_guard_arguments(rtr)
+    add_admission_arguments(rtr)
     add_session_arguments(rtr)
 
     bench = sub.add_parser("bench", help="benchmark runners")

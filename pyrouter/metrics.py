@@ -13,6 +13,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from pyrouter.admission import AdmissionMetrics
 from pyrouter.batched_histogram import BatchedHistogram
 
 # vLLM's buckets for the same quantities (seconds).
@@ -73,6 +74,7 @@ class RouterMetrics:
                                "the router", registry=r)
         self.engine_healthy = Gauge("switchyard:engine_healthy", "1 = the engine takes work",
                                     ["engine", "role", "address"], registry=r)
+        self.admission = AdmissionMetrics(r)  # the admission queue (pyrouter/admission.py)
         # Labelled children by label values: labels() validates and locks on every call.
         self._children: dict[tuple[object, ...], Any] = {}
 

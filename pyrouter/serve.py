@@ -29,6 +29,7 @@ from pathlib import Path
 
 from engine.server.cpu_affinity import format_cpus, split_cores, usable_cores
 from engine.server.launcher import EngineProcess, EngineSpec, launch, stop_engines, wait_healthy
+from pyrouter.admission import ADMISSION_FLAGS
 from pyrouter.model_groups import ModelSpec, parse_model_args, split_engines
 from pyrouter.policy_registry import ActivePolicy
 from pyrouter.router_replicas import RouterReplicas
@@ -181,6 +182,8 @@ def _router_args(args: argparse.Namespace, engines: list[EngineProcess],
         host=args.host, port=args.port, max_inflight=None, max_context=None, poll_s=None,
         default_temperature=None, default_top_p=None)
     for name in (*_ROUTER_GUARD_FLAGS, *SESSION_FLAGS):
+        setattr(router_args, name, getattr(args, name, None))
+    for name in ADMISSION_FLAGS:  # the admission queue's (pyrouter/admission.py)
         setattr(router_args, name, getattr(args, name, None))
     return router_args
 

@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 
+from pyrouter.admission import admission_config
 from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.membership import EngineMembership
 from pyrouter.errors import BadRequest
@@ -169,6 +170,7 @@ async def serve_router(args: argparse.Namespace, stop: asyncio.Event,
     state.sessions = session_config(args)
     await live.start(state)
     cfg = state.config
+    state.admission = admission_config(args)
     front: RouterFront | None = None
     recording: asyncio.Task[None] | None = None
     try:
@@ -183,6 +185,7 @@ async def serve_router(args: argparse.Namespace, stop: asyncio.Event,
         elif cfg.keys.admin_open and args.host not in LOOPBACK_HOSTS:
             log.warning("admin routes have no key (%s unset) and --host %s is not loopback: "
                         "they answer loopback clients only", ADMIN_KEYS_ENV, args.host)
+        state.admission.apply(front)
         assert state.fast_recorder is not None
         recording = asyncio.create_task(state.fast_recorder.run())
         print(banner or f"switchyard router on http://{args.host}:{args.port} "

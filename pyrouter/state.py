@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from engine.tokenizer import EngineTokenizer
+from pyrouter.admission import AdmissionConfig
 from pyrouter.dispatch import Dispatcher, PolicySlot, RequestRun
 from pyrouter.engines.membership import EngineMembership
 from pyrouter.metrics import RouterMetrics
@@ -73,6 +74,8 @@ class RouterState:
     limiter: CallerLimiter = field(default_factory=lambda: CallerLimiter(RateRules()))
     # --policy-dir: the only place PUT /admin/policy may load a file from (None: nowhere).
     policy_dir: PolicyDir | None = None
+    # The admission queue's settings in force (the front applies them; /admin/admission).
+    admission: AdmissionConfig = field(default_factory=AdmissionConfig)
     draining: bool = False  # SIGTERM received: nothing new is admitted
     # Session affinity's settings in force (the front applies them; /admin/session-affinity).
     sessions: SessionAffinityConfig = field(default_factory=SessionAffinityConfig)

@@ -672,6 +672,34 @@ class OpsReply:
     @property
     def body(self) -> bytes: ...
 
+# ---- the admission queue (router_core/src/front/admission.rs; pyrouter/admission.py) ----
+@final
+class AdmissionWait:
+    """One request's time at the admission gate."""
+    priority: int
+    wait_s: float
+    outcome: Literal["admitted", "queue_full", "timeout", "gone"]
+
+@final
+class AdmissionQueueLength:
+    """Requests of one priority waiting in the admission queue."""
+    priority: int
+    length: int
+
+def set_admission(front: RouterFront, *, max_inflight_per_engine: int,
+                  max_queued_prefill_tokens: int, max_queue_len: int, queue_timeout_s: float,
+                  weights: Mapping[str, float], default_weight: float = 1.0) -> None:
+    """The front's admission queue takes these for requests from now on: the engines are
+    saturated when the router's unfinished requests reach max_inflight_per_engine per open engine
+    (healthy, under max_queued_prefill_tokens queued); 0 = that limit off, both off = nothing
+    queues; weights by API key. ValueError for a queue of 0, a non-positive timeout or weight."""
+
+def admission_queue_lengths(front: RouterFront) -> list[AdmissionQueueLength]:
+    """Requests waiting now, per priority (lowest number first; empty priorities absent)."""
+
+def drain_admission_waits(front: RouterFront) -> list[AdmissionWait]:
+    """Every request's time at the gate since the last call, oldest first."""
+
 @final
 class FastRequestRecord:
     """A request the front's fast path served (no Python ran for it), as the router records it."""

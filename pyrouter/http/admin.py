@@ -13,6 +13,7 @@ from typing import Any
 
 from pyrouter.engines.identify import check_is_engine
 from pyrouter.errors import BadRequest, Forbidden
+from pyrouter.http.admission_admin import ADMISSION_ROUTES
 from pyrouter.http.migrate import migrate_handler
 from pyrouter.http.routes import OpsRequest, OpsResponse, Route, json_response
 from pyrouter.http.session_admin import SESSION_ROUTES
@@ -173,6 +174,7 @@ ADMIN_ROUTES = (
     Route("GET", "/admin/engines", list_engines),
     Route("POST", "/admin/engines", add_engine),
     Route("DELETE", "/admin/engines/{id}", delete_engine),
+    *ADMISSION_ROUTES,
     Route("POST", "/admin/migrate", migrate_handler),
     *SESSION_ROUTES,
 )

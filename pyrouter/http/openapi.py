@@ -46,6 +46,8 @@ _SAMPLING = {
     "temperature": {**_NUM, "minimum": 0, "maximum": 2},
     "top_p": {**_NUM, "minimum": 0, "maximum": 1}, "top_k": {**_INT, "minimum": -1},
     "min_tokens": {**_INT, "minimum": 0}, "seed": _INT,
+    # Scheduling priority, lower first (docs/api.md "Priorities and the admission queue").
+    "priority": {**_INT, "minimum": -100, "maximum": 100},
     "stop": {"oneOf": [_STR, {"type": "array", "items": _STR, "maxItems": 4}]},
     "stream": _BOOL, "stream_options": {"type": "object",
                                         "properties": {"include_usage": _BOOL}},
@@ -90,6 +92,12 @@ SCHEMAS: dict[str, Any] = {
                   "the first)"}}},
     "SessionAffinity": {"type": "object", "properties": {
         "load_bound": {**_NUM, "minimum": 1}, "from_user": _BOOL}},
+    # PUT /admin/admission (docs/api.md "Priorities and the admission queue").
+    "Admission": {"type": "object", "properties": {
+        "max_inflight_per_engine": {**_INT, "minimum": 0},
+        "max_queued_prefill_tokens": {**_INT, "minimum": 0},
+        "queue_size": {**_INT, "minimum": 1}, "queue_timeout_s": {**_NUM, "exclusiveMinimum": 0},
+        "weights": {"type": "object", "additionalProperties": {**_NUM, "exclusiveMinimum": 0}}}},
     "EngineAdd": {"type": "object", "required": ["address"], "properties": {
         "address": {**_STR, "description": "HOST:PORT on the allow-list"},
         "role": {**_STR, "enum": ["any", "prefill", "decode"]}, "wait": _BOOL,
@@ -150,6 +158,9 @@ PATHS: dict[str, Any] = {
                       **_errors("401", "403", "404")}}},
     "/admin/migrate": _simple("post", "copy a context or move a running request", "Migrate",
                               ("400", "401", "403", "404")),
+    "/admin/admission": {**_simple("get", "the admission queue's settings"),
+                         **_simple("put", "change the admission queue's settings", "Admission",
+                                   ("400", "401", "403"))},
     "/admin/session-affinity": {**_simple("get", "session affinity's settings"),
                                 **_simple("put", "change session affinity's settings",
                                           "SessionAffinity", ("400", "401", "403"))},

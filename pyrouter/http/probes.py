@@ -23,6 +23,7 @@ async def metrics(state: RouterState, request: OpsRequest) -> OpsResponse:
         state.fast_recorder.record()
     front = state.engines.front
     state.metrics.in_flight.set(front.inflight if front is not None else state.counters.inflight)
+    state.metrics.admission.record(front)
     for e in state.engines.engines.values():
         state.metrics.engine_healthy.labels(e.id, e.role, e.address).set(
             1 if e.healthy and not e.draining else 0)

@@ -6,8 +6,9 @@
 //! start + 1/weight. A caller sending many requests thus takes its weight's share of the turns,
 //! not the whole queue, and one that was idle starts at V, with no credit saved up.
 //!
-//! When an engine counts as saturated is [`engine_free_slots`]'s rule over the engine table's
-//! rows; the async gate around this (front/admission.rs) asks it when to let the head through.
+//! When the engines count as saturated is [`open_engines`] (over the engine table's rows) and
+//! [`has_room`]; the async gate around this (front/admission.rs) asks them when to let the head
+//! through.
 
 use crate::engine_table::EngineLoad;
 use std::collections::{BTreeMap, HashMap};
@@ -16,8 +17,8 @@ use std::time::{Duration, Instant};
 /// What the admission queue does; the defaults leave it off.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AdmissionSettings {
-    /// An engine is saturated with this many of the router's requests in flight on it (the
-    /// table's `inflight`); 0 = no such limit.
+    /// Requests per open engine the router lets through before it is saturated, counted by the
+    /// router itself (let through and not finished); 0 = no such limit.
     pub max_inflight_per_engine: u64,
     /// An engine is saturated once this many prefill tokens are queued on it (the table's
     /// `pending_prefill_tokens`: its latest Stats plus what the router sent since); 0 = no limit.
@@ -65,33 +66,36 @@ impl AdmissionSettings {
     }
 }
 
-/// How many more requests one engine takes before it is saturated: 0 when unhealthy or past
-/// either limit; else the room under the in-flight limit, or 1 when only the token limit is set
-/// (one request at a time, so the next check sees its tokens counted).
-pub fn engine_free_slots(row: &EngineLoad, settings: &AdmissionSettings) -> u64 {
-    let tokens = settings.max_queued_prefill_tokens;
-    if !row.healthy || (tokens > 0 && row.pending_prefill_tokens() >= tokens) {
-        return 0;
-    }
-    match settings.max_inflight_per_engine {
-        0 => 1,
-        limit => limit.saturating_sub(row.inflight),
-    }
-}
-
-/// Free slots over every engine; None when no engine is healthy (nothing to wait for: the
-/// request goes on and meets the usual "no capacity" answer).
-pub fn free_slots<'a>(
+/// Engines that take work now: healthy, and under the queued-prefill-token limit when one is
+/// set (the table's `pending_prefill_tokens`: the engine's latest Stats plus what the router
+/// sent since). None when no engine is healthy (nothing to wait for: the request goes on and
+/// meets the usual "no capacity" answer).
+pub fn open_engines<'a>(
     rows: impl Iterator<Item = &'a EngineLoad>,
     settings: &AdmissionSettings,
 ) -> Option<u64> {
+    let tokens = settings.max_queued_prefill_tokens;
     let mut healthy = false;
-    let mut free = 0u64;
-    for row in rows {
-        healthy |= row.healthy;
-        free = free.saturating_add(engine_free_slots(row, settings));
+    let mut open = 0u64;
+    for row in rows.filter(|row| row.healthy) {
+        healthy = true;
+        if tokens == 0 || row.pending_prefill_tokens() < tokens {
+            open += 1;
+        }
     }
-    healthy.then_some(free)
+    healthy.then_some(open)
+}
+
+/// Whether one more request may go to the engines: with a request limit, while the requests the
+/// router let through and that have not finished (`running`) stay under the limit times the open
+/// engines; with only the token limit, one request at a time per open engine until its tokens
+/// are counted in the table (`in_transit`: let through, first token not yet back).
+pub fn has_room(open: u64, running: u64, in_transit: u64, settings: &AdmissionSettings) -> bool {
+    match settings.max_inflight_per_engine {
+        _ if open == 0 => false,
+        0 => in_transit < open,
+        limit => running < limit.saturating_mul(open),
+    }
 }
 
 /// One queued request.

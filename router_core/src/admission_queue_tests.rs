@@ -86,11 +86,11 @@ fn removed_requests_leave_the_order() {
 }
 
 #[test]
-fn saturation_is_read_from_the_engine_table() {
+fn saturation_is_read_from_the_engine_table_and_the_routers_count() {
     let mut table = EngineTable::new();
     table.upsert(0, Role::Any);
     table.upsert(1, Role::Any);
-    let by_inflight = AdmissionSettings {
+    let by_requests = AdmissionSettings {
         max_inflight_per_engine: 2,
         ..AdmissionSettings::default()
     };
@@ -99,20 +99,23 @@ fn saturation_is_read_from_the_engine_table() {
         ..AdmissionSettings::default()
     };
     assert!(!AdmissionSettings::default().enabled());
-    assert!(by_inflight.enabled() && by_tokens.enabled());
-    assert_eq!(free_slots(table.all(), &by_inflight), Some(4));
-    assert_eq!(free_slots(table.all(), &by_tokens), Some(2));
-    table.on_dispatch(0, 150, 8).unwrap(); // engine 0: 1 in flight, 150 prefill tokens queued
-    assert_eq!(free_slots(table.all(), &by_inflight), Some(3));
-    assert_eq!(free_slots(table.all(), &by_tokens), Some(1));
-    table.on_dispatch(1, 10, 8).unwrap();
-    table.on_dispatch(1, 10, 8).unwrap();
-    assert_eq!(free_slots(table.all(), &by_inflight), Some(1));
+    assert!(by_requests.enabled() && by_tokens.enabled());
+    assert_eq!(open_engines(table.all(), &by_requests), Some(2));
+    assert!(has_room(2, 3, 0, &by_requests) && !has_room(2, 4, 0, &by_requests));
+    assert_eq!(open_engines(table.all(), &by_tokens), Some(2));
+    assert!(has_room(2, 9, 1, &by_tokens) && !has_room(2, 0, 2, &by_tokens));
+    table.on_dispatch(0, 150, 8).unwrap(); // engine 0: 150 prefill tokens queued
+    assert_eq!(open_engines(table.all(), &by_tokens), Some(1));
+    assert_eq!(open_engines(table.all(), &by_requests), Some(2));
+    table.on_dispatch(1, 100, 8).unwrap();
+    assert_eq!(open_engines(table.all(), &by_tokens), Some(0));
+    assert!(!has_room(0, 0, 0, &by_tokens));
     table.set_health(0, false).unwrap();
-    assert_eq!(free_slots(table.all(), &by_inflight), Some(0));
+    assert_eq!(open_engines(table.all(), &by_requests), Some(1));
+    assert!(!has_room(1, 2, 0, &by_requests));
     table.set_health(1, false).unwrap();
     assert_eq!(
-        free_slots(table.all(), &by_inflight),
+        open_engines(table.all(), &by_requests),
         None,
         "no healthy engine: no wait"
     );

@@ -5,6 +5,7 @@
 //! and outcome window). The deciding side keeps these mirrors current (engines added/removed,
 //! the core rebuilt, a policy switch).
 
+use super::admission::AdmissionGate;
 use super::bridge::PolicyBridge;
 use super::fast_path::FastPolicy;
 use super::openai_request::RequestLimits;
@@ -101,6 +102,8 @@ pub struct Front<B: PolicyBridge> {
     draining: AtomicBool,
     /// The drain's grace is over: requests still running end with an error now.
     ending: tokio::sync::watch::Sender<bool>,
+    /// Where requests wait while every engine is saturated (front/admission.rs).
+    pub admission: Arc<AdmissionGate>,
 }
 
 fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
@@ -152,6 +155,7 @@ impl<B: PolicyBridge> Front<B> {
             records_dropped: AtomicU64::new(0),
             draining: AtomicBool::new(false),
             ending: tokio::sync::watch::channel(false).0,
+            admission: Arc::default(),
         }
     }
 

@@ -4,6 +4,7 @@
 //! then close it: the running generation cancelled unless it finished, the deciding side told,
 //! metrics and outcomes recorded, the in-flight count released.
 
+use super::admission::AdmissionPermit;
 use super::api_error::{ApiError, ShapedError};
 use super::bridge::{AdmitSpec, Caller, PolicyBridge, RequestEnd, Segment};
 use super::engine_errors::{first_chunk, first_chunk_timeout, next_chunk};
@@ -44,6 +45,8 @@ pub struct Prepared {
     pub trace_headers: Vec<(String, String)>,
     pub started: Instant,
     pub inflight: InflightGuard,
+    /// From the admission gate, held until the request ends (front/admission.rs).
+    pub admission: Option<AdmissionPermit>,
 }
 
 /// Runs `prepared` in its own task; resolves to the response (its body may still stream).
@@ -283,6 +286,7 @@ struct RequestTask<B: PolicyBridge> {
     completion_tokens: u64,
     finished: bool,
     _inflight: InflightGuard,
+    admission: Option<AdmissionPermit>,
 }
 
 fn proto_tokens(tokens: &[u32]) -> Vec<i32> {
@@ -329,6 +333,7 @@ impl<B: PolicyBridge> RequestTask<B> {
             completion_tokens: 0,
             finished: false,
             _inflight: p.inflight,
+            admission: p.admission,
         }
     }
 
@@ -338,6 +343,10 @@ impl<B: PolicyBridge> RequestTask<B> {
             Some(policy) => self.admit_fast(policy).await,
             None => self.admit_bridge().await,
         };
+        // On an engine now (or failed): the engine table counts its tokens from here.
+        if let Some(permit) = &mut self.admission {
+            permit.admitted();
+        }
         let ok = match admitted {
             Ok((segment, first)) => {
                 self.first_token = Some(Instant::now());

@@ -7,6 +7,7 @@
 //! (`--admin-port`), serves /health itself and hands everything else to the deciding side, which
 //! answers only /ready and the admin routes there.
 
+use super::admission::admit;
 use super::api_error::{ApiError, ShapedError};
 use super::bridge::{Caller, OpsRequest, Plane, PolicyBridge};
 use super::engine_names::first_engine_request_id;
@@ -256,7 +257,13 @@ async fn handle<B: PolicyBridge>(State(conn): State<Connection<B>>, request: Req
                 started,
             );
             match prepared {
-                Ok(prepared) => respond(front, prepared).await,
+                Ok(mut prepared) => match admit(&front, &prepared).await {
+                    Ok(permit) => {
+                        prepared.admission = permit;
+                        respond(front, prepared).await
+                    }
+                    Err(shed) => shed.response(&request_id),
+                },
                 Err(err) => api_error(&err, &request_id),
             }
         }
@@ -375,6 +382,7 @@ pub(super) fn prepare<B: PolicyBridge>(
         trace_headers: trace_headers(headers),
         started,
         inflight,
+        admission: None,
     })
 }
 

@@ -4,6 +4,7 @@
 //! decides — the Python policies, the admin logic, health checking — sits behind
 //! [`bridge::PolicyBridge`], called once per request and once per segment boundary.
 
+pub mod admission;
 pub mod api_error;
 pub mod bridge;
 mod engine_errors;

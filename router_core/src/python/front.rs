@@ -193,6 +193,11 @@ impl PyRouterFront {
         let _runtime = self.front.runtime.enter();
         self.front.set_engine(num, rpc);
     }
+
+    /// The front itself (for the binding's functions that read or set parts of it).
+    pub(super) fn front(&self) -> &Front<PyBridge> {
+        &self.front
+    }
 }
 
 #[pymethods]

@@ -1,6 +1,7 @@
 //! The PyO3 binding: thin wrappers that convert arguments to owned Rust values, release the GIL
 //! for the work, and map [`crate::RouterCoreError`] to Python exceptions.
 
+mod admission;
 mod bridge_jobs;
 mod bridge_values;
 mod convert;
@@ -31,6 +32,7 @@ use pyo3::prelude::*;
 fn _router_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", crate::version())?;
     hashing::register(m)?;
+    admission::register(m)?;
     interpreter_exit::register(m)?;
     tracing::register(m)?;
     names::register(m)?;

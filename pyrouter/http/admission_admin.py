@@ -1,0 +1,43 @@
+"""GET / PUT /admin/admission: the admission queue's settings while the router runs.
+
+`PUT` takes any of `max_inflight_per_engine`, `max_queued_prefill_tokens`, `queue_size`,
+`queue_timeout_s` and `weights` (`{API key: weight}`, replacing the weights in force); fields
+left out keep their values. It answers with the settings now in force (the weights' keys, being
+secrets, only counted), as `GET` does. Requests already queued keep their place and deadline.
+"""
+from __future__ import annotations
+
+import logging
+
+from pyrouter.admission import AdmissionConfig
+from pyrouter.errors import BadRequest
+from pyrouter.http.routes import OpsRequest, OpsResponse, Route, json_response
+from pyrouter.state import RouterState
+
+log = logging.getLogger("switchyard.router")
+FIELDS = ("max_inflight_per_engine", "max_queued_prefill_tokens", "queue_size", "queue_timeout_s",
+          "weights")
+
+
+async def get_admission(state: RouterState, request: OpsRequest) -> OpsResponse:
+    return json_response(state.admission.body())
+
+
+async def put_admission(state: RouterState, request: OpsRequest) -> OpsResponse:
+    body = request.json_object()
+    unknown = sorted(set(body) - set(FIELDS))
+    if unknown:
+        raise BadRequest(f"unknown field(s) {unknown}; expected any of {list(FIELDS)}",
+                         param=unknown[0])
+    now = state.admission
+    config = AdmissionConfig(*(body.get(name, getattr(now, name)) for name in FIELDS))
+    config.apply(state.engines.front)
+    state.admission = config
+    log.info("admission queue: %s", config.body())
+    return json_response(config.body())
+
+
+ADMISSION_ROUTES = (
+    Route("GET", "/admin/admission", get_admission),
+    Route("PUT", "/admin/admission", put_admission),
+)
