@@ -21,10 +21,14 @@ log = logging.getLogger("switchyard.router")
 
 
 def lcu_chunk(table: EngineTable, engine_num: int, itl_ms: float, context_tokens: int,
-              lo: int = 32, hi: int = 2048) -> int | None:
+              lo: int = 32, hi: int = 2048, idle_full: bool = False) -> int | None:
     """Largest chunk in [lo, hi] (binary search on the predicted step) whose step with the
-    engine's running decodes fits `itl_ms`; `lo` when even that misses; None without a model."""
+    engine's running decodes fits `itl_ms`; `lo` when even that misses; None without a model.
+    `idle_full`: `hi` while the engine runs no decode — no step's ITL to keep, and a small chunk
+    would only make the prefills it does run take more steps."""
     load = table.get(engine_num)
+    if idle_full and not load.running_decodes:
+        return hi
 
     def step(chunk: int) -> float:
         return table.predict_step_ms(engine_num, [(context_tokens, chunk)],
@@ -56,9 +60,9 @@ class ChunkController:
         self.applied: dict[str, int] = {}  # engine id -> chunk size last set (tests, headers)
 
     def update(self, engine: EngineHandle, table: EngineTable, itl_ms: float,
-               context_tokens: int, lo: int, hi: int) -> int | None:
+               context_tokens: int, lo: int, hi: int, idle_full: bool = False) -> int | None:
         """The LCU chunk for `engine`; sends it (in the background) when due and different."""
-        chunk = lcu_chunk(table, engine.num, itl_ms, context_tokens, lo, hi)
+        chunk = lcu_chunk(table, engine.num, itl_ms, context_tokens, lo, hi, idle_full)
         if chunk is None:
             return None
         now = time.monotonic()

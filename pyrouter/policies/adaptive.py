@@ -10,8 +10,15 @@ parallel (least predicted TTFT) while decodes have slack, disaggregates the requ
 prefill would push a decode engine's TPOT over its SLO, and under overload keeps some engines
 within SLO instead of letting every request miss.
 
-Parameters are the SLO (a request's own `slo` wins), the KV watermark and `patterns` (which
-placements may run: "dp,pd"). Every response says what ran and why:
+With `chunk_control` on, each engine a request runs on is kept at its LCU prefill chunk for the
+TPOT SLO (pyrouter/planning/chunk_control.py; the largest chunk while it runs no decode): a
+prefill then slows the decodes beside it only as far as the SLO allows. Off by default: in the
+tournament it wins past capacity where a prefill chunk costs the decodes a lot (this machine's
+CPU profile) and loses where steps are cheap and the TTFT SLO tight (the H100 profile: smaller
+chunks add steps to every prefill) — docs/experiments.md "Chunk control for adaptive".
+
+Parameters are the SLO (a request's own `slo` wins), the KV watermark, `patterns` (which
+placements may run: "dp,pd") and `chunk_control`. Every response says what ran and why:
 `adaptive chose=pd prefill=e0 decode=e1 ttft_ms=812 tpot_ms=41 fits=1 harm=0`.
 """
 from __future__ import annotations
@@ -24,6 +31,7 @@ from pyrouter.cluster import ClusterView
 from pyrouter.degrade import degraded_note, serves
 from pyrouter.engines.handle import EngineHandle, GenerationStream
 from pyrouter.errors import NoCapacity
+from pyrouter.planning.chunk_control import ChunkController
 from pyrouter.planning.disaggregate import disaggregate
 from pyrouter.planning.interference import PrefillShare
 from pyrouter.planning.placement import (
@@ -42,7 +50,9 @@ from pyrouter.request import RouterRequest
 
 PARAMS = {"ttft_ms": Param(2000.0, gt=0), "tpot_ms": Param(200.0, gt=0),
           "kv_watermark": Param(0.9, gt=0, le=1),
-          "patterns": Param("dp,pd", check=comma_names((DP, PD)))}
+          "patterns": Param("dp,pd", check=comma_names((DP, PD))), "chunk_control": False,
+          "chunk_min": Param(32, ge=1), "chunk_max": Param(2048, ge=1),
+          "chunk_interval_s": Param(1.0, gt=0)}
 
 
 def _patterns(cluster: ClusterView) -> set[str]:
@@ -97,8 +107,24 @@ async def route(req: RouterRequest, cluster: ClusterView) -> GenerationStream:
             role, chosen.prefill if role == "prefill" else chosen.decode))
     by_id = {e.id: e for e in engines}
     commit(chosen, share, now, req.sampling.max_tokens)
+    if cluster.params["chunk_control"] and math.isfinite(slo.tpot_ms):
+        _control_chunks(req, cluster, slo, [by_id[chosen.prefill], by_id[chosen.decode]])
     req.predicted = chosen.outcome
     return await _run(req, chosen, by_id[chosen.prefill], by_id[chosen.decode], transfer)
+
+
+def _control_chunks(req: RouterRequest, cluster: ClusterView, slo: Slo,
+                    engines: list[EngineHandle]) -> None:
+    """Keep each engine the request runs on at its LCU prefill chunk for the TPOT SLO
+    (chunk_control.py): the prefills placed beside running decodes then slow each of their steps
+    only as far as the SLO allows, instead of by a whole default chunk; an engine with no decode
+    running keeps the largest chunk."""
+    params = cluster.params
+    chunks: ChunkController = cluster.state.setdefault(
+        "chunks", ChunkController(float(params["chunk_interval_s"])))
+    for engine in {e.id: e for e in engines}.values():
+        chunks.update(engine, cluster.core.table, slo.tpot_ms, len(req.tokens) // 2,
+                      int(params["chunk_min"]), int(params["chunk_max"]), idle_full=True)
 
 
 async def _run(req: RouterRequest, chosen: Placement, prefill: EngineHandle,

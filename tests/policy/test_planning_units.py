@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from pyrouter.outcomes import Outcome, RecentOutcomes, slo_met
+from pyrouter.planning.chunk_control import lcu_chunk
 from pyrouter.planning.interference import PrefillShare, prefill_extra_ms, tpot_under
 from pyrouter.planning.placement import DP, PD, Placement, Slo, choose
 from pyrouter.planning.prediction_feedback import PredictedOutcome, PredictionFeedback
 from pyrouter.planning.slo_fit import MUX, PREFILL, MuxRoles
+from router_core import EngineTable
 
 
 def test_slo_met_needs_every_given_objective() -> None:
@@ -143,3 +147,20 @@ def test_choose_most_within_slo_then_least_ttft_then_least_harm_on_the_longest_q
     over_kv = _placement(DP, "e0", "e0", 10.0, True, 0, kv_ok=False)
     assert choose([over_kv, dp1], slo) is dp1
     assert choose([over_kv], slo) is over_kv         # nothing under the watermark: still runs
+
+
+# ---- the LCU prefill chunk ----
+def test_lcu_chunk_fits_the_itl_and_an_idle_engine_keeps_the_largest() -> None:
+    table = EngineTable()
+    table.upsert(0, "any")
+    model = {"const": 2.0, "prefill_tokens": 0.5, "decode_seqs": 1.0}
+    # 8 running decodes: a step is 2 + 8 + 0.5 per chunk token, so 50 ms fits a chunk of ~80
+    table.update_stats(0, 0, 8, 100, 1, 10, 20.0, latency_model=model)
+    chunk = lcu_chunk(table, 0, 50.0, 0, lo=16, hi=2048)
+    assert chunk is not None and 75 <= chunk <= 80
+    assert lcu_chunk(table, 0, 50.0, 0, lo=16, hi=2048, idle_full=True) == chunk
+    assert lcu_chunk(table, 0, 5.0, 0, lo=16, hi=2048) == 16  # even the smallest misses
+    # no decode running: the ITL binds nothing; without idle_full the chunk still fits the ITL
+    table.update_stats(0, 0, 0, 0, 1, 10, 0.0, latency_model=model)
+    assert lcu_chunk(table, 0, 50.0, 0, lo=16, hi=2048, idle_full=True) == 2048
+    assert lcu_chunk(table, 0, 50.0, 0, lo=16, hi=2048) == pytest.approx(96, abs=6)
