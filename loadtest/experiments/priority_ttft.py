@@ -42,12 +42,13 @@ async def _ttft(session: aiohttp.ClientSession, base: str, prompt: str, priority
 
 
 async def one_run(base: str, queued: int, prompt_words: int, late_priority: int,
-                  max_tokens: int, settle_s: float) -> dict[str, object]:
+                  max_tokens: int, settle_s: float, salt: int) -> dict[str, object]:
     timeout = aiohttp.ClientTimeout(total=3600)
     async with aiohttp.ClientSession(timeout=timeout) as session:
-        # Distinct prompts: no prefix cache hit shortens one of them.
-        long = [f"Report {i}: " + " ".join(f"wagon{(i * 7919 + w) % 10007}"
-                                             for w in range(prompt_words)) for i in range(queued)]
+        # Distinct prompts, in every run (`salt`): no prefix cache hit shortens one of them.
+        long = [f"Report {salt}-{i}: " + " ".join(
+            f"wagon{(i * 7919 + w + salt * 104729) % 10007}" for w in range(prompt_words))
+            for i in range(queued)]
         background = [asyncio.create_task(_ttft(session, base, p, 10, max_tokens)) for p in long]
         await asyncio.sleep(settle_s)  # every long prompt queued on the engine first
         late = await _ttft(session, base, "The capital of France is", late_priority, max_tokens)
@@ -70,11 +71,14 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--control", action="store_true",
                         help="the late request at priority 10 too (the baseline)")
+    parser.add_argument("--salt", type=int, default=int(time.time()),
+                        help="varies the prompts between invocations (default: the time)")
     args = parser.parse_args()
     for rep in range(args.reps):
         load_before = os.getloadavg()[0]
         run = asyncio.run(one_run(args.base, args.queued, args.prompt_words,
-                                  10 if args.control else 0, args.max_tokens, args.settle_s))
+                                  10 if args.control else 0, args.max_tokens, args.settle_s,
+                                  args.salt * 1000 + rep))
         print(json.dumps({"rep": rep, **run, "load_before": round(load_before, 2),
                           "load_after": round(os.getloadavg()[0], 2)}), flush=True)
 
