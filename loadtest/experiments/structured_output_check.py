@@ -1,5 +1,5 @@
 """Issue 26's structured-output target, as a check against a running router: N chat requests
-with a strict JSON schema (and some with json_object), spread over data parallel, pd and tandem
+with a strict JSON schema (every `--object-every`-th with json_object), spread over data parallel, pd and tandem
 (switched live with PUT /admin/policy), four at a time; every reply must parse, and validate
 against its schema. Prints one line per pattern and a JSON summary.
 
@@ -30,8 +30,8 @@ _SUBJECTS = ["a baker", "a pilot", "a violinist", "a chess player", "a nurse", "
              "a poet", "an engineer", "a sailor", "a judge", "a painter", "a miner"]
 
 
-def _one(base: str, i: int) -> tuple[bool, str]:
-    as_object = i % 4 == 3
+def _one(base: str, i: int, object_every: int) -> tuple[bool, str]:
+    as_object = object_every > 0 and i % object_every == object_every - 1
     fmt: dict[str, Any] = {"type": "json_object"} if as_object else {
         "type": "json_schema", "json_schema": {"name": "person", "strict": True,
                                                "schema": PERSON}}
@@ -60,6 +60,8 @@ def main() -> int:
     parser.add_argument("--base", default="http://127.0.0.1:8000")
     parser.add_argument("-n", type=int, default=51, help="requests in all, split over patterns")
     parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--object-every", type=int, default=4,
+                        help="every k-th request asks for json_object instead (0: none)")
     args = parser.parse_args()
     results: dict[str, dict[str, Any]] = {}
     per = -(-args.n // len(PATTERNS))
@@ -68,7 +70,7 @@ def main() -> int:
                          timeout=30)
         r.raise_for_status()
         with ThreadPoolExecutor(args.concurrency) as pool:
-            outs = list(pool.map(lambda i: _one(args.base, i), range(k * per, (k + 1) * per)))
+            outs = list(pool.map(lambda i: _one(args.base, i, args.object_every), range(k * per, (k + 1) * per)))
         failures = [why for ok, why in outs if not ok]
         results[policy] = {"requests": len(outs), "valid": len(outs) - len(failures),
                            "failures": failures[:5]}
