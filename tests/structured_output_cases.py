@@ -1,14 +1,7 @@
 """The JSON schema the structured-output tests constrain replies to (engine and router tests):
-bounded strings and numbers and an enum, so a small model's greedy reply ends within ~60 tokens."""
+the benchmarks' own (switchyard_bench/json_schemas.py), so tests and figures check one schema."""
 from __future__ import annotations
 
-from typing import Any
+from switchyard_bench.json_schemas import PERSON
 
-PERSON: dict[str, Any] = {
-    "type": "object",
-    "properties": {"name": {"type": "string", "maxLength": 20},
-                   "age": {"type": "integer", "minimum": 0, "maximum": 150},
-                   "city": {"type": "string", "enum": ["Paris", "Berlin", "Rome"]}},
-    "required": ["name", "age", "city"],
-    "additionalProperties": False,
-}
+__all__ = ["PERSON"]

@@ -17,14 +17,8 @@ from typing import Any
 import jsonschema
 import requests
 
-PERSON: dict[str, Any] = {
-    "type": "object",
-    "properties": {"name": {"type": "string", "maxLength": 20},
-                   "age": {"type": "integer", "minimum": 0, "maximum": 150},
-                   "city": {"type": "string", "enum": ["Paris", "Berlin", "Rome"]}},
-    "required": ["name", "age", "city"],
-    "additionalProperties": False,
-}
+from switchyard_bench.json_schemas import PERSON
+
 PATTERNS = [("round_robin", {}), ("pd", {}), ("tandem", {"lead_tokens": 3})]
 _SUBJECTS = ["a baker", "a pilot", "a violinist", "a chess player", "a nurse", "a farmer",
              "a poet", "an engineer", "a sailor", "a judge", "a painter", "a miner"]

@@ -2,7 +2,7 @@
 requests free, fast mode, one process.
 
 Each round runs a batch of chat prompts twice — constrained to a small JSON schema (the tests'
-PERSON), then free with `ignore_eos` and each request's max_tokens set to what its constrained
+PERSON in switchyard_bench/json_schemas.py), then free with `ignore_eos` and each request's max_tokens set to what its constrained
 run produced, so both sides decode the same number of tokens at the same batch size. Rounds
 alternate the two sides; the figure per side is the median of the rounds, with the spread.
 Only decode steps are timed (prefills and first tokens are not grammar work).
@@ -18,14 +18,8 @@ import statistics
 import time
 from typing import Any
 
-_PERSON: dict[str, Any] = {
-    "type": "object",
-    "properties": {"name": {"type": "string", "maxLength": 20},
-                   "age": {"type": "integer", "minimum": 0, "maximum": 150},
-                   "city": {"type": "string", "enum": ["Paris", "Berlin", "Rome"]}},
-    "required": ["name", "age", "city"],
-    "additionalProperties": False,
-}
+from switchyard_bench.json_schemas import PERSON
+
 _ASKS = ["Invent a person: name, age and city.", "Describe a traveller as JSON.",
          "Give me a made-up customer record.", "Who lives in Rome? Answer in JSON.",
          "A fictional pilot's profile, please.", "Make up a chess player.",
@@ -94,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     from engine.core.sampling_params import ResponseFormat, SamplingParams
 
     side = _Side(args)
-    schema = ResponseFormat("json_schema", json.dumps(_PERSON))
+    schema = ResponseFormat("json_schema", json.dumps(PERSON))
     side.decode([(side.prompt(0), SamplingParams(temperature=0.0, max_tokens=4))])  # warm up
     print(f"load average before: {os.getloadavg()[0]:.2f}; threads {args.threads}")
     print("batch | free tok/s (median, spread) | json_schema tok/s | ratio | tokens/request")
