@@ -15,7 +15,6 @@ from collections.abc import Callable
 
 import grpc
 
-from engine.core.sampling_params import RESPONSE_FORMAT_REFUSED
 from pyrouter.cluster import ClusterView, EngineDirectory, EventSink
 from pyrouter.engines.handle import CALLER_MISTAKES, EngineHandle, GenerationStream
 from pyrouter.errors import (
@@ -36,6 +35,7 @@ from pyrouter.policy_registry import ActivePolicy
 from pyrouter.request import RouteNote, RouterRequest
 from pyrouter.retry_budget import RetryBudget
 from pyrouter.session import PolicySession, SegmentEnd
+from switchyard_proto.sampling_params import RESPONSE_FORMAT_REFUSED
 from switchyard_rpc import engine_pb2 as pb
 
 log = logging.getLogger("switchyard.router")

@@ -53,8 +53,6 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
 
-from engine.core.errors import InvalidRequest
-from engine.core.sampling_params import ResponseFormat, SamplingParams
 from pyrouter.dispatch import RequestRun
 from pyrouter.errors import BadRequest, PolicyFailed, RouterError
 from pyrouter.http.drain import shutting_down
@@ -76,6 +74,8 @@ from router_core import (
     SegmentHandoff,
     SegmentStart,
 )
+from switchyard_proto.errors import InvalidRequest
+from switchyard_proto.sampling_params import ResponseFormat, SamplingParams
 
 log = logging.getLogger("switchyard.router")
 

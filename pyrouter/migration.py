@@ -16,10 +16,10 @@ import asyncio
 import secrets
 from dataclasses import dataclass, field
 
-from engine.core.sampling_params import SamplingParams
 from pyrouter.engines.handle import EngineHandle, GenerationStream
 from pyrouter.errors import BadRequest, TransferFailed
 from pyrouter.request import RouterRequest
+from switchyard_proto.sampling_params import SamplingParams
 
 
 @dataclass(slots=True)

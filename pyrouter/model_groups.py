@@ -14,13 +14,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from engine.tokenizer import EngineTokenizer
 from pyrouter.cluster import EngineDirectory
 from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.handle import EngineHandle
 from pyrouter.errors import NotFound
 from pyrouter.tokenizer import model_display_id
 from router_core import RouterCore
+from switchyard_tokenizer.tokenizer import EngineTokenizer
 
 if TYPE_CHECKING:
     from pyrouter.engines.membership import EngineMembership

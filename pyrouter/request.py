@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from engine.core.sampling_params import SamplingParams
 from pyrouter.request_timeline import RequestTimeline
 from pyrouter.scope import RequestScope
 from pyrouter.session_affinity import DEFAULT_LOAD_BOUND
 from router_core import first_engine_request_id, retry_engine_request_id
+from switchyard_proto.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     from pyrouter.planning.prediction_feedback import PredictedOutcome

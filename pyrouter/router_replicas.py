@@ -5,7 +5,7 @@ Replica 0 is the router serve runs in-process, on --port; replica i listens on -
 port). Every replica gets the same engines and flags, and the others' addresses as --peer. Each
 is a separate process so that one dying (even SIGKILLed) fails only its own streams: the others
 share nothing with it but the engines. A replica dies with serve (PR_SET_PDEATHSIG, arranged by
-the router itself: engine/server/parent_death.py) and is stopped with SIGTERM, so it drains.
+the router itself: switchyard_proto/parent_death.py) and is stopped with SIGTERM, so it drains.
 """
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.server.launcher import REPO
-from engine.server.parent_death import PARENT_PID_ENV
 from pyrouter.server import DRAIN_ENV
+from switchyard_proto.parent_death import PARENT_PID_ENV
 
 _STOP_GRACE_S = 15.0  # beyond the drain, before SIGKILL
 _WATCH_S = 0.5

@@ -215,7 +215,7 @@ def setup_logging_and_loop() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.server.parent_death import die_with_parent_if_asked
+    from switchyard_proto.parent_death import die_with_parent_if_asked
 
     die_with_parent_if_asked()  # a replica that `switchyard serve --routers N` started
     setup_logging_and_loop()

@@ -5,7 +5,6 @@ import atexit
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from engine.tokenizer import EngineTokenizer
 from pyrouter.admission import AdmissionConfig
 from pyrouter.dispatch import Dispatcher, PolicySlot, RequestRun
 from pyrouter.engines.membership import EngineMembership
@@ -19,6 +18,7 @@ from pyrouter.security.keys import KeyRing
 from pyrouter.security.rate_limit import CallerLimiter, RateRules
 from pyrouter.session_affinity import SessionAffinityConfig
 from router_core import DetokenizerVocab, RouterTracer, sampling_error
+from switchyard_tokenizer.tokenizer import EngineTokenizer
 
 if TYPE_CHECKING:
     from pyrouter.fast_path import FastRequestRecorder

@@ -1,6 +1,6 @@
 """The router's tokenizer: the engine's EngineTokenizer, loaded without importing torch.
 
-Reading a GGUF's metadata (engine/model/gguf_metadata.py, torch-free) takes seconds, so the
+Reading a GGUF's metadata (switchyard_tokenizer/gguf_metadata.py, torch-free) takes seconds, so the
 tokenizer state is cached as JSON beside the weight cache; HF directories load directly.
 """
 from __future__ import annotations
@@ -9,8 +9,8 @@ import hashlib
 import json
 import os
 
-from engine.model.default_model import default_model_path
-from engine.tokenizer import EngineTokenizer, TokenizerError
+from switchyard_tokenizer.default_model import default_model_path
+from switchyard_tokenizer.tokenizer import EngineTokenizer, TokenizerError
 
 
 def _cache_dir() -> str:

@@ -41,7 +41,7 @@ def sampling_error(temperature: float, top_p: float, top_k: int, max_tokens: int
                    priority: int = 0) -> tuple[str, str] | None:
     """(param, message) of the first sampling rule the values break, in the rules' order, or
     None. A `stop` entry that is not a string breaks the stop rule. The engine's copy of the
-    rules (engine/core/sampling_params.py) gives the same answers (tests/router_core/
+    rules (switchyard_proto/sampling_params.py) gives the same answers (tests/router_core/
     test_sampling_parity.py)."""
 
 # ---- prefix index ----
@@ -316,7 +316,7 @@ class SseEncoder:
 @final
 class RouterTokenizer:
     """Text and chat messages to token ids, exactly as the engine's Python EngineTokenizer
-    (engine/tokenizer.py) and the router's request parsing (pyrouter/http/parse.py) give them:
+    (switchyard_tokenizer/tokenizer.py) and the router's request parsing (pyrouter/http/parse.py) give them:
     the same tokenizer.json through the `tokenizers` crate, the chat template through minijinja
     (trim_blocks, lstrip_blocks, raise_exception, bos_token/eos_token, Python string methods).
     The arguments are EngineTokenizer.to_state()'s keys. Every call releases the GIL.

@@ -221,8 +221,8 @@ def _tokenizer_json(cfg: BenchConfig) -> tuple[str, str]:
             vocab.setdefault("Ġw" + format(i, "x"), len(vocab))
         return json.dumps({"model": {"type": "BPE", "vocab": vocab, "merges": []},
                            "decoder": {"type": "ByteLevel"}}), "synthetic byte-level vocab"
-    from engine.model.default_model import default_model_path
-    from engine.tokenizer import EngineTokenizer
+    from switchyard_tokenizer.default_model import default_model_path
+    from switchyard_tokenizer.tokenizer import EngineTokenizer
 
     return EngineTokenizer.from_gguf(default_model_path()).to_json(), "SmolLM2 tokenizer"
 

@@ -19,7 +19,6 @@ import torch
 import router_core
 from engine.attention.graph_buckets import capture_sizes
 from engine.config import EngineConfig, EngineConfigError
-from engine.core.errors import InvalidRequest, UnknownRequest
 from engine.core.grammar import GrammarCompiler
 from engine.core.latency_model import VERSION as LATENCY_VERSION
 from engine.core.latency_model import LatencyModel, decode_knee
@@ -27,7 +26,6 @@ from engine.core.outputs import Reservation, StepOutput, StepTimings
 from engine.core.request import OnLayer, Request
 from engine.core.reservations import ReservationTable
 from engine.core.sampler import make_generator, request_seed
-from engine.core.sampling_params import SamplingParams
 from engine.core.scheduler import Scheduler
 from engine.core.stats import EngineStats
 from engine.core.step_runner import StepRunner
@@ -37,6 +35,8 @@ from engine.kvcache.events import KVEvent
 from engine.kvcache.kv_storage import KVStorage
 from engine.kvcache.page_pool import OutOfPages, PagePool
 from engine.kvcache.radix_cache import RadixPrefixCache
+from switchyard_proto.errors import InvalidRequest, UnknownRequest
+from switchyard_proto.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     from engine.model.loader import LoadedModel

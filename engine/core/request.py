@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from engine.core.outputs import SendChunk
-from engine.core.sampling_params import SamplingParams
 from engine.core.step_trace import StepTrace
+from switchyard_proto.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     import torch

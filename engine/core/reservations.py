@@ -14,11 +14,11 @@ from typing import Any
 
 import torch
 
-from engine.core.errors import LeaseExpired, NoCapacity, UnknownRequest
 from engine.core.outputs import Reservation
 from engine.core.step_trace import ReceiveStats
 from engine.kvcache.page_pool import OutOfPages
 from engine.kvcache.radix_cache import RadixPrefixCache
+from switchyard_proto.errors import LeaseExpired, NoCapacity, UnknownRequest
 
 _EXPIRED_MEMORY = 4096  # expired ids remembered so a late write says LeaseExpired, not Unknown
 

@@ -12,9 +12,9 @@ from gguf import GGMLQuantizationType, GGUFReader
 from gguf.quants import dequantize
 
 from engine.model.config import ModelConfig, ModelConfigError
-from engine.model.gguf_metadata import GGUFFormatError, field_value
 from engine.model.q4_weights import q4_1_parts
 from engine.model.quant_weights import RawBlocks, q4_1_blocks, q8_0_blocks
+from switchyard_tokenizer.gguf_metadata import GGUFFormatError, field_value
 
 # GGUF tensor name (per block) -> Hugging Face name.
 _BLOCK_NAMES = {

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 import torch
 
 from engine.model.config import ModelConfig
-from engine.model.default_model import default_model_path
 from engine.model.fast_llama import FastLlamaModel, fast_state
 from engine.model.llama import LlamaModel
 from engine.model.q4_weights import int4_supported, is_q4_part
 from engine.model.quant_weights import RawBlocks
 from engine.model.weight_cache import load_cached, store
-from engine.tokenizer import EngineTokenizer
+from switchyard_tokenizer.default_model import default_model_path
+from switchyard_tokenizer.tokenizer import EngineTokenizer
 
 SUPPORTED_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16,
                     "float16": torch.float16}
@@ -68,7 +68,7 @@ def _read_source(source: str, keep_q4: bool) -> tuple[ModelConfig, dict[str, tor
         return config, read_hf_weights(source), EngineTokenizer.from_hf_dir(
             source, config.eos_token_ids)
     from engine.model.gguf_loader import read_gguf_config, read_gguf_weights
-    from engine.model.gguf_metadata import open_gguf
+    from switchyard_tokenizer.gguf_metadata import open_gguf
 
     reader = open_gguf(source)
     config = read_gguf_config(reader, source)
@@ -92,7 +92,7 @@ def _load_fast(source: str, device: torch.device | str, use_cache: bool) -> Load
             blocks: dict[str, RawBlocks] = {}
         else:
             from engine.model.gguf_loader import read_gguf_blocks, read_gguf_config
-            from engine.model.gguf_metadata import open_gguf
+            from switchyard_tokenizer.gguf_metadata import open_gguf
 
             reader = open_gguf(source)
             config = read_gguf_config(reader, source)

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import grpc
 
-from engine.core.errors import InvalidRequest, LeaseExpired, NoCapacity, UnknownRequest
 from engine.transfer import BadKVAddr, LayoutMismatch, TransferError
+from switchyard_proto.errors import InvalidRequest, LeaseExpired, NoCapacity, UnknownRequest
 
 
 class RequestInUse(InvalidRequest):

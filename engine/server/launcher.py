@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.server.cpu_affinity import CPUS_ENV, format_cpus
-from engine.server.parent_death import PARENT_PID_ENV
 from switchyard_proto.client import EngineClient
+from switchyard_proto.parent_death import PARENT_PID_ENV
 
 REPO = Path(__file__).resolve().parents[2]  # run from the checkout the package lives in
 START_TIMEOUT_S = 300.0
@@ -122,7 +122,7 @@ def launch(spec: EngineSpec, log_dir: Path, die_with_parent: bool = False) -> En
         spec = dataclasses.replace(spec, metrics_port=free_port())
     log_path = Path(log_dir) / f"{spec.name}.log"
     env = {**os.environ, **spec.env}
-    if die_with_parent:  # the engine arranges it itself (engine/server/parent_death.py)
+    if die_with_parent:  # the engine arranges it itself (switchyard_proto/parent_death.py)
         env[PARENT_PID_ENV] = str(os.getpid())
     if spec.threads is not None:
         env["SWITCHYARD_TORCH_THREADS"] = str(spec.threads)

@@ -31,7 +31,7 @@ from typing import Any
 
 from engine.server.cpu_affinity import pin_if_asked
 from engine.server.drain import drain_seconds, wait_idle
-from engine.server.parent_death import die_with_parent_if_asked
+from switchyard_proto.parent_death import die_with_parent_if_asked
 
 log = logging.getLogger("switchyard.engine")
 _GRACE_S = 5.0

@@ -17,18 +17,14 @@ import grpc
 
 from engine.core.outputs import StepOutput
 from engine.core.step_trace import StepTrace
-from engine.server.convert import (
-    chunk_from_outputs,
-    event_batches,
-    sampling_from_proto,
-    stats_to_proto,
-)
+from engine.server.convert import chunk_from_outputs, event_batches, stats_to_proto
 from engine.server.errors import status_code
 from engine.server.kv_sender import KVSender, resolve_end
 from engine.server.spans import EngineSpans
 from engine.server.step_loop import StepLoop
 from engine.server.telemetry import EngineTelemetry, reported
 from engine.transfer import KVAddr, KVLayout, TransferListener
+from switchyard_proto.sampling_proto import sampling_from_proto
 from switchyard_rpc import engine_pb2 as pb
 from switchyard_rpc import engine_pb2_grpc as pb_grpc
 

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from engine.server.convert import sampling_to_proto
 from pyrouter.engines.engine_api import EngineCall, EngineVerbs
 from pyrouter.engines.front_call import FrontCall
 from pyrouter.errors import TransferFailed, VerbOrderError
 from pyrouter.request import RouterRequest
 from router_core import GenerateCall, RouterCore
+from switchyard_proto.sampling_proto import sampling_to_proto
 from switchyard_rpc import engine_pb2 as pb
 
 if TYPE_CHECKING:

@@ -15,15 +15,16 @@ from typing import Any
 
 import grpc
 
-from engine.core.errors import EngineError, InvalidRequest
 from engine.core.outputs import StepOutput
 from engine.core.validation import resolve_end
-from engine.server.convert import chunk_from_outputs, sampling_from_proto
+from engine.server.convert import chunk_from_outputs
 from engine.server.errors import RequestInUse, status_code
 from pyrouter.engines.engine_api import Metadata
 from pyrouter.sim.engine import SimEngine
 from pyrouter.sim.transfer import KvLink, KvTransfer
 from pyrouter.testing.fake_engine import rpc_error
+from switchyard_proto.errors import EngineError, InvalidRequest
+from switchyard_proto.sampling_proto import sampling_from_proto
 from switchyard_rpc import engine_pb2 as pb
 
 

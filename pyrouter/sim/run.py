@@ -20,7 +20,6 @@ from typing import Any, cast
 
 from tqdm import tqdm
 
-from engine.core.sampling_params import SamplingParams
 from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.membership import EngineMembership
 from pyrouter.policy_registry import ActivePolicy, get_policy
@@ -36,6 +35,7 @@ from switchyard_bench.serve.stream_record import RequestRecord, StreamObserver
 from switchyard_bench.serve.summary import summarize
 from switchyard_bench.serve.sweep import rate_label, write_jsonl
 from switchyard_bench.workloads import ArrivalProcess, WorkItem, Workload, WorkloadError, schedule
+from switchyard_proto.sampling_params import SamplingParams
 
 
 @dataclass(slots=True)

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import asyncio
 
-from engine.core.errors import LeaseExpired, UnknownRequest
 from engine.core.outputs import SendChunk
 from pyrouter.sim.engine import SimEngine
 from pyrouter.sim.send_cost import chunks_per_layer
+from switchyard_proto.errors import LeaseExpired, UnknownRequest
 
 
 class KvLink:

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import router_core
-from engine.core.sampling_params import SamplingParams
 from pyrouter.cluster import ClusterView
 from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.handle import EngineHandle
@@ -33,6 +32,7 @@ from pyrouter.scope import RouterCounters
 from pyrouter.testing.fake_engine import FakeEngineClient, Fault, next_token
 from pyrouter.testing.front_run import FAKE_MODEL, FakeRun, OnTokens, run_through_front
 from router_core import RouterCore, engine_name
+from switchyard_proto.sampling_params import SamplingParams
 
 
 @dataclass(slots=True)

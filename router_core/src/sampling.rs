@@ -4,7 +4,7 @@
 //! the front's parsing checks only JSON types and the proto's integer widths, and leaves every
 //! range to this). The engine is a separate process and package that must not import the router,
 //! yet it takes requests over gRPC from any caller, so it keeps its own copy for its input in
-//! `SamplingParams` (engine/core/sampling_params.py); tests/router_core/test_sampling_parity.py
+//! `SamplingParams` (switchyard_proto/sampling_params.py); tests/router_core/test_sampling_parity.py
 //! holds that copy to this one's answers and messages, case by case.
 
 use crate::error::{Result, RouterCoreError};

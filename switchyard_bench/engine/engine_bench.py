@@ -74,7 +74,7 @@ def _llama_cpp_side(opts: dict[str, Any]) -> dict[str, Any] | None:
         from llama_cpp import Llama
     except ImportError:
         return None
-    from engine.model.default_model import default_model_path
+    from switchyard_tokenizer.default_model import default_model_path
 
     path = opts["model"] or default_model_path()
     if os.path.isdir(path):
@@ -108,9 +108,9 @@ def _engine_side(opts: dict[str, Any]) -> dict[str, Any]:
     torch.set_num_threads(opts["threads"])
     from engine.config import EngineConfig
     from engine.core.engine_core import EngineCore
-    from engine.core.sampling_params import SamplingParams
     from engine.model.loader import load_model
     from switchyard_bench.engine.engine_floor import weight_stats
+    from switchyard_proto.sampling_params import SamplingParams
 
     dtype = getattr(torch, opts["dtype"])
     loaded = load_model(opts["model"], dtype, "cpu", mode=opts["mode"])
@@ -164,7 +164,7 @@ def _transformers_side(opts: dict[str, Any]) -> dict[str, Any]:
 
     hf_logging.set_verbosity_error()
 
-    from engine.model.default_model import default_model_path
+    from switchyard_tokenizer.default_model import default_model_path
 
     path = opts["model"] or default_model_path()
     dtype = getattr(torch, opts["transformers_dtype"])

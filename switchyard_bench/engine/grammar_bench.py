@@ -50,8 +50,8 @@ class _Side:
 
         from engine.config import EngineConfig
         from engine.core.engine_core import EngineCore
-        from engine.model.default_model import default_model_path
         from engine.model.loader import load_model
+        from switchyard_tokenizer.default_model import default_model_path
 
         torch.set_num_threads(args.threads)
         self.loaded = load_model(args.model or default_model_path(), torch.float32, "cpu",
@@ -85,7 +85,7 @@ class _Side:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
-    from engine.core.sampling_params import ResponseFormat, SamplingParams
+    from switchyard_proto.sampling_params import ResponseFormat, SamplingParams
 
     side = _Side(args)
     schema = ResponseFormat("json_schema", json.dumps(PERSON))

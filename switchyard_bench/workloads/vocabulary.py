@@ -13,7 +13,7 @@ import json
 
 import numpy as np
 
-from engine.tokenizer import EngineTokenizer
+from switchyard_tokenizer.tokenizer import EngineTokenizer
 
 
 def _seed_of(*key: object) -> int:

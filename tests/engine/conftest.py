@@ -21,9 +21,9 @@ import torch
 
 from engine.core.batch import ScheduledChunk
 from engine.kvcache.kv_storage import KVStorage
-from engine.model.default_model import default_model_path
 from engine.model.loader import LoadedModel, load_model
 from engine.model.runner import ModelRunner
+from switchyard_tokenizer.default_model import default_model_path
 
 PROMPTS = [
     "What is the capital of France?",

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from engine.config import EngineConfig
 from engine.core.engine_core import EngineCore
 from engine.core.outputs import StepOutput
-from engine.core.sampling_params import SamplingParams
 from engine.model.loader import LoadedModel
+from switchyard_proto.sampling_params import SamplingParams
 
 PROMPTS = [
     "The capital of France is",

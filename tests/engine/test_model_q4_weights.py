@@ -9,9 +9,9 @@ from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
 from engine.model.gguf_loader import unpermute_rows
-from engine.model.gguf_metadata import open_gguf
 from engine.model.loader import LoadedModel
 from engine.model.q4_weights import Int4Weight, int4_supported, q4_1_parts
+from switchyard_tokenizer.gguf_metadata import open_gguf
 
 pytestmark = pytest.mark.model
 

@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 
-import engine.model.gguf_metadata as gguf_metadata
+import switchyard_tokenizer.gguf_metadata as gguf_metadata
 from engine.model import weight_cache
 from engine.model.loader import ModelLoadError, load_model
 

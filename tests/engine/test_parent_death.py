@@ -1,5 +1,5 @@
 """An engine launched with die_with_parent ends when its parent is SIGKILLed
-(engine/server/parent_death.py), which arranges it itself: the launcher runs no Python between
+(switchyard_proto/parent_death.py), which arranges it itself: the launcher runs no Python between
 fork and exec any more."""
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ import time
 import psutil
 import pytest
 
-from engine.server.parent_death import PARENT_PID_ENV
+from switchyard_proto.parent_death import PARENT_PID_ENV
 
 pytestmark = pytest.mark.procs
 
 _CHILD = textwrap.dedent("""
     import os, sys, time
-    from engine.server.parent_death import die_with_parent_if_asked
+    from switchyard_proto.parent_death import die_with_parent_if_asked
     die_with_parent_if_asked()
     assert "PARENT_ENV" not in os.environ  # the engine's own children do not inherit it
     print("ready", flush=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from test_core_support import PROMPTS, drain, generate, greedy, make_engine
 
-from engine.core.sampling_params import SamplingParams
 from engine.model.loader import LoadedModel
+from switchyard_proto.sampling_params import SamplingParams
 
 pytestmark = [pytest.mark.model, pytest.mark.timeout(300)]
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import router_core
 from engine.core.latency_model import StepShape
 from engine.core.request import Request
-from engine.core.sampling_params import SamplingParams
 from engine.core.scheduler import Scheduler, SchedulerOutput
 from engine.kvcache.page_pool import PagePool
 from engine.kvcache.radix_cache import RadixPrefixCache
+from switchyard_proto.sampling_params import SamplingParams
 
 PS = 4
 

@@ -13,9 +13,9 @@ from structured_output_cases import PERSON
 from test_core_support import assert_pool_idle, drain, greedy, make_engine
 
 from engine.core.engine_core import EngineCore
-from engine.core.errors import InvalidRequest
-from engine.core.sampling_params import ResponseFormat, SamplingParams
 from engine.model.loader import LoadedModel
+from switchyard_proto.errors import InvalidRequest
+from switchyard_proto.sampling_params import ResponseFormat, SamplingParams
 
 pytestmark = [pytest.mark.model, pytest.mark.timeout(300)]
 

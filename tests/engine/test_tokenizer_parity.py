@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 
 from engine.model.loader import LoadedModel
-from engine.tokenizer import EngineTokenizer, TokenizerError
+from switchyard_tokenizer.tokenizer import EngineTokenizer, TokenizerError
 
 pytestmark = pytest.mark.model
 

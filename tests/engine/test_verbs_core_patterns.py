@@ -9,9 +9,9 @@ import torch
 from test_core_support import PROMPTS, assert_pool_idle, drain, generate, greedy, make_engine
 
 from engine.core.engine_core import EngineCore
-from engine.core.errors import LeaseExpired
 from engine.core.outputs import SendChunk
 from engine.model.loader import LoadedModel
+from switchyard_proto.errors import LeaseExpired
 
 pytestmark = [pytest.mark.model, pytest.mark.timeout(300)]
 MAX_TOKENS = 12

@@ -120,8 +120,8 @@ def build_router_core(out_dir: Path) -> Path:
 
 
 def write_tokenizer(out_dir: Path) -> None:
-    from engine.model.default_model import default_model_path
-    from engine.tokenizer import EngineTokenizer
+    from switchyard_tokenizer.default_model import default_model_path
+    from switchyard_tokenizer.tokenizer import EngineTokenizer
 
     tokenizer = EngineTokenizer.from_gguf(default_model_path())
     target = out_dir / "smollm2" / "tokenizer.json"

@@ -105,8 +105,8 @@ def smollm2_tokenizer_json() -> str:
     path = bundled / "smollm2" / "tokenizer.json"
     if path.is_file():
         return path.read_text(encoding="utf-8")
-    from engine.model.default_model import default_model_path
-    from engine.tokenizer import EngineTokenizer
+    from switchyard_tokenizer.default_model import default_model_path
+    from switchyard_tokenizer.tokenizer import EngineTokenizer
 
     state = EngineTokenizer.from_gguf(default_model_path()).to_state()
     return str(state["tokenizer_json"])

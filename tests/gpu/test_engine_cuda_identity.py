@@ -13,9 +13,9 @@ import torch
 
 from engine.config import EngineConfig
 from engine.core.engine_core import EngineCore
-from engine.core.sampling_params import SamplingParams
 from engine.kvcache.kv_storage import KVStorage
 from engine.model.runner import ModelRunner
+from switchyard_proto.sampling_params import SamplingParams
 from tests.gpu.lockstep import greedy_lockstep, random_prompts
 from tests.gpu.random_models import SMOLLM2_135M, loaded_model, random_weights
 from tests.gpu.results import record

@@ -19,7 +19,6 @@ from typing import Any
 import grpc
 import pytest
 
-from engine.core.sampling_params import SamplingParams
 from engine.server.launcher import EngineProcess, EngineSpec, start_engines, stop_engines
 from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.membership import EngineMembership
@@ -29,6 +28,7 @@ from pyrouter.scope import RouterCounters
 from pyrouter.testing import Fault
 from pyrouter.testing.faulty_client import FaultyClient
 from pyrouter.testing.front_run import run_through_front
+from switchyard_proto.sampling_params import SamplingParams
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "policy"))
 from docs_example import LEAD_FOLLOW  # noqa: E402  (docs/policies.md example, registered)

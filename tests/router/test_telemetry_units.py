@@ -14,13 +14,13 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from trace_front import CLIENT, FrontSpans, spans_by_id
 
-from engine.core.sampling_params import SamplingParams
 from pyrouter.batched_histogram import BatchedHistogram
 from pyrouter.metrics import TOKEN_LATENCY_BUCKETS, RouterMetrics
 from pyrouter.request import RouterRequest
 from pyrouter.request_timeline import RequestTimeline
 from pyrouter.request_trace import start_request_trace
 from router_core import RouterTracer
+from switchyard_proto.sampling_params import SamplingParams
 from switchyard_telemetry.jsonl import JsonlSpanExporter, read_spans
 from switchyard_telemetry.propagation import KV_PARENT, TRACEPARENT, sampled_parent
 from switchyard_telemetry.provider import tracer_from_env

@@ -24,8 +24,8 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def smollm2_tokenizer() -> Tokenizer:
-    from engine.model.default_model import default_model_path
-    from engine.tokenizer import EngineTokenizer
+    from switchyard_tokenizer.default_model import default_model_path
+    from switchyard_tokenizer.tokenizer import EngineTokenizer
 
     return Tokenizer.from_str(EngineTokenizer.from_gguf(default_model_path()).to_json())
 

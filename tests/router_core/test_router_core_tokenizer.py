@@ -13,10 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.model.gguf_tokenizer import _bos_post_processor, pre_tokenizer_for
-from engine.tokenizer import EngineTokenizer, TokenizerError
 from pyrouter.tokenizer import load_router_tokenizer
 from router_core import RouterTokenizer
+from switchyard_tokenizer.gguf_tokenizer import _bos_post_processor, pre_tokenizer_for
+from switchyard_tokenizer.tokenizer import EngineTokenizer, TokenizerError
 
 SPECIALS = ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<repo_name>", "<jupyter_code>"]
 

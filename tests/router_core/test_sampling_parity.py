@@ -1,6 +1,6 @@
 """The sampling rules exist as a source of truth and one copy: router_core/src/sampling.rs, which
 the router's HTTP front applies to every client request, and the engine's SamplingParams
-(engine/core/sampling_params.py), which checks what reaches an engine over gRPC (the engine is a
+(switchyard_proto/sampling_params.py), which checks what reaches an engine over gRPC (the engine is a
 separate package and must not import the router). For the same values both must refuse the same
 field with the same message, or both accept. The front leaves every range to the Rust rules
 (router_core/src/front/openai_request_tests.rs, `sampling_ranges_are_the_rules_own`), so what a
@@ -29,9 +29,9 @@ from typing import Any
 import pytest
 
 import router_core
-from engine.core.errors import InvalidRequest
-from engine.core.sampling_params import SamplingParams
-from engine.server.convert import sampling_from_proto
+from switchyard_proto.errors import InvalidRequest
+from switchyard_proto.sampling_params import SamplingParams
+from switchyard_proto.sampling_proto import sampling_from_proto
 from switchyard_rpc import engine_pb2 as pb
 
 VALID: dict[str, Any] = {"temperature": 0.7, "top_p": 1.0, "top_k": 0, "max_tokens": 16,

@@ -29,8 +29,8 @@ _BASE_TEXTS = [
 
 @pytest.fixture(scope="session")
 def tokenizer():  # type: ignore[no-untyped-def]
-    from engine.model.default_model import default_model_path
-    from engine.tokenizer import EngineTokenizer
+    from switchyard_tokenizer.default_model import default_model_path
+    from switchyard_tokenizer.tokenizer import EngineTokenizer
 
     return EngineTokenizer.from_gguf(default_model_path())
 

@@ -16,10 +16,10 @@ from engine.core.engine_core import EngineCore
 from engine.core.latency_cache import profile_identity, profile_key, store_profile
 from engine.core.latency_model import VERSION, StepShape
 from engine.core.latency_profile import grid_for
-from engine.model.default_model import default_model_path
 from engine.model.loader import load_model
 from engine.server.launcher import EngineProcess, EngineSpec, start_engines, stop_engines
 from switchyard_proto.client import sampling
+from switchyard_tokenizer.default_model import default_model_path
 
 pytestmark = [pytest.mark.procs, pytest.mark.model, pytest.mark.timeout(300)]
 NUM_PAGES = 512  # as the launcher starts engines

@@ -4,12 +4,12 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from engine.core.errors import InvalidRequest, LeaseExpired, NoCapacity, UnknownRequest
 from engine.kvcache.events import KVEvent
 from engine.server.convert import event_batches
 from engine.server.errors import RequestInUse, status_code
 from engine.server.kv_sender import resolve_end
 from engine.transfer import BadKVAddr, TransferError
+from switchyard_proto.errors import InvalidRequest, LeaseExpired, NoCapacity, UnknownRequest
 
 
 def test_negative_end_counts_from_the_end() -> None:

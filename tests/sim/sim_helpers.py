@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from engine.core.sampling_params import SamplingParams
 from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.membership import EngineMembership
 from pyrouter.policy_registry import ActivePolicy, get_policy
@@ -22,6 +21,7 @@ from pyrouter.sim.clock import run_virtual
 from pyrouter.sim.cluster import SimCluster
 from pyrouter.sim.profile import HardwareProfile, profile_from_dict
 from pyrouter.testing.front_run import FakeRun, run_through_front
+from switchyard_proto.sampling_params import SamplingParams
 
 TINY = os.path.join(os.path.dirname(__file__), "tiny_profile.json")
 

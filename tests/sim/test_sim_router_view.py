@@ -10,7 +10,6 @@ from typing import cast
 
 import pytest
 
-from engine.core.sampling_params import SamplingParams
 from pyrouter.cli import build_parser
 from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.membership import EngineMembership
@@ -20,6 +19,7 @@ from pyrouter.scope import RouterCounters
 from pyrouter.sim.clock import run_virtual
 from pyrouter.sim.cluster import POLL_S, SimCluster
 from pyrouter.testing.front_run import run_through_front
+from switchyard_proto.sampling_params import SamplingParams
 from tests.sim.sim_helpers import assert_clean, run_requests, tiny_profile
 
 PROMPT = list(range(1000, 1100))

@@ -10,10 +10,10 @@ import pytest
 
 from engine.config import EngineConfig
 from engine.core.engine_core import EngineCore
-from engine.core.sampling_params import SamplingParams
 from engine.core.scheduler import SchedulerOutput
 from engine.model.loader import load_model
 from pyrouter.sim.engine import SimEngineCore
+from switchyard_proto.sampling_params import SamplingParams
 from tests.sim.sim_helpers import tiny_profile
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]

@@ -83,9 +83,9 @@ def _from_cache(path: str | None, kv_bytes: int) -> dict[str, Any]:
     from engine.config import DEFAULT_KV_MEMORY, EngineConfig
     from engine.core.latency_cache import profile_dir
     from engine.core.latency_model import LatencyModel
-    from engine.model.default_model import default_model_path
     from engine.model.gguf_loader import read_gguf_config
-    from engine.model.gguf_metadata import open_gguf
+    from switchyard_tokenizer.default_model import default_model_path
+    from switchyard_tokenizer.gguf_metadata import open_gguf
 
     if path is None:
         found = sorted(glob.glob(os.path.join(profile_dir(), "*.json")), key=os.path.getmtime)

@@ -76,7 +76,7 @@ pub fn first_chunk(
                 let error =
                     ApiError::bad_request(format!("engine rejected the request: {message}"));
                 // The engine's refusals of the client's response_format (a schema its grammar
-                // library rejects) begin so (engine/core/sampling_params.py).
+                // library rejects) begin so (switchyard_proto/sampling_params.py).
                 Err(fail(if message.starts_with("response_format: ") {
                     error.with_param("response_format")
                 } else {

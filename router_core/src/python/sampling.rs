@@ -1,6 +1,6 @@
 //! The router's sampling rules (`crate::sampling::check_sampling`) for Python: what the HTTP
 //! front applies to a client's request, callable beside the engine's own copy of the rules
-//! (engine/core/sampling_params.py) so a test can hold the two to the same answers.
+//! (switchyard_proto/sampling_params.py) so a test can hold the two to the same answers.
 
 use crate::error::RouterCoreError;
 use crate::sampling::{check_sampling, SamplingFields};

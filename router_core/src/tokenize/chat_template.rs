@@ -1,5 +1,5 @@
 //! A model's chat template rendered with minijinja, configured like the engine's sandboxed jinja2
-//! environment (engine/tokenizer.py): `trim_blocks`, `lstrip_blocks`, no trailing newline kept,
+//! environment (switchyard_tokenizer/tokenizer.py): `trim_blocks`, `lstrip_blocks`, no trailing newline kept,
 //! no autoescaping, a `raise_exception(message)` global, and Python's string/dict/list methods
 //! (`.strip()`, `.items()`, ...) through minijinja-contrib's pycompat. Templates ship inside model
 //! files; minijinja gives them no access to anything but the values passed in.

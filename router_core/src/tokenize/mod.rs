@@ -1,6 +1,6 @@
 //! Tokenisation for the router: the model's tokenizer.json through the `tokenizers` crate and its
 //! chat template through minijinja, with the semantics of the engine's Python path
-//! (engine/tokenizer.py + pyrouter/http/parse.py), so the router and the engines agree on every
+//! (switchyard_tokenizer/tokenizer.py + pyrouter/http/parse.py), so the router and the engines agree on every
 //! token id.
 
 mod chat_template;

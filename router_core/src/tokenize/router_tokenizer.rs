@@ -149,7 +149,7 @@ mod tests {
     use super::*;
 
     /// A byte-level BPE over the bytes of "ab" with one merge and two special tokens, in the
-    /// shape the engine writes for GGUF models (engine/model/gguf_tokenizer.py).
+    /// shape the engine writes for GGUF models (switchyard_tokenizer/gguf_tokenizer.py).
     fn tiny_tokenizer_json(add_bos: bool) -> String {
         let post = if add_bos {
             r#"{"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"<s>","type_id":0}},{"Sequence":{"id":"A","type_id":0}}],"pair":[{"Sequence":{"id":"A","type_id":0}},{"Sequence":{"id":"B","type_id":1}}],"special_tokens":{"<s>":{"id":"<s>","ids":[0],"tokens":["<s>"]}}}"#

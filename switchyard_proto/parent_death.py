@@ -1,6 +1,7 @@
-"""An engine that `switchyard serve` launched dies with it, even when serve is SIGKILLed.
+"""A process that `switchyard serve` launched (an engine, a router replica) dies with it, even
+when serve is SIGKILLed.
 
-The launcher only sets an environment variable (the parent's pid); the engine itself asks the
+The launcher only sets an environment variable (the parent's pid); the child itself asks the
 kernel for SIGTERM on the parent's death (PR_SET_PDEATHSIG) as it starts. It is not done in a
 `preexec_fn`: Python code between fork and exec, in a parent whose gRPC threads are busy (serve
 runs the router in-process), crashes the child now and then — gRPC's fork handlers are skipped
@@ -19,8 +20,8 @@ _PR_SET_PDEATHSIG = 1
 
 
 def die_with_parent_if_asked() -> None:
-    """Call first thing in the engine process."""
-    # Popped: the engine's own children do not inherit it.
+    """Call first thing in the launched process."""
+    # Popped: the process's own children do not inherit it.
     parent = os.environ.pop(PARENT_PID_ENV, "")
     if not parent:
         return

@@ -44,14 +44,14 @@ class EngineTokenizer:
     # ---- construction ----
     @classmethod
     def from_gguf(cls, path: str) -> EngineTokenizer:
-        from engine.model.gguf_metadata import open_gguf
+        from switchyard_tokenizer.gguf_metadata import open_gguf
 
         return cls.from_gguf_reader(open_gguf(path))
 
     @classmethod
     def from_gguf_reader(cls, reader: Any) -> EngineTokenizer:
-        from engine.model.gguf_metadata import field_value
-        from engine.model.gguf_tokenizer import tokenizer_json_from_gguf
+        from switchyard_tokenizer.gguf_metadata import field_value
+        from switchyard_tokenizer.gguf_tokenizer import tokenizer_json_from_gguf
 
         document = tokenizer_json_from_gguf(reader)
         bos = field_value(reader, "tokenizer.ggml.bos_token_id")

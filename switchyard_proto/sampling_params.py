@@ -1,18 +1,19 @@
 """SamplingParams: how one request picks its tokens and when it stops (OpenAI semantics).
 
-The engine's check of what arrives over gRPC (building one raises InvalidRequest naming the
-field, which the servicer answers as INVALID_ARGUMENT). The rules' source of truth is the
-router's, router_core/src/sampling.rs, which its HTTP front applies to every client request
-before routing; the engine is a separate package that must not import the router, yet any gRPC
-caller can reach it, so it keeps this copy, held to the same answers and messages by
-tests/router_core/test_sampling_parity.py. Change a rule there first, then here.
+Shared by both sides: the router's Python side carries one per request (switchyard_proto/
+sampling_proto.py sends it with each segment), and the engine checks what arrives over gRPC with
+it (building one raises InvalidRequest naming the field, which the servicer answers as
+INVALID_ARGUMENT). The rules' source of truth is router_core/src/sampling.rs, which the router's
+HTTP front applies to every client request before routing; any gRPC caller can reach an engine,
+though, so the engine checks again with this Python copy, held to the same answers and messages
+by tests/router_core/test_sampling_parity.py. Change a rule there first, then here.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 
-from engine.core.errors import InvalidRequest
+from switchyard_proto.errors import InvalidRequest
 
 MAX_TEMPERATURE = 2.0  # OpenAI's upper bound
 MAX_STOP_STRINGS = 4  # OpenAI accepts at most this many

@@ -1,4 +1,6 @@
-"""Typed errors of the engine core: what callers (the gRPC server, tests) catch and map.
+"""Typed errors a request meets at an engine: what the engine core raises and its gRPC server maps
+to a status (engine/server/errors.py), and what the router raises for a client's bad sampling
+rules (SamplingParams raises InvalidRequest) and simulated engines for the engine's faults.
 
 `InvalidRequest` is the caller's fault (HTTP 400 / gRPC INVALID_ARGUMENT); the engine keeps
 serving after raising it. `EngineError` is the common base so a server can catch them all.

@@ -10,7 +10,7 @@ from typing import Any
 
 from gguf import GGUFReader
 
-from engine.model.gguf_metadata import GGUFFormatError, field_value
+from switchyard_tokenizer.gguf_metadata import GGUFFormatError, field_value
 
 _LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
                  r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
