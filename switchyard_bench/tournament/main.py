@@ -4,7 +4,8 @@ capacity x engine counts x hardware profiles; every policy runs each cell on the
 and arrivals, engines all `any` (a router whose policy was switched at run time). Prints SLO
 attainment and goodput per policy per cell, the best fixed policy per cell and each adaptive
 policy's regret; writes summary.json and heatmap.png. Deterministic: the same command gives
-the same tables.
+the same tables. `--seeds 0,1,2` runs every cell at each seed and judges it by the policies'
+mean attainment over the seeds (past capacity one seed moves a cell by more than 3 points).
 
   switchyard bench tournament                      # the full grid (hours on 2 cores)
   switchyard bench tournament --profiles local-smollm2-cpu --workloads sonnet-short \\
@@ -41,9 +42,9 @@ from switchyard_bench.tournament.cells import (
 )
 from switchyard_bench.tournament.report import (
     capacity_lines,
+    seed_verdicts,
     summary_lines,
     tables,
-    verdicts,
     write_summary,
 )
 from switchyard_bench.tournament.runner import Plan, run_tournament, workload
@@ -55,6 +56,16 @@ def _per_profile(text: str) -> tuple[str | None, str]:
     """`[PROFILE=]VALUE`: a value for one profile, or for every profile."""
     name, sep, value = text.rpartition("=")
     return (name if sep else None), value
+
+
+def _seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(n) for n in text.split(",") if n.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected seeds like 0,1,2: {exc}") from exc
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError("expected distinct seeds like 0,1,2")
+    return seeds
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -93,7 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a .py file or module of @policy functions to load (repeatable)")
     p.add_argument("--policy-params", type=json.loads, default={},
                    help='JSON: policy -> its parameters')
-    p.add_argument("--seed", type=int, default=0, help="seed of lengths and arrival times")
+    seeds = p.add_mutually_exclusive_group()
+    seeds.add_argument("--seed", type=int, default=0, help="seed of lengths and arrival times")
+    seeds.add_argument("--seeds", type=_seeds, default=None, metavar="N,N,...",
+                       help="run every cell at each seed (its own lengths, arrivals and "
+                       "capacity) and judge each cell by each policy's mean attainment over "
+                       "them; summary.json keeps every seed's runs and verdicts")
     p.add_argument("--salt", type=int, default=0, help="prompt-content salt of every run")
     p.add_argument("--coalesce", type=int, default=16)
     p.add_argument("--policy-timeout-s", type=float, default=300.0)
@@ -154,7 +170,7 @@ def _check(a: argparse.Namespace) -> Plan:
     for name in [*a.policies, a.capacity_policy]:
         get_policy(name).check_params(a.policy_params.get(name) or {})
     settings = _settings(a)
-    plan = Plan(settings, a.num_prompts, a.seed, a.salt, tuple(a.roles), a.policy_params,
+    plan = Plan(settings, a.num_prompts, a.seeds[0], a.salt, tuple(a.roles), a.policy_params,
                 a.capacity_policy, a.attainment_target, a.capacity_tolerance, a.coalesce,
                 a.policy_timeout_s)
     for cell in grid(a.profiles, a.workloads, a.engines[:1], a.loads[:1]):
@@ -171,7 +187,8 @@ def _meta(a: argparse.Namespace, plan: Plan) -> dict[str, Any]:
             "command": "switchyard bench tournament " + " ".join(getattr(a, "argv", [])),
             "profiles": a.profiles, "workloads": a.workloads, "engines": a.engines,
             "loads": a.loads, "policies": a.policies, "adaptive": a.adaptive,
-            "roles": a.roles, "num_prompts": a.num_prompts, "seed": a.seed, "salt": a.salt,
+            "roles": a.roles, "num_prompts": a.num_prompts, "seed": a.seeds[0],
+            "seeds": a.seeds, "salt": a.salt,
             "slo": {p: s.slo.body() if s.slo else None for p, s in plan.settings.items()},
             "sizing": {p: dataclasses.asdict(s.sizing) for p, s in plan.settings.items()},
             "capacity": {"policy": a.capacity_policy, "target": a.attainment_target,
@@ -183,6 +200,7 @@ def run(args: argparse.Namespace) -> int:
     argv = getattr(args, "rest", None) or []
     a = build_parser().parse_args(argv)
     a.argv = argv
+    a.seeds = a.seeds or [a.seed]
     try:
         plan = _check(a)
     except (ProfileError, WorkloadError, BadRequest, ValueError) as exc:
@@ -196,37 +214,40 @@ def run(args: argparse.Namespace) -> int:
     slos = "; ".join(f"{short_profile(p)} TTFT <= {s.slo.ttft_ms:g} ms, TPOT <= "
                      f"{s.slo.tpot_ms:g} ms" for p, s in plan.settings.items() if s.slo)
     print(f"tournament: {len(cells)} cells x {len(a.policies)} policies, {a.num_prompts} "
-          f"requests per run, seed {a.seed}, salt {a.salt}, roles {','.join(a.roles)}\n"
+          f"requests per run, seed{'s' if len(a.seeds) > 1 else ''} "
+          f"{','.join(map(str, a.seeds))}, salt {a.salt}, roles {','.join(a.roles)}\n"
           f"SLO: {slos}", flush=True)
     began = real_perf_counter()
     try:
-        results = run_tournament(plan, cells, a.policies, a.jobs)
+        results = run_tournament(plan, cells, a.policies, a.jobs, a.seeds)
     except KeyboardInterrupt:
         print("interrupted: no summary", file=sys.stderr)
         return 130
     meta["wall_s"] = real_perf_counter() - began
     meta["loadavg_after"] = list(os.getloadavg())
-    rows = verdicts(results, cells, a.policies, a.adaptive)
+    rows, per_seed = seed_verdicts(results, cells, a.policies, a.adaptive)
+    errors = [e for found in results.values() for e in found.errors]
     if not rows:
-        print("no cell has a capacity: nothing to compare\n" + "\n".join(results.errors))
+        print("no cell has a capacity: nothing to compare\n" + "\n".join(errors))
         return 1
-    groups = sorted(results.capacities)
+    groups = sorted({g for found in results.values() for g in found.capacities})
     print("\n".join(capacity_lines(results, groups, a.num_prompts)))
     print()
     print(tables(rows, a.policies))
     lines, summary = summary_lines(rows)
     print()
     print("\n".join(lines))
-    for error in results.errors:
+    for error in errors:
         print(f"FAILED {error}")
     path = os.path.join(result_dir, "summary.json")
-    write_summary(path, meta, results, rows, summary)
-    print(f"{len(results.runs)} runs in {meta['wall_s']:.1f} s (load {meta['loadavg_before'][0]:.1f}"
+    write_summary(path, meta, results, rows, summary, per_seed)
+    print(f"{sum(len(found.runs) for found in results.values())} runs in {meta['wall_s']:.1f} s (load {meta['loadavg_before'][0]:.1f}"
           f" -> {meta['loadavg_after'][0]:.1f}); wrote {path}")
     if not a.no_plot:
         from switchyard_bench.tournament.heatmap import write_heatmap
 
-        title = (f"switchyard bench tournament: SLO attainment (%), best fixed outlined\n"
+        over = f", mean over seeds {','.join(map(str, a.seeds))}" if len(a.seeds) > 1 else ""
+        title = (f"switchyard bench tournament: SLO attainment (%){over}, best fixed outlined\n"
                  f"{a.num_prompts} requests per run; {slos}")
         print(f"wrote {write_heatmap(os.path.join(result_dir, 'heatmap.png'), rows, a.policies, title)}")
-    return 1 if results.errors else 0
+    return 1 if errors else 0

@@ -9,12 +9,18 @@ every other policy is fixed. Prediction error: a run's summary carries `predicti
 closed loop, empty for policies that predict nothing); a cell reports, per kind (ttft, tpot),
 the request-weighted median of those medians over all its runs, and the columns are left out
 when no run has any.
+
+Over several seeds (`--seeds`), a cell's attainment and goodput are each policy's mean over the
+seeds, and the best fixed policy, the regrets and the summary are read off those means (past
+capacity one seed moves a cell by more than the 3-point target); each policy's spread (max −
+min over the seeds, in points) and each adaptive policy's per-seed regrets come with them.
 """
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from statistics import fmean
 from typing import Any
 
 from switchyard_bench.tournament.cells import Cell, Group, short_profile
@@ -59,10 +65,17 @@ class CellVerdict:
     regret: dict[str, float | None]  # adaptive policy -> points below the best fixed
     prediction_error: dict[str, float]  # kind -> median |error| over the cell's runs
     failed: dict[str, tuple[int, str]]  # policy -> failed requests and its commonest error
+    # Over several seeds: the seeds averaged, each policy's max - min attainment over them
+    # (points) and each adaptive policy's regret in each seed (that seed's best fixed).
+    seeds: list[int] = field(default_factory=list)
+    spread: dict[str, float | None] = field(default_factory=dict)
+    seed_regret: dict[str, list[float | None]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         g = self.cell.group
-        return {"profile": g.profile, "workload": g.workload, "engines": g.engines,
+        several = {"seeds": self.seeds, "spread_points": self.spread,
+                   "seed_regret_points": self.seed_regret} if len(self.seeds) > 1 else {}
+        return {**several, "profile": g.profile, "workload": g.workload, "engines": g.engines,
                 "load": self.cell.load, "capacity": self.capacity, "rate": self.rate,
                 "attainment_pct": self.attainment, "goodput": self.goodput,
                 "best_fixed": self.best_fixed,
@@ -88,6 +101,17 @@ def _failures(runs: dict[str, dict[str, Any]]) -> dict[str, tuple[int, str]]:
     return out
 
 
+def _judge(attainment: dict[str, float | None], adaptive: Sequence[str]
+           ) -> tuple[list[str], float | None, dict[str, float | None]]:
+    """The best fixed policies, their attainment, and each adaptive policy's regret."""
+    fixed = {p: a for p, a in attainment.items()
+             if not is_adaptive(p, adaptive) and a is not None}
+    best = max(fixed.values()) if fixed else None
+    regret = {p: (None if best is None or a is None else round(best - a, 6))
+              for p, a in attainment.items() if is_adaptive(p, adaptive)}
+    return [p for p, a in fixed.items() if a == best], best, regret
+
+
 def verdicts(results: Results, cells: Sequence[Cell], policies: Sequence[str],
              adaptive: Sequence[str]) -> list[CellVerdict]:
     out = []
@@ -97,16 +121,51 @@ def verdicts(results: Results, cells: Sequence[Cell], policies: Sequence[str],
         runs = {p: results.runs[(cell, p)] for p in policies}
         attainment = {p: _pct(r) for p, r in runs.items()}
         goodput = {p: r.get("goodput") for p, r in runs.items()}
-        fixed = {p: a for p, a in attainment.items()
-                 if not is_adaptive(p, adaptive) and a is not None}
-        best = max(fixed.values()) if fixed else None
-        regret = {p: (None if best is None or a is None else round(best - a, 6))
-                  for p, a in attainment.items() if is_adaptive(p, adaptive)}
         capacity = results.capacities[cell.group]["rate"]
+        best_fixed, best, regret = _judge(attainment, adaptive)
         out.append(CellVerdict(cell, capacity, cell.load * capacity, attainment, goodput,
-                               [p for p, a in fixed.items() if a == best], best, regret,
-                               prediction_error(runs.values()), _failures(runs)))
+                               best_fixed, best, regret, prediction_error(runs.values()),
+                               _failures(runs)))
     return out
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    """The mean of the values there are (a run that raised has none); None when none."""
+    present = [v for v in values if v is not None]
+    return round(fmean(present), 6) if present else None
+
+
+def seed_verdicts(results: dict[int, Results], cells: Sequence[Cell], policies: Sequence[str],
+                  adaptive: Sequence[str]) -> tuple[list[CellVerdict], dict[int, list[CellVerdict]]]:
+    """Each cell's verdict from the policies' mean attainment over the seeds (with the spread
+    and per-seed regrets), and each seed's own verdicts. One seed: its verdicts as they are."""
+    per_seed = {seed: verdicts(r, cells, policies, adaptive) for seed, r in results.items()}
+    if len(per_seed) == 1:
+        return next(iter(per_seed.values())), per_seed
+    out = []
+    for cell in cells:
+        rows = {seed: row for seed, rs in per_seed.items() for row in rs if row.cell == cell}
+        if not rows:  # no seed found its group's capacity
+            continue
+        attainment = {p: _mean(r.attainment[p] for r in rows.values()) for p in policies}
+        goodput = {p: _mean(r.goodput[p] for r in rows.values()) for p in policies}
+        spread: dict[str, float | None] = {}
+        for p in policies:
+            values = [v for r in rows.values() if (v := r.attainment[p]) is not None]
+            spread[p] = round(max(values) - min(values), 6) if values else None
+        capacity = fmean(r.capacity for r in rows.values())
+        rate = fmean(r.rate for r in rows.values())
+        best_fixed, best, regret = _judge(attainment, adaptive)
+        failed: dict[str, tuple[int, str]] = {}
+        for r in rows.values():  # failed requests summed over the seeds, the first error kept
+            for p, (n, why) in r.failed.items():
+                before, first = failed.get(p, (0, why))
+                failed[p] = (before + n, first)
+        runs = [results[seed].runs[(cell, p)] for seed in rows for p in policies]
+        out.append(CellVerdict(cell, capacity, rate, attainment, goodput, best_fixed, best,
+                               regret, prediction_error(runs), failed, list(rows), spread,
+                               {p: [r.regret.get(p) for r in rows.values()] for p in regret}))
+    return out, per_seed
 
 
 def summary_lines(rows: Sequence[CellVerdict]) -> tuple[list[str], dict[str, Any]]:
@@ -163,9 +222,12 @@ def _best(row: CellVerdict) -> str:
 
 def tables(rows: Sequence[CellVerdict], policies: Sequence[str]) -> str:
     """Attainment (best fixed marked *) with the regret and prediction-error columns, then
-    goodput, one row per cell."""
+    goodput, one row per cell; over several seeds the attainment and goodput are means, each
+    adaptive policy's per-seed regrets follow its regret, and a table of spreads comes last."""
     adaptive = list(dict.fromkeys(p for r in rows for p in r.regret))
     kinds = sorted({k for r in rows for k in r.prediction_error})
+    seeds = max((r.seeds for r in rows), key=len, default=[])
+    several = len(seeds) > 1
     head = ["profile", "workload", "eng", "load", "req/s"]
     widths = [max(5, *(len(short_profile(r.cell.group.profile)) for r in rows)),
               max(8, *(len(r.cell.group.workload) for r in rows)), 3, 4, 7]
@@ -180,50 +242,82 @@ def tables(rows: Sequence[CellVerdict], policies: Sequence[str]) -> str:
         return "  ".join(f"{c:<{w}}" if i < 2 else f"{c:>{w}}"
                          for i, (c, w) in enumerate(zip(cells, ws, strict=True)))
 
-    extra = ["best fixed"] + [f"regret {p}" for p in adaptive] + [f"{k} err" for k in kinds]
-    extra_w = [max(10, *(len(_best(r)) for r in rows))] + \
-        [max(len(x), 7) for x in extra[1:]]
-    out = ["SLO attainment (%), * = best fixed policy; regret = best fixed - adaptive (points)",
-           line(head + list(policies) + extra, widths + pol_w + extra_w)]
+    def per_seed(r: CellVerdict, p: str) -> str:
+        return " ".join(_fmt(v, "+.1f") for v in r.seed_regret.get(p, []))
+
+    extra = ["best fixed"]
+    for p in adaptive:
+        extra += [f"regret {p}"] + ([f"per seed {p}"] if several else [])
+    extra += [f"{k} err" for k in kinds]
+    tails = []
     for r in rows:
+        tail = [_best(r)]
+        for p in adaptive:
+            tail += [_fmt(r.regret[p], "+.1f")] + ([per_seed(r, p)] if several else [])
+        tails.append(tail + [_fmt(r.prediction_error.get(k), ".3f") for k in kinds])
+    extra_w = [max(len(x), 7, *(len(t[i]) for t in tails)) for i, x in enumerate(extra)]
+    mean = f" - mean over seeds {','.join(map(str, seeds))}" if several else ""
+    out = [f"SLO attainment (%){mean}, * = best fixed policy; regret = best fixed - adaptive "
+           "(points)", line(head + list(policies) + extra, widths + pol_w + extra_w)]
+    for r, tail in zip(rows, tails, strict=True):
         marks = [_fmt(r.attainment[p], ".1f") + ("*" if p in r.best_fixed else "")
                  for p in policies]
-        tail = [_best(r)] + [_fmt(r.regret[p], "+.1f") for p in adaptive]
-        tail += [_fmt(r.prediction_error.get(k), ".3f") for k in kinds]
         out.append(line(prefix(r) + marks + tail, widths + pol_w + extra_w))
-    out += ["", "goodput (requests within SLO per second)",
+    out += ["", f"goodput (requests within SLO per second){mean}",
             line(head + list(policies), widths + pol_w)]
     for r in rows:
         out.append(line(prefix(r) + [_fmt(r.goodput[p], ".3f") for p in policies],
                         widths + pol_w))
+    if several:
+        out += ["", "spread of SLO attainment over the seeds (max - min, points)",
+                line(head + list(policies), widths + pol_w)]
+        for r in rows:
+            out.append(line(prefix(r) + [_fmt(r.spread.get(p), ".1f") for p in policies],
+                            widths + pol_w))
     return "\n".join(out)
 
 
-def capacity_lines(results: Results, groups: Sequence[Group], num_prompts: int) -> list[str]:
-    """One line per group; a second where its runs are a burst rather than a steady load."""
+def capacity_lines(results: dict[int, Results], groups: Sequence[Group],
+                   num_prompts: int) -> list[str]:
+    """One line per group and seed; a second where its runs are a burst rather than a steady
+    load."""
     lines = []
-    for g in groups:
-        c = results.capacities[g]
-        lines.append(f"capacity {g.label}: {c['rate']:.4g} req/s, {c['policy']} keeps "
-                     f"{c['basis']} (light load {c['light_rate']:.3g} req/s: "
-                     f"{c['light_attainment']:.1%})")
-        if not c["steady"]:
-            lines.append(f"  not a steady load: the {num_prompts} requests arrive within "
-                         f"{c['arrival_span_s']:.3g} s, under {STEADY_FACTOR} x their mean JCT "
-                         f"({c['mean_jct_s']:.3g} s), so this is the burst the engines absorb; "
-                         "raise --num-prompts until the capacity stops falling")
+    for seed, found in results.items():
+        tag = f"seed {seed} " if len(results) > 1 else ""
+        for g in groups:
+            if g not in found.capacities:
+                continue
+            c = found.capacities[g]
+            lines.append(f"capacity {tag}{g.label}: {c['rate']:.4g} req/s, {c['policy']} keeps "
+                         f"{c['basis']} (light load {c['light_rate']:.3g} req/s: "
+                         f"{c['light_attainment']:.1%})")
+            if not c["steady"]:
+                lines.append(f"  not a steady load: the {num_prompts} requests arrive within "
+                             f"{c['arrival_span_s']:.3g} s, under {STEADY_FACTOR} x their mean "
+                             f"JCT ({c['mean_jct_s']:.3g} s), so this is the burst the engines "
+                             "absorb; raise --num-prompts until the capacity stops falling")
     return lines
 
 
-def write_summary(path: str, meta: dict[str, Any], results: Results,
-                  rows: Sequence[CellVerdict], summary: dict[str, Any]) -> None:
-    capacities = [{"profile": g.profile, "workload": g.workload, "engines": g.engines, **c}
-                  for g, c in sorted(results.capacities.items())]
-    runs = [{"profile": c.group.profile, "workload": c.group.workload,
+def write_summary(path: str, meta: dict[str, Any], results: dict[int, Results],
+                  rows: Sequence[CellVerdict], summary: dict[str, Any],
+                  per_seed: dict[int, list[CellVerdict]]) -> None:
+    """The settings, every capacity search and run (each with its seed), the cells' verdicts
+    and the summary (over several seeds: from the means, and each seed's own as well)."""
+    capacities = [{"seed": seed, "profile": g.profile, "workload": g.workload,
+                   "engines": g.engines, **c}
+                  for seed, found in results.items() for g, c in sorted(found.capacities.items())]
+    runs = [{"seed": seed, "profile": c.group.profile, "workload": c.group.workload,
              "engines": c.group.engines, "load": c.load, **run}
-            for (c, _), run in sorted(results.runs.items(), key=lambda kv: (kv[0][0],
-                                                                            kv[1]["policy"]))]
+            for seed, found in results.items()
+            for (c, _), run in sorted(found.runs.items(), key=lambda kv: (kv[0][0],
+                                                                          kv[1]["policy"]))]
     body = {**meta, "capacities": capacities, "cells": [r.to_json() for r in rows],
-            "summary": summary, "errors": results.errors, "runs": runs}
+            "summary": summary, "errors": [e for found in results.values() for e in found.errors],
+            "runs": runs}
+    if len(results) > 1:
+        body["per_seed"] = {str(seed): {"cells": [r.to_json() for r in seed_rows],
+                                        "summary": summary_lines(seed_rows)[1]}
+                            for seed, seed_rows in per_seed.items()}
     with open(path, "w", encoding="utf-8") as f:
         json.dump(body, f, indent=1, default=str)

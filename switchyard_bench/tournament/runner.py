@@ -5,13 +5,15 @@ its inputs only, so where it runs does not change its figures.
 
 Every policy in a cell gets the same items: the group's workload at one salt, Poisson arrivals
 from one seed at the cell's rate (offsets from one seed scale with 1 / rate, so the loads of a
-group see the same arrival pattern, stretched).
+group see the same arrival pattern, stretched). With several seeds, each seed is the tournament
+`--seed N` alone would run (its own lengths, arrivals and capacity search); the seeds' searches
+share one pool of workers, then their runs do.
 """
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -154,44 +156,53 @@ def _guarded(fn: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
-def _search(plan: Plan, group: Group) -> dict[str, Any]:
-    return _guarded(run_capacity, plan, group)
+def _search(plan: Plan, job: tuple[int, Group]) -> dict[str, Any]:
+    seed, group = job
+    return _guarded(run_capacity, replace(plan, seed=seed), group)
 
 
-def _run(plan: Plan, job: tuple[Cell, str, float]) -> dict[str, Any]:
-    cell, policy, rate = job
-    return _guarded(run_policy, plan, cell.group, rate, policy)
+def _run(plan: Plan, job: tuple[int, Cell, str, float]) -> dict[str, Any]:
+    seed, cell, policy, rate = job
+    return _guarded(run_policy, replace(plan, seed=seed), cell.group, rate, policy)
 
 
 def run_tournament(plan: Plan, cells: list[Cell], policies: list[str], jobs: int,
+                   seeds: Sequence[int] | None = None,
                    log: Callable[[str], None] = lambda line: print(line, file=sys.stderr)
-                   ) -> Results:
-    """Every group's capacity, then every policy in every cell whose group has one; progress
-    lines to `log`. A run that raises is recorded with no figures, a search that raises drops
-    its group's cells; both are listed in `errors`."""
-    results = Results()
-    groups = sorted({c.group for c in cells})
-    for group, found in zip(groups, in_processes(partial(_search, plan), groups, jobs),
-                            strict=True):
+                   ) -> dict[int, Results]:
+    """Per seed (default: the plan's), every group's capacity, then every policy in every cell
+    whose group has one; progress lines to `log`. A run that raises is recorded with no figures,
+    a search that raises drops its group's cells in that seed; both are listed in `errors`."""
+    seeds = list(seeds) if seeds is not None else [plan.seed]
+    results = {seed: Results() for seed in seeds}
+    several = len(seeds) > 1
+
+    def tag(seed: int) -> str:
+        return f"seed {seed} " if several else ""
+
+    searches = [(seed, group) for seed in seeds for group in sorted({c.group for c in cells})]
+    for (seed, group), found in zip(searches, in_processes(partial(_search, plan), searches, jobs),
+                                    strict=True):
         if "error" in found:
-            results.errors.append(f"capacity {group.label}: {found['error']}")
-            log(f"FAILED {results.errors[-1]}")
+            results[seed].errors.append(f"capacity {tag(seed)}{group.label}: {found['error']}")
+            log(f"FAILED {results[seed].errors[-1]}")
             continue
-        results.capacities[group] = found
-        log(f"capacity {group.label}: {found['rate']:.4g} req/s ({found['basis']}; "
+        results[seed].capacities[group] = found
+        log(f"capacity {tag(seed)}{group.label}: {found['rate']:.4g} req/s ({found['basis']}; "
             f"{len(found['probes'])} probes)")
-    todo = [(cell, policy, cell.load * results.capacities[cell.group]["rate"])
-            for cell in cells if cell.group in results.capacities for policy in policies]
-    for (cell, policy, _), run in zip(todo, in_processes(partial(_run, plan), todo, jobs),
-                                      strict=True):
+    todo = [(seed, cell, policy, cell.load * results[seed].capacities[cell.group]["rate"])
+            for seed in seeds for cell in cells if cell.group in results[seed].capacities
+            for policy in policies]
+    for done, ((seed, cell, policy, _), run) in enumerate(
+            zip(todo, in_processes(partial(_run, plan), todo, jobs), strict=True), 1):
         if "error" in run:
-            results.errors.append(f"run {cell.label} {policy}: {run['error']}")
-            log(f"FAILED {results.errors[-1]}")
+            results[seed].errors.append(f"run {tag(seed)}{cell.label} {policy}: {run['error']}")
+            log(f"FAILED {results[seed].errors[-1]}")
             run = {"policy": policy, "requests": plan.num_prompts, **run,
                    "slo_attainment": None, "goodput": None}
         else:
             attained = run.get("slo_attainment")
-            log(f"[{len(results.runs) + 1}/{len(todo)}] {cell.label} {policy}: "
+            log(f"[{done}/{len(todo)}] {tag(seed)}{cell.label} {policy}: "
                 f"{'-' if attained is None else f'{attained:.1%}'} ({run['wall_s']:.1f} s)")
-        results.runs[(cell, policy)] = run
+        results[seed].runs[(cell, policy)] = run
     return results

@@ -14,7 +14,13 @@ from switchyard_bench.tournament import runner
 from switchyard_bench.tournament.capacity import find_capacity
 from switchyard_bench.tournament.cells import Cell, Group
 from switchyard_bench.tournament.main import run
-from switchyard_bench.tournament.report import prediction_error, summary_lines, verdicts
+from switchyard_bench.tournament.report import (
+    prediction_error,
+    seed_verdicts,
+    summary_lines,
+    tables,
+    verdicts,
+)
 from switchyard_bench.tournament.runner import Results
 from switchyard_bench.tournament.workloads import PhasedWorkload
 from switchyard_bench.workloads import RequestShape, Workload
@@ -91,6 +97,46 @@ def test_verdicts_best_fixed_regret_and_summary() -> None:
     assert rows[1].failed == {"pd": (3, "engine died")}
 
 
+def test_several_seeds_are_judged_by_their_means() -> None:
+    group = Group("local-smollm2-cpu", "sonnet-short", 2)
+    cell = Cell(group, 1.5)
+    policies = ["round_robin", "pd", "adaptive"]
+
+    def seed(rate: float, rr: float, pd: float | None, adaptive: float) -> Results:
+        pd_run = _run("pd", pd) if pd is not None else {
+            "policy": "pd", "slo_attainment": None, "goodput": None, "error": "boom",
+            "requests": 4}
+        return Results({group: {"rate": rate}}, {
+            (cell, "round_robin"): _run("round_robin", rr), (cell, "pd"): pd_run,
+            (cell, "adaptive"): _run("adaptive", adaptive)})
+
+    # round_robin wins seed 0 and pd seed 1; by the means pd (0.55) beats round_robin (0.50),
+    # and adaptive's mean 0.60 beats it: regret -5, though it lost seed 0 by 10 points.
+    results = {0: seed(2.0, 0.70, 0.50, 0.60), 1: seed(4.0, 0.30, 0.60, 0.60),
+               2: seed(3.0, 0.50, None, 0.60)}  # pd's run in seed 2 raised: no figure
+    rows, per_seed = seed_verdicts(results, [cell], policies, [])
+    (row,) = rows
+    assert row.seeds == [0, 1, 2] and row.capacity == 3.0 and row.rate == pytest.approx(4.5)
+    assert row.attainment == {"round_robin": pytest.approx(50.0), "pd": pytest.approx(55.0),
+                              "adaptive": pytest.approx(60.0)}
+    assert row.best_fixed == ["pd"] and row.regret == {"adaptive": pytest.approx(-5.0)}
+    assert row.spread == {"round_robin": pytest.approx(40.0), "pd": pytest.approx(10.0),
+                          "adaptive": pytest.approx(0.0)}
+    assert row.seed_regret["adaptive"] == [pytest.approx(10.0), pytest.approx(0.0),
+                                           pytest.approx(-10.0)]
+    assert row.failed == {"pd": (4, "boom")}
+    assert [r.best_fixed for r in (per_seed[0][0], per_seed[1][0])] == [["round_robin"], ["pd"]]
+    _, body = summary_lines(rows)
+    assert body["adaptive"]["high_load_cells_beating_best_fixed"] == 1
+    text = tables(rows, policies)
+    assert "mean over seeds 0,1,2" in text and "+10.0 +0.0 -10.0" in text
+    assert "spread of SLO attainment over the seeds" in text
+    # One seed: its verdicts as they are, no spread.
+    (only,), _ = seed_verdicts({1: results[1]}, [cell], policies, [])
+    assert only.best_fixed == ["pd"] and only.seeds == [] and "spread" not in tables([only],
+                                                                                    policies)
+
+
 def test_prediction_error_ignores_malformed_entries() -> None:
     assert prediction_error([{"prediction_error": {"ttft/x": {"n": 0, "median_abs_error": 9},
                                                    "tpot/x": {"median_abs_error": 1}}}]) == {}
@@ -114,13 +160,13 @@ def test_the_phased_workload_changes_mix_at_its_phase_ends() -> None:
     assert phased.describe()["phases"] == "a x3, b x2, c x1"
 
 
-def _tournament(result_dir: str, jobs: int = 1) -> int:
+def _tournament(result_dir: str, jobs: int = 1, *more: str) -> int:
     # An SLO tighter than the profile's, so 20 requests find an edge below "all at once".
     return run(argparse.Namespace(rest=[
         "--profiles", "local-smollm2-cpu", "--workloads", "sonnet-short", "--engines", "2",
         "--loads", "0.6,1.5", "--policies", "round_robin,least_load,adaptive",
         "--num-prompts", "20", "--jobs", str(jobs), "--capacity-tolerance", "0.2",
-        "--slo", "500,100", "--result-dir", result_dir]))
+        "--slo", "500,100", "--result-dir", result_dir, *more]))
 
 
 def _summary(result_dir: str) -> dict[str, Any]:
@@ -161,6 +207,39 @@ def test_a_tiny_grid_end_to_end(tmp_path: os.PathLike[str],
     assert again["cells"] == body["cells"] and again["capacities"] == body["capacities"]
 
 
+def test_seeds_each_run_as_alone_and_the_cells_take_their_means(
+        tmp_path: os.PathLike[str], capsys: pytest.CaptureFixture[str]) -> None:
+    both, alone = os.path.join(tmp_path, "both"), os.path.join(tmp_path, "alone")
+    assert _tournament(both, 1, "--seeds", "0,1", "--no-plot") == 0
+    printed = capsys.readouterr()
+    assert "seeds 0,1" in printed.out and "mean over seeds 0,1" in printed.out
+    assert "capacity seed 1 local sonnet-short x2" in printed.out and "[12/12]" in printed.err
+    body = _summary(both)
+    assert body["seeds"] == [0, 1] and len(body["runs"]) == 12
+    assert sorted({(r["seed"], r["load"]) for r in body["runs"]}) == [
+        (0, 0.6), (0, 1.5), (1, 0.6), (1, 1.5)]
+    for seed in (0, 1):  # each seed is the tournament --seed N runs
+        assert _tournament(alone, 1, "--seed", str(seed), "--no-plot") == 0
+        single = _summary(alone)
+        assert body["per_seed"][str(seed)]["cells"] == single["cells"]
+        assert body["per_seed"][str(seed)]["summary"] == single["summary"]
+        assert [{k: v for k, v in c.items() if k != "seed"} for c in body["capacities"]
+                if c["seed"] == seed] == [{k: v for k, v in c.items() if k != "seed"}
+                                          for c in single["capacities"]]
+    for cell in body["cells"]:
+        seeds = [next(c for c in body["per_seed"][s]["cells"] if c["load"] == cell["load"])
+                 for s in ("0", "1")]
+        for policy, mean in cell["attainment_pct"].items():
+            values = [c["attainment_pct"][policy] for c in seeds]
+            assert mean == pytest.approx(sum(values) / 2)
+            assert cell["spread_points"][policy] == pytest.approx(max(values) - min(values))
+        best = max(cell["attainment_pct"]["round_robin"], cell["attainment_pct"]["least_load"])
+        assert cell["regret_points"]["adaptive"] == pytest.approx(
+            best - cell["attainment_pct"]["adaptive"])
+        assert cell["seed_regret_points"]["adaptive"] == [c["regret_points"]["adaptive"]
+                                                          for c in seeds]
+
+
 @pytest.mark.slow
 def test_worker_processes_give_the_same_figures(tmp_path: os.PathLike[str]) -> None:
     inline, pooled = os.path.join(tmp_path, "inline"), os.path.join(tmp_path, "pooled")
@@ -179,11 +258,19 @@ def test_worker_processes_give_the_same_figures(tmp_path: os.PathLike[str]) -> N
     (["--profiles", "local-smollm2-cpu", "--length-scale", "local-smollm2-cpu=0.1"],
      "sonnet input mean must be >="),  # 5.5 tokens: shorter than the instruction
     (["--length-scale", "-1"], "--length-scale '-1' must be > 0"),
+    (["--seeds", "0,0"], "expected distinct seeds"),
+    (["--seeds", "0,x"], "expected seeds like 0,1,2"),
+    (["--seed", "1", "--seeds", "0,1"], "not allowed with argument --seed"),
 ])
 def test_bad_input_is_a_clear_error(args: list[str], message: str,
                                     capsys: pytest.CaptureFixture[str],
                                     tmp_path: os.PathLike[str]) -> None:
-    assert run(argparse.Namespace(rest=[*args, "--result-dir", str(tmp_path)])) == 2
+    status: int | str | None
+    try:
+        status = run(argparse.Namespace(rest=[*args, "--result-dir", str(tmp_path)]))
+    except SystemExit as exc:  # argparse's own usage errors
+        status = exc.code
+    assert status == 2
     assert message in capsys.readouterr().err
 
 
