@@ -771,7 +771,7 @@ class InProcessFront:
     """The HTTP front with no listener (tests, the simulator): a request's body runs through
     the parsing, admission and request task a client's request runs, with `bridge` (a
     FrontBridge) on the loop it was made on; its spans go to `tracer` (None: the process's
-    router tracer, as the HTTP front's). Drive requests with pyrouter.testing.in_process."""
+    router tracer, as the HTTP front's). Drive requests with switchyard_sim.fake.in_process."""
     def __new__(cls, bridge: Any, tokenizer: RouterTokenizer, vocab: DetokenizerVocab, *,
                 served_model: str, max_context: int, max_inflight: int = 4096,
                 default_temperature: float = 1.0, default_top_p: float = 1.0,

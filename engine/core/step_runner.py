@@ -94,7 +94,7 @@ class StepRunner:
             time.sleep(_BLOCKED_BACKOFF_S)
         return outputs
 
-    # The step in three parts, so a simulated engine (pyrouter/sim) can let its step's time
+    # The step in three parts, so a simulated engine (switchyard_sim) can let its step's time
     # pass between planning and finishing while running exactly this bookkeeping.
     def plan(self) -> StepPlan:
         """Schedule the step (under the engine lock): what runs, and its shape."""

@@ -21,7 +21,7 @@ from switchyard_proto.errors import InvalidRequest
 from switchyard_rpc import engine_pb2 as pb
 
 # Largest chunk handed to a transport at once (keeps shm staging and wire buffers bounded;
-# the simulator counts chunks with it, pyrouter/sim/send_cost.py).
+# the simulator counts chunks with it, switchyard_sim/send_cost.py).
 MAX_CHUNK_BYTES = 4 << 20
 
 

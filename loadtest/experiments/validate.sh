@@ -25,7 +25,7 @@ mapfile -t engines < <(sed -n 's/^engine .* ready on \([^,]*\).*$/--from-engine=
 serve_logs=$(sed -n 's/^starting .*; logs in \(.*\)$/\1/p' "$VAL/serve.log")
 token=()
 [ -f "$serve_logs/engine-token" ] && token=(--token-file "$serve_logs/engine-token")
-"$ROOT/.venv/bin/python" -m pyrouter.sim.profiles.build_local "${engines[@]}" "${token[@]}" \
+"$ROOT/.venv/bin/python" -m switchyard_sim.profiles.build_local "${engines[@]}" "${token[@]}" \
   --name local-validation --out "$VAL/profile.json"
 uptime | tee "$VAL/uptime.txt"
 "$SY" bench serve --url "$url" --no-progress --policies "$POLICIES" --salt 1000 "${load[@]}" \

@@ -1,6 +1,6 @@
 """The engine interface an EngineHandle calls: one Protocol that the router's Rust-backed client
 (pyrouter/engines/rust_client.py) and the engine doubles tests and the simulator run
-(pyrouter/testing/fake_engine.py, pyrouter/sim/client.py) all satisfy.
+(switchyard_sim/fake/fake_engine.py, switchyard_sim/client.py) all satisfy.
 
 Answers have the engine proto's messages' fields (switchyard_rpc/engine.proto): the Rust
 client's verbs answer typed values made in Rust, the doubles the messages; a failed call raises

@@ -27,8 +27,6 @@ from typing import Any
 from engine.server.cpu_affinity import usable_cores
 from pyrouter.errors import BadRequest
 from pyrouter.policy_registry import BUILTIN_NAMES, get_policy, load_policy_source
-from pyrouter.sim.clock import real_perf_counter
-from pyrouter.sim.profile import ProfileError, load_profile
 from switchyard_bench.serve.main import _names, _rates
 from switchyard_bench.serve.request_body import Slo
 from switchyard_bench.tournament.cells import (
@@ -50,6 +48,8 @@ from switchyard_bench.tournament.report import (
 from switchyard_bench.tournament.runner import Plan, run_tournament, workload
 from switchyard_bench.tournament.workloads import TOURNAMENT_WORKLOADS, Sizing
 from switchyard_bench.workloads import WorkloadError
+from switchyard_sim.clock import real_perf_counter
+from switchyard_sim.profile import ProfileError, load_profile
 
 
 def _per_profile(text: str) -> tuple[str | None, str]:

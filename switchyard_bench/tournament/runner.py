@@ -1,5 +1,5 @@
 """Runs the tournament's simulations: one capacity search per cell group, then every policy in
-every cell, in this process (--jobs 1) or side by side in forked ones (pyrouter/sim/parallel.py,
+every cell, in this process (--jobs 1) or side by side in forked ones (switchyard_sim/parallel.py,
 as `bench simulate --jobs`). A run is a fresh simulated cluster in virtual time, a function of
 its inputs only, so where it runs does not change its figures.
 
@@ -19,14 +19,14 @@ from typing import Any
 
 from engine.core.latency_model import StepShape
 from pyrouter.policy_registry import get_policy
-from pyrouter.sim.parallel import in_processes
-from pyrouter.sim.profile import HardwareProfile, load_profile
-from pyrouter.sim.run import SimConfig, run_summary, simulate
 from switchyard_bench.serve.request_body import Slo
 from switchyard_bench.tournament.capacity import find_capacity
 from switchyard_bench.tournament.cells import Cell, Group, ProfileSetting
 from switchyard_bench.tournament.workloads import build_tournament_workload
 from switchyard_bench.workloads import ArrivalProcess, RealVocabulary, WorkItem, Workload, schedule
+from switchyard_sim.parallel import in_processes
+from switchyard_sim.profile import HardwareProfile, load_profile
+from switchyard_sim.run import SimConfig, run_summary, simulate
 
 LIGHT_UTILISATION = 0.1  # the light-load probe: each engine busy ~10% with one request at a time
 # A run is a steady load, not one burst, when its arrivals last at least this many times its

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import grpc
 
-from pyrouter.testing import FakeCluster, FakeEngine, Fault
+from switchyard_sim.fake import FakeCluster, FakeEngine, Fault
 
 PROMPT = list(range(1000, 1048))  # three full blocks of 16
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyrouter.testing import FakeCluster, FakeEngine
+from switchyard_sim.fake import FakeCluster, FakeEngine
 
 PROMPT = list(range(100, 140))
 

@@ -20,9 +20,9 @@ from pyrouter.engines.handle import GenerationStream
 from pyrouter.fast_path import fast_policy_for
 from pyrouter.policy_registry import ActivePolicy, PolicySpec, get_policy
 from pyrouter.request import RouterRequest
-from pyrouter.testing import FakeCluster, FakeEngine
 from pyrouter.tokenizer import load_router_tokenizer
 from router_core import RouterFront
+from switchyard_sim.fake import FakeCluster, FakeEngine
 
 BLOCK = 16
 WEIGHT_SETS = [None, (1.0, 1.0, 1.0, 1.0), (1.0, 0.0, 2.0, 0.5), (0.0, 1.0, 0.0, 3.0)]

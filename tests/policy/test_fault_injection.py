@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pyrouter.testing import FakeCluster, FakeEngine, Fault
+from switchyard_sim.fake import FakeCluster, FakeEngine, Fault
 
 PROMPT = list(range(2000, 2040))
 MAX_TOKENS = 6

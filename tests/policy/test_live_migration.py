@@ -6,7 +6,7 @@ import pytest
 
 from pyrouter.dispatch import RequestRun
 from pyrouter.policy_registry import PolicySpec, policy
-from pyrouter.testing import FakeCluster, FakeEngine
+from switchyard_sim.fake import FakeCluster, FakeEngine
 
 PROMPT = list(range(3000, 3040))
 
@@ -85,7 +85,7 @@ async def test_a_migration_whose_target_dies_says_failed_and_the_request_goes_on
     # Issue 24: /admin/migrate answered "migrated" when the target died during the move.
     import grpc
 
-    from pyrouter.testing import Fault
+    from switchyard_sim.fake import Fault
 
     cluster = FakeCluster([FakeEngine(), FakeEngine(), FakeEngine(
         faults=[Fault(verb, 0, code=grpc.StatusCode.UNKNOWN, after=True)])])

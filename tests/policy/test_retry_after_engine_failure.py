@@ -12,8 +12,8 @@ import grpc
 import pytest
 
 from pyrouter.retry_budget import RetryBudget
-from pyrouter.testing import FakeCluster, FakeEngine, Fault
 from router_core import retry_engine_request_id
+from switchyard_sim.fake import FakeCluster, FakeEngine, Fault
 
 PROMPT = list(range(3000, 3050))
 MAX_TOKENS = 8

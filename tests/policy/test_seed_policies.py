@@ -9,7 +9,7 @@ import pytest
 
 from pyrouter.errors import BadRequest
 from pyrouter.policy_registry import get_policy
-from pyrouter.testing import FakeCluster, FakeEngine
+from switchyard_sim.fake import FakeCluster, FakeEngine
 
 # ms per unit: a 512-token prefill ~261 ms; a step of 8 decodes ~21 ms.
 MODEL = {"const": 5.0, "prefill_tokens": 0.5, "decode_seqs": 2.0, "decode_context": 0.001}

@@ -10,8 +10,8 @@ import pytest
 import pyrouter.policies  # noqa: F401  (registers the built-ins)
 from pyrouter.policy_registry import get_policy
 from pyrouter.request import RouterRequest
-from pyrouter.testing import FakeCluster, FakeEngine
 from router_core import session_pick
+from switchyard_sim.fake import FakeCluster, FakeEngine
 
 PROMPT = list(range(1000, 1048))
 DP = ["round_robin", "least_load", "cache_aware"]

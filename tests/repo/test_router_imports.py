@@ -33,8 +33,6 @@ def test_router_modules_do_not_import_the_engine():
     assert len(sources) > 50, "pyrouter's modules were not found"
     for source in sources:
         rel = source.relative_to(ROOT).as_posix()
-        if rel.startswith("pyrouter/sim/"):  # the simulator, which runs the engine's scheduler
-            continue
         extra = _engine_imports(source) - LAUNCHERS.get(rel, set())
         if extra:
             wrong.append(f"{rel} imports {sorted(extra)}")

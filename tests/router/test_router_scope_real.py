@@ -2,8 +2,8 @@
 pool at its baseline (pages held only by the prefix cache) and the router's accounting at zero.
 
 Two real engine processes (SmolLM2, fp32); the router's front and dispatcher run in-process
-(pyrouter/testing/front_run.py: the request task and bridge a client's request runs through) so
-their counts can be read, with faults injected into the engine clients (pyrouter/testing/
+(switchyard_sim/fake/front_run.py: the request task and bridge a client's request runs through) so
+their counts can be read, with faults injected into the engine clients (switchyard_sim/fake/
 faulty_client.py). Each run uses a fresh prompt, so every pattern really moves KV; a stop-string
 case first runs its prompt plainly (greedy) to learn the text its stop string ends on.
 """
@@ -25,10 +25,10 @@ from pyrouter.engines.membership import EngineMembership
 from pyrouter.policy_registry import ActivePolicy, get_policy
 from pyrouter.request import RouterRequest
 from pyrouter.scope import RouterCounters
-from pyrouter.testing import Fault
-from pyrouter.testing.faulty_client import FaultyClient
-from pyrouter.testing.front_run import run_through_front
 from switchyard_proto.sampling_params import SamplingParams
+from switchyard_sim.fake import Fault
+from switchyard_sim.fake.faulty_client import FaultyClient
+from switchyard_sim.fake.front_run import run_through_front
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "policy"))
 from docs_example import LEAD_FOLLOW  # noqa: E402  (docs/policies.md example, registered)

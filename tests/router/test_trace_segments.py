@@ -10,8 +10,8 @@ from typing import Any
 from trace_front import CLIENT, spans_by_id
 
 from pyrouter.dispatch import RequestRun
-from pyrouter.testing import FakeCluster, FakeEngine
 from router_core import RouterTracer
+from switchyard_sim.fake import FakeCluster, FakeEngine
 
 PROMPT = list(range(5000, 5200))
 # ms per unit, as tests/policy/test_seed_policies.py: tandem's planner needs a latency model.

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyrouter.sim.profile import HardwareProfile
+from switchyard_sim.profile import HardwareProfile
 from tests.sim.sim_helpers import tiny_profile
 
 

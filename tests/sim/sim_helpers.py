@@ -17,11 +17,11 @@ from pyrouter.engines.membership import EngineMembership
 from pyrouter.policy_registry import ActivePolicy, get_policy
 from pyrouter.request import RouterRequest
 from pyrouter.scope import RouterCounters
-from pyrouter.sim.clock import run_virtual
-from pyrouter.sim.cluster import SimCluster
-from pyrouter.sim.profile import HardwareProfile, profile_from_dict
-from pyrouter.testing.front_run import FakeRun, run_through_front
 from switchyard_proto.sampling_params import SamplingParams
+from switchyard_sim.clock import run_virtual
+from switchyard_sim.cluster import SimCluster
+from switchyard_sim.fake.front_run import FakeRun, run_through_front
+from switchyard_sim.profile import HardwareProfile, profile_from_dict
 
 TINY = os.path.join(os.path.dirname(__file__), "tiny_profile.json")
 

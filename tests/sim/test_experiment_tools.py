@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from pyrouter.sim.main import run
+from switchyard_sim.main import run
 from tests.sim.sim_helpers import TINY
 
 pytestmark = pytest.mark.procs

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from pyrouter.sim.clock import real_perf_counter, run_virtual
+from switchyard_sim.clock import real_perf_counter, run_virtual
 
 
 def test_an_hour_of_sleep_passes_at_once_and_exactly() -> None:

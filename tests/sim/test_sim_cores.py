@@ -1,7 +1,7 @@
-"""Engines sharing CPU cores (pyrouter/sim/cores.py): a step's work progresses at
+"""Engines sharing CPU cores (switchyard_sim/cores.py): a step's work progresses at
 1 / slowdown(n) while n engines step, re-timed whenever one starts or ends; the local profile's
 `contention` reproduces the slowdown measured with two real engines on this machine
-(tests/sim/measured_local.json, from pyrouter/sim/profiles/measure_local.py)."""
+(tests/sim/measured_local.json, from switchyard_sim/profiles/measure_local.py)."""
 from __future__ import annotations
 
 import asyncio
@@ -11,9 +11,9 @@ import statistics
 
 import pytest
 
-from pyrouter.sim.clock import run_virtual
-from pyrouter.sim.cores import SharedCores
-from pyrouter.sim.profile import load_profile
+from switchyard_sim.clock import run_virtual
+from switchyard_sim.cores import SharedCores
+from switchyard_sim.profile import load_profile
 from tests.sim.sim_helpers import run_requests, tiny_profile
 
 MEASURED = os.path.join(os.path.dirname(__file__), "measured_local.json")

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from pyrouter.sim.main import run
-from pyrouter.sim.parallel import in_processes
+from switchyard_sim.main import run
+from switchyard_sim.parallel import in_processes
 from tests.sim.sim_helpers import TINY
 
 pytestmark = pytest.mark.procs

@@ -9,10 +9,10 @@ import asyncio
 
 import pytest
 
-from pyrouter.sim.clock import run_virtual
-from pyrouter.sim.cluster import SimCluster
-from pyrouter.sim.profile import HardwareProfile
-from pyrouter.testing import FakeCluster
+from switchyard_sim.clock import run_virtual
+from switchyard_sim.cluster import SimCluster
+from switchyard_sim.fake import FakeCluster
+from switchyard_sim.profile import HardwareProfile
 from tests.sim.sim_helpers import assert_clean, run_requests, tiny_profile
 
 PROMPT = list(range(1000, 1100))  # 100 tokens

@@ -1,8 +1,8 @@
-"""What a KV send costs besides its bytes (pyrouter/sim/send_cost.py, transfer.py): the sender's
+"""What a KV send costs besides its bytes (switchyard_sim/send_cost.py, transfer.py): the sender's
 step lasts as long as its gathers and chunk hand-offs take, each slice on the link pays a
 per-chunk cost, and a receiver stepping while K/V lands loses its share of the link's work.
 The local profile's constants reproduce the shm link as measured on this machine
-(tests/sim/measured_local.json, from pyrouter/sim/profiles/measure_local.py)."""
+(tests/sim/measured_local.json, from switchyard_sim/profiles/measure_local.py)."""
 from __future__ import annotations
 
 import asyncio
@@ -12,12 +12,12 @@ import os
 import pytest
 
 from engine.core.outputs import SendChunk
-from pyrouter.sim.clock import run_virtual
-from pyrouter.sim.cluster import SimCluster
-from pyrouter.sim.profile import load_profile
-from pyrouter.sim.send_cost import chunks_per_layer
-from pyrouter.sim.transfer import KvLink, KvTransfer
-from pyrouter.testing import FakeCluster
+from switchyard_sim.clock import run_virtual
+from switchyard_sim.cluster import SimCluster
+from switchyard_sim.fake import FakeCluster
+from switchyard_sim.profile import load_profile
+from switchyard_sim.send_cost import chunks_per_layer
+from switchyard_sim.transfer import KvLink, KvTransfer
 from tests.sim.sim_helpers import assert_clean, run_requests, tiny_profile
 
 MEASURED = os.path.join(os.path.dirname(__file__), "measured_local.json")

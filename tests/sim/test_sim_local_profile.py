@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from pyrouter.sim.profiles import build_local
+from switchyard_sim.profiles import build_local
 
 
 def test_coefficients_of_several_engines_are_averaged(monkeypatch: pytest.MonkeyPatch) -> None:

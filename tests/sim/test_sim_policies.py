@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from pyrouter.sim.profile import HardwareProfile
-from pyrouter.testing import FakeCluster
+from switchyard_sim.fake import FakeCluster
+from switchyard_sim.profile import HardwareProfile
 from tests.sim.sim_helpers import assert_clean, run_requests
 
 BUILTINS = ["round_robin", "least_load", "cache_aware", "pd", "balanced_pd", "tandem",

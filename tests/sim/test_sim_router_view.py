@@ -16,10 +16,10 @@ from pyrouter.engines.membership import EngineMembership
 from pyrouter.policy_registry import ActivePolicy, get_policy
 from pyrouter.request import RouterRequest
 from pyrouter.scope import RouterCounters
-from pyrouter.sim.clock import run_virtual
-from pyrouter.sim.cluster import POLL_S, SimCluster
-from pyrouter.testing.front_run import run_through_front
 from switchyard_proto.sampling_params import SamplingParams
+from switchyard_sim.clock import run_virtual
+from switchyard_sim.cluster import POLL_S, SimCluster
+from switchyard_sim.fake.front_run import run_through_front
 from tests.sim.sim_helpers import assert_clean, run_requests, tiny_profile
 
 PROMPT = list(range(1000, 1100))

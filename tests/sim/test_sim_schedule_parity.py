@@ -1,7 +1,7 @@
 """A simulated engine schedules exactly what the real engine schedules: the same chunked
 prefill under the token budget, the same batches, the same preemptions, step by step, for one
 request mix that fills a small KV pool (the real engine runs SmolLM2; the simulated one the
-same Scheduler over a model-less core, pyrouter/sim/engine.py)."""
+same Scheduler over a model-less core, switchyard_sim/engine.py)."""
 from __future__ import annotations
 
 import random
@@ -12,8 +12,8 @@ from engine.config import EngineConfig
 from engine.core.engine_core import EngineCore
 from engine.core.scheduler import SchedulerOutput
 from engine.model.loader import load_model
-from pyrouter.sim.engine import SimEngineCore
 from switchyard_proto.sampling_params import SamplingParams
+from switchyard_sim.engine import SimEngineCore
 from tests.sim.sim_helpers import tiny_profile
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]

@@ -9,10 +9,10 @@ import os
 
 import pytest
 
-from pyrouter.sim.main import run
-from pyrouter.sim.profile import ProfileError, load_profile, profile_from_dict
-from pyrouter.sim.profiles.build_h100_70b import NAME as H100
-from pyrouter.sim.profiles.build_h100_70b import build
+from switchyard_sim.main import run
+from switchyard_sim.profile import ProfileError, load_profile, profile_from_dict
+from switchyard_sim.profiles.build_h100_70b import NAME as H100
+from switchyard_sim.profiles.build_h100_70b import build
 from tests.sim.sim_helpers import TINY
 
 pytestmark = pytest.mark.procs

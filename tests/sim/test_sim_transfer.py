@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from pyrouter.sim.profile import HardwareProfile
-from pyrouter.sim.transfer import landing_time
-from pyrouter.testing import FakeCluster
+from switchyard_sim.fake import FakeCluster
+from switchyard_sim.profile import HardwareProfile
+from switchyard_sim.transfer import landing_time
 from tests.sim.sim_helpers import assert_clean, run_requests
 
 PROMPT = list(range(1000, 1100))

@@ -1,5 +1,5 @@
 //! An engine double's generation (a Python object with an awaitable `read()` and `cancel()`:
-//! pyrouter/testing/fake_engine.py's FakeCall, the simulator's stream) behind the request
+//! switchyard_sim/fake/fake_engine.py's FakeCall, the simulator's stream) behind the request
 //! task's engine interface (front/segment_call.rs). Each read runs the double's coroutine as a
 //! task on the asyncio loop the segment was handed over on, and its chunk (a GenerateChunk
 //! message or an EngineChunk), its end (grpc.aio.EOF) or its AioRpcError comes back as the

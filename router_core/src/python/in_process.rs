@@ -5,7 +5,7 @@
 //! engine interface (python/double_call.rs).
 //!
 //! Nothing here runs on tokio's threads: the caller polls the request task, the response's
-//! head and its body from the asyncio loop (pyrouter/testing/in_process.py), and every wake-up
+//! head and its body from the asyncio loop (switchyard_sim/fake/in_process.py), and every wake-up
 //! comes back to that loop. So a run is as deterministic as its loop, and the simulator's
 //! virtual clock never moves while the front still has work to do.
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from engine.core.scheduler import SchedulerOutput
 from engine.server.kv_sender import MAX_CHUNK_BYTES
-from pyrouter.sim.profile import HardwareProfile
+from switchyard_sim.profile import HardwareProfile
 
 
 def chunks_per_layer(tokens: int, profile: HardwareProfile) -> int:

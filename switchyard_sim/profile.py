@@ -1,5 +1,5 @@
 """A simulated engine's hardware and model: step-time coefficients, KV shape and capacity,
-batching limits and the link between engines, read from a JSON file (pyrouter/sim/profiles/).
+batching limits and the link between engines, read from a JSON file (switchyard_sim/profiles/).
 
 The step-time coefficients are the engines' own latency model (engine/core/latency_model.py:
 the terms router_core evaluates from Stats), so a simulated step costs what the real engine's
@@ -53,14 +53,14 @@ class HardwareProfile:
     link_gbps: float  # inter-engine KV bandwidth, GB/s (1e9 bytes)
     link_latency_ms: float = 0.0  # per transfer, before its first byte moves
     rpc_ms: float = 0.0  # one way, router <-> engine, for each verb and stream start
-    # The KV link's per-chunk costs (one chunk per layer and step, pyrouter/sim/transfer.py):
+    # The KV link's per-chunk costs (one chunk per layer and step, switchyard_sim/transfer.py):
     link_chunk_ms: float = 0.0  # receiver: taking one chunk in (frame, lock, page writes)
     send_chunk_ms: float = 0.0  # sender's step thread: staging one chunk (alloc, commit)
     gather_gbps: float = 0.0  # sender's step thread: gathering K/V out of pages (0: free)
     recv_step_share: float = 0.0  # share of the receiver's link work its step loop loses
     # Engines sharing CPU cores (0: each engine owns its hardware) and the step-time factors
     # when two of them step at once: a step that prefills, a decode-only step
-    # (pyrouter/sim/cores.py; decode_contention absent: contention's).
+    # (switchyard_sim/cores.py; decode_contention absent: contention's).
     cores: int = 0
     contention: float = 1.0
     decode_contention: float = 1.0
@@ -80,7 +80,7 @@ class HardwareProfile:
 
     @property
     def shares_cores(self) -> bool:
-        """Engines slow each other when they step at once (pyrouter/sim/cores.py)."""
+        """Engines slow each other when they step at once (switchyard_sim/cores.py)."""
         return self.cores > 0 and max(self.contention, self.decode_contention) > 1
 
     def transfer_s(self, num_bytes: int) -> float:
@@ -200,7 +200,7 @@ def builtin_profiles() -> list[str]:
 
 
 def load_profile(name_or_path: str) -> HardwareProfile:
-    """A profile by built-in name (pyrouter/sim/profiles/NAME.json) or file path."""
+    """A profile by built-in name (switchyard_sim/profiles/NAME.json) or file path."""
     path = name_or_path
     if not os.path.exists(path):
         path = os.path.join(PROFILE_DIR, f"{name_or_path}.json")

@@ -2,7 +2,7 @@
 with the sender's prefill layer by layer, so only the last layer's share is exposed when the
 link keeps up.
 
-A sender's step of duration d (its gathers included, pyrouter/sim/send_cost.py) computes its
+A sender's step of duration d (its gathers included, switchyard_sim/send_cost.py) computes its
 send's K/V layer by layer: layer l's bytes are ready at t0 + (l+1)·d/L and queue on the sender's
 link (FIFO), one slice of b/L bytes each, taking s = k·link_chunk_ms + b/L/bandwidth (k chunks
 per layer; the receiver takes each chunk in and writes its pages). The last slice lands at
@@ -20,9 +20,9 @@ from __future__ import annotations
 import asyncio
 
 from engine.core.outputs import SendChunk
-from pyrouter.sim.engine import SimEngine
-from pyrouter.sim.send_cost import chunks_per_layer
 from switchyard_proto.errors import LeaseExpired, UnknownRequest
+from switchyard_sim.engine import SimEngine
+from switchyard_sim.send_cost import chunks_per_layer
 
 
 class KvLink:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import functools
 import json
 
-from pyrouter.testing.fake_engine import FAKE_VOCAB
 from router_core import DetokenizerVocab, RouterTokenizer
+from switchyard_sim.fake.fake_engine import FAKE_VOCAB
 from switchyard_tokenizer.tokenizer import EngineTokenizer
 
 _BYTE_LEVEL = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,

@@ -23,7 +23,7 @@ import router_core
 from switchyard_rpc import engine_pb2 as pb
 
 if TYPE_CHECKING:
-    from pyrouter.testing.fake_cluster import FakeCluster
+    from switchyard_sim.fake.fake_cluster import FakeCluster
 
 FAKE_VOCAB = 49152
 

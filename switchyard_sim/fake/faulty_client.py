@@ -2,7 +2,7 @@
 
 Wraps the router's client of a real engine (pyrouter/engines/engine_api.py's EngineVerbs): the
 `nth` prep_recv / remote_send / start_generate fails before or after the real call went through
-(pyrouter/testing/fake_engine.py's Fault), so tests can check that whatever a real engine was
+(switchyard_sim/fake/fake_engine.py's Fault), so tests can check that whatever a real engine was
 left holding is given back.
 """
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pyrouter.engines.engine_api import (
     PrepRecvAnswer,
     RemoteSendAnswer,
 )
-from pyrouter.testing.fake_engine import Fault
 from switchyard_rpc import engine_pb2 as pb
+from switchyard_sim.fake.fake_engine import Fault
 
 
 class FaultyClient:

@@ -3,7 +3,7 @@
 On a machine whose engines share cores (the profile's `cores` > 0), a step's duration is work at
 a rate that depends on how many engines are stepping: with n of them a step progresses at
 1 / slowdown(n), slowdown(n) = 1 + (c - 1)(n - 1), where c is the step-time factor measured with
-two engines stepping at once (pyrouter/sim/profiles/measure_local.py): `contention` for a step
+two engines stepping at once (switchyard_sim/profiles/measure_local.py): `contention` for a step
 that prefills (the kernels use every core they get), `decode_contention` for a decode-only
 step (on this machine it hardly slows).
 When an engine starts or ends a step, every step in progress is re-timed (processor sharing),

@@ -9,7 +9,7 @@ A request runs the path a client's request runs: its body goes through the route
 (router_core.InProcessFront: parsing, admission, the Rust request task that streams every
 segment, stop strings and the client going away) and its bridge (pyrouter/front_bridge.py: the
 dispatcher, the policy unchanged, the request's scope), with router_core's prefix index, engine
-table and scoring; only the engines are fakes (pyrouter/testing/fake_engine.py) whose loads the
+table and scoring; only the engines are fakes (switchyard_sim/fake/fake_engine.py) whose loads the
 test sets and whose verbs are recorded. So each decision a policy makes — which engine, which
 pattern, which split — and each clean-up gets a fast unit test.
 """
@@ -29,10 +29,10 @@ from pyrouter.planning.prediction_feedback import PredictionFeedback
 from pyrouter.policy_registry import ActivePolicy, PolicySpec, get_policy
 from pyrouter.request import RouterRequest, SloSpec
 from pyrouter.scope import RouterCounters
-from pyrouter.testing.fake_engine import FakeEngineClient, Fault, next_token
-from pyrouter.testing.front_run import FAKE_MODEL, FakeRun, OnTokens, run_through_front
 from router_core import RouterCore, engine_name
 from switchyard_proto.sampling_params import SamplingParams
+from switchyard_sim.fake.fake_engine import FakeEngineClient, Fault, next_token
+from switchyard_sim.fake.front_run import FAKE_MODEL, FakeRun, OnTokens, run_through_front
 
 
 @dataclass(slots=True)
@@ -153,7 +153,7 @@ class FakeCluster:
                   disconnect_after: int | None = None, stop_after: int | None = None,
                   on_tokens: OnTokens | None = None) -> FakeRun:
         """Send one request through the router's front and bridge, as a client does
-        (pyrouter/testing/front_run.py); `disconnect_after=k` makes the client go away after k
+        (switchyard_sim/fake/front_run.py); `disconnect_after=k` makes the client go away after k
         tokens, `stop_after=k` sends a stop string the router matches on token k;
         `on_tokens(run, n)` runs after each event the client reads (n tokens so far), e.g. to
         migrate the request mid-stream."""

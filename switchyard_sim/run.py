@@ -1,7 +1,7 @@
 """One simulated run — a policy, an arrival schedule — and a sweep of them, recorded and
 summarised exactly as `switchyard bench serve` records and summarises a real run.
 
-Each request goes through the router's own front, in-process (pyrouter/testing/front_run.py:
+Each request goes through the router's own front, in-process (switchyard_sim/fake/front_run.py:
 the Rust request task and the policy bridge a client's request runs through), arriving at its
 scheduled virtual time. Its tokens' times are
 when they left their engine (the simulation has no network between router and client), and the
@@ -25,17 +25,17 @@ from pyrouter.engines.membership import EngineMembership
 from pyrouter.policy_registry import ActivePolicy, get_policy
 from pyrouter.request import RouterRequest, SloSpec
 from pyrouter.scope import RouterCounters
-from pyrouter.sim.clock import real_perf_counter, run_virtual
-from pyrouter.sim.cluster import SimCluster
-from pyrouter.sim.parallel import in_processes
-from pyrouter.sim.profile import HardwareProfile
-from pyrouter.testing.front_run import FakeRun, run_through_front
 from switchyard_bench.serve.request_body import Slo
 from switchyard_bench.serve.stream_record import RequestRecord, StreamObserver
 from switchyard_bench.serve.summary import summarize
 from switchyard_bench.serve.sweep import rate_label, write_jsonl
 from switchyard_bench.workloads import ArrivalProcess, WorkItem, Workload, WorkloadError, schedule
 from switchyard_proto.sampling_params import SamplingParams
+from switchyard_sim.clock import real_perf_counter, run_virtual
+from switchyard_sim.cluster import SimCluster
+from switchyard_sim.fake.front_run import FakeRun, run_through_front
+from switchyard_sim.parallel import in_processes
+from switchyard_sim.profile import HardwareProfile
 
 
 @dataclass(slots=True)
@@ -208,7 +208,7 @@ def sweep(cfg: SimConfig, workload: Workload, spec: SweepSpec, result_dir: str =
           jobs: int = 1) -> list[dict[str, Any]]:
     """policies x rates, each a fresh cluster (no run inherits another's cache); one JSONL of
     records per run in `result_dir` when given. `jobs` > 1 runs that many at once, each in its
-    own process (pyrouter/sim/parallel.py): the same results, in the same order, sooner."""
+    own process (switchyard_sim/parallel.py): the same results, in the same order, sooner."""
     todo = sweep_runs(spec)
     if jobs > 1 and len(todo) > 1:
         cfg = replace(cfg, progress=False)  # one bar per run would interleave

@@ -20,12 +20,12 @@ from engine.core.validation import resolve_end
 from engine.server.convert import chunk_from_outputs
 from engine.server.errors import RequestInUse, status_code
 from pyrouter.engines.engine_api import Metadata
-from pyrouter.sim.engine import SimEngine
-from pyrouter.sim.transfer import KvLink, KvTransfer
-from pyrouter.testing.fake_engine import rpc_error
 from switchyard_proto.errors import EngineError, InvalidRequest
 from switchyard_proto.sampling_proto import sampling_from_proto
 from switchyard_rpc import engine_pb2 as pb
+from switchyard_sim.engine import SimEngine
+from switchyard_sim.fake.fake_engine import rpc_error
+from switchyard_sim.transfer import KvLink, KvTransfer
 
 
 class TokenLog:

@@ -2,9 +2,9 @@
 reports (its fitted step model at the machine's current load, as the router sees it), or the one
 an engine's start-up profile left in the latency cache.
 
-  python -m pyrouter.sim.profiles.build_local --from-engine 127.0.0.1:50051
-  python -m pyrouter.sim.profiles.build_local --from-engine A:P --from-engine B:Q  # averaged
-  python -m pyrouter.sim.profiles.build_local --from-cache            # newest cached profile
+  python -m switchyard_sim.profiles.build_local --from-engine 127.0.0.1:50051
+  python -m switchyard_sim.profiles.build_local --from-engine A:P --from-engine B:Q  # averaged
+  python -m switchyard_sim.profiles.build_local --from-cache            # newest cached profile
 
 Engines started by `switchyard serve` require its deployment token: pass `--token-file
 DIR/engine-token` (DIR: the log directory serve prints), or set SWITCHYARD_ENGINE_TOKEN[_FILE].
@@ -26,14 +26,14 @@ import json
 import os
 from typing import Any
 
-from pyrouter.sim.profile import PROFILE_DIR, profile_from_dict
 from switchyard_proto.auth import TOKEN_FILE_ENV, engine_token
+from switchyard_sim.profile import PROFILE_DIR, profile_from_dict
 
 NAME = "local-smollm2-cpu"
 LINK_GBPS = 2.77  # shm receiver's page writes (measure_local.py); bench transfer: 0.8-1.8 GB/s
 RPC_MS = 0.35  # one way: a gRPC round trip to an engine on this machine is ~0.7 ms
 # This machine's link, contention and router constants: `python -m
-# pyrouter.sim.profiles.measure_local` on 2026-12-01 at load average 3.3-5.7 on 2 cores (other
+# switchyard_sim.profiles.measure_local` on 2026-12-01 at load average 3.3-5.7 on 2 cores (other
 # builds running); --measured FILE takes a fresh run's --json output instead. Contention stays
 # off (cores 0) unless --cores says otherwise: coefficients fitted while both engines stepped
 # (a calibration sweep) have it in them already.
@@ -118,7 +118,7 @@ def _from_cache(path: str | None, kv_bytes: int) -> dict[str, Any]:
 
 
 def _measured(path: str | None) -> dict[str, Any]:
-    """The simulator's link, contention and router constants (pyrouter/sim/send_cost.py,
+    """The simulator's link, contention and router constants (switchyard_sim/send_cost.py,
     transfer.py, cores.py): MEASURED, or those a measure_local.py run wrote."""
     if path is None:
         return dict(MEASURED)
@@ -162,7 +162,7 @@ def main() -> int:
             **_measured(a.measured), "cores": a.cores,
             "sources": ["the engine's latency model (engine/core/latency_model.py), "
                         "as reported in Stats / cached at start",
-                        "link, contention, receiver: pyrouter/sim/profiles/measure_local.py"]}
+                        "link, contention, receiver: switchyard_sim/profiles/measure_local.py"]}
     profile_from_dict(body, a.name)
     out = a.out or os.path.join(PROFILE_DIR, f"{a.name}.json")
     with open(out, "w", encoding="utf-8") as f:

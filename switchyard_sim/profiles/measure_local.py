@@ -1,7 +1,7 @@
 """Measure the simulator's link, contention and receiver constants on THIS machine
-(pyrouter/sim/send_cost.py, transfer.py, cores.py), and print them as profile fields.
+(switchyard_sim/send_cost.py, transfer.py, cores.py), and print them as profile fields.
 
-  python -m pyrouter.sim.profiles.measure_local [--reps 5] [--json FILE]
+  python -m switchyard_sim.profiles.measure_local [--reps 5] [--json FILE]
 
 1. The shm link, in this process, with the engine's own code (LayerPump's gather into the
    staging ring, SocketLink, TransferListener writing a KVStorage of the default model's

@@ -1,6 +1,6 @@
 """Build the simulator's Llama-3.1-70B FP8, TP4 on H100 profile from Vidur's H100 measurements.
 
-  python -m pyrouter.sim.profiles.build_h100_70b            # writes h100-llama3.1-70b-fp8-tp4.json
+  python -m switchyard_sim.profiles.build_h100_70b            # writes h100-llama3.1-70b-fp8-tp4.json
 
 What is measured and what is computed (both written into the profile):
 - non-attention layers (QKV/O projections, MLP, norms, rope, residual adds) and the embedding:
@@ -34,10 +34,10 @@ from typing import Any
 import numpy as np
 
 from engine.core.latency_model import fit_nonnegative
-from pyrouter.sim.profile import PROFILE_DIR, profile_from_dict
+from switchyard_sim.profile import PROFILE_DIR, profile_from_dict
 
-DATA_DIR = os.path.join(os.path.dirname(PROFILE_DIR), "..", "..", "loadtest", "data",
-                        "vidur_h100")
+# The checkout's loadtest/data (a build script: run from the checkout, not from the wheel).
+DATA_DIR = os.path.join(os.path.dirname(PROFILE_DIR), "..", "loadtest", "data", "vidur_h100")
 NAME = "h100-llama3.1-70b-fp8-tp4"
 TP = 4
 # Llama-3.1-70B

@@ -21,9 +21,6 @@ from typing import Any
 from engine.server.cpu_affinity import usable_cores
 from pyrouter.errors import BadRequest
 from pyrouter.policy_registry import get_policy, load_policy_source
-from pyrouter.sim.clock import real_perf_counter
-from pyrouter.sim.profile import ProfileError, builtin_profiles, load_profile
-from pyrouter.sim.run import SimConfig, SweepSpec, sweep
 from switchyard_bench.serve.main import _names, _rates
 from switchyard_bench.serve.report import header_lines, slo_capacity, table, write_summary
 from switchyard_bench.serve.request_body import Slo
@@ -34,6 +31,9 @@ from switchyard_bench.workloads import (
     add_workload_arguments,
     build_workload,
 )
+from switchyard_sim.clock import real_perf_counter
+from switchyard_sim.profile import ProfileError, builtin_profiles, load_profile
+from switchyard_sim.run import SimConfig, SweepSpec, sweep
 
 DEFAULT_PROFILE = "local-smollm2-cpu"
 

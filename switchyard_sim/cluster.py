@@ -17,11 +17,11 @@ from engine.core.outputs import StepOutput
 from engine.server.convert import event_batches, stats_to_proto
 from pyrouter.engines.handle import EngineHandle
 from pyrouter.engines.membership import apply_stats
-from pyrouter.sim.client import SimEngineClient, TokenLog
-from pyrouter.sim.cores import SharedCores
-from pyrouter.sim.engine import SimEngine
-from pyrouter.sim.profile import HardwareProfile
 from router_core import RouterCore, engine_name
+from switchyard_sim.client import SimEngineClient, TokenLog
+from switchyard_sim.cores import SharedCores
+from switchyard_sim.engine import SimEngine
+from switchyard_sim.profile import HardwareProfile
 
 POLL_S = 0.5  # the router's Stats poll (switchyard router --poll-s)
 KV_EVENT_POLL_S = 0.05  # the engine's KVEvents stream (engine/server/servicer.py)

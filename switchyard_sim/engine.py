@@ -5,10 +5,10 @@ reservations, with a stand-in for the model, stepped in virtual time.
 abort, stats, set_chunk_size) and its StepRunner's bookkeeping (continuous batching, chunked
 prefill under the token budget, preemption, finishing, caching) are the engine's own code. Only
 two things differ: a step takes the time the profile's latency model predicts for its shape,
-and a token is `pyrouter.testing.next_token(context)` (a hash of every token before it, kept
+and a token is `switchyard_sim.fake.next_token(context)` (a hash of every token before it, kept
 incrementally), so any correct pattern yields exactly one engine's tokens. The simulation
 counts a model as one layer for the step runner and the reservations (one K/V report per
-step); the link model (pyrouter/sim/transfer.py) spreads each step's bytes over the real
+step); the link model (switchyard_sim/transfer.py) spreads each step's bytes over the real
 model's layers.
 """
 from __future__ import annotations
@@ -31,10 +31,10 @@ from engine.core.step_runner import StepRunner
 from engine.kvcache.page_pool import PagePool
 from engine.kvcache.radix_cache import RadixPrefixCache
 from engine.model.config import ModelConfig
-from pyrouter.sim.cores import SharedCores
-from pyrouter.sim.profile import HardwareProfile
-from pyrouter.sim.send_cost import send_overhead_s
-from pyrouter.testing.fake_engine import FAKE_VOCAB
+from switchyard_sim.cores import SharedCores
+from switchyard_sim.fake.fake_engine import FAKE_VOCAB
+from switchyard_sim.profile import HardwareProfile
+from switchyard_sim.send_cost import send_overhead_s
 
 _LEASE_CHECK_S = 0.1  # as the real step loop (engine/server/step_loop.py)
 # Token ids the simulated engines accept: any tokenizer's (they never look a token up).
@@ -139,7 +139,7 @@ class SimEngine:
         self.steps_run = 0
         self.busy_s = 0.0
         # Step time owed to KV landing here while it stepped (the receiver's share of the
-        # link's work, pyrouter/sim/transfer.py): added to its next step.
+        # link's work, switchyard_sim/transfer.py): added to its next step.
         self.owed_s = 0.0
 
     def start(self) -> None:

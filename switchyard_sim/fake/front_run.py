@@ -17,8 +17,6 @@ from pyrouter.front_bridge import FrontBridge, FrontRequest
 from pyrouter.request import RouterRequest
 from pyrouter.scope import RouterCounters
 from pyrouter.state import RouterConfig, RouterState
-from pyrouter.testing.fake_tokenizer import fake_tokenizers
-from pyrouter.testing.in_process import ClientError, ClientView, send
 from router_core import (
     AdmitOutcome,
     AdmitSpec,
@@ -27,6 +25,8 @@ from router_core import (
     RequestEnd,
     RouterTracer,
 )
+from switchyard_sim.fake.fake_tokenizer import fake_tokenizers
+from switchyard_sim.fake.in_process import ClientError, ClientView, send
 
 FAKE_MODEL = "fake-model"
 # After each event the client reads: the request's run (live migration) and its tokens so far.
