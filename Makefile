@@ -104,6 +104,7 @@ deploy-images:
 	$(DOCKER_BUILD) -f deploy/Dockerfile --target builder -t switchyard/builder:$(DEPLOY_VERSION) .
 	$(DOCKER_BUILD) -f deploy/Dockerfile --target router -t switchyard/router:$(DEPLOY_VERSION) .
 	$(DOCKER_BUILD) -f deploy/Dockerfile --target engine -t switchyard/engine:$(DEPLOY_VERSION) .
+	$(DOCKER_BUILD) -f deploy/Dockerfile --target haproxy -t switchyard/haproxy:$(DEPLOY_VERSION) .
 	docker image ls 'switchyard/*'
 
 deploy-image-cuda: deploy-images

@@ -5,14 +5,19 @@ Steps (each prints one line, with its time):
      when none answers (no bridge, no iptables: every container uses the host network).
   2. Images: deploy/base-image.sh (debootstrap) and the Dockerfile's builder, router and engine
      stages (`docker build --network host`), i.e. `make deploy-images`.
-  3. The stack up (deploy/compose.yaml) on free loopback ports, until the router is ready.
-  4. A chat completion under `pd`: 200, and the route header names the prefill engine and the
-     decode engine, each the container listening on that engine's port.
-  5. Policy switch at run time to `long_prompts_pd` (from deploy/policies/, mounted), and back.
-  6. Prometheus from Debian's package scrapes the router (skip: DEPLOY_TEST_PROMETHEUS=0).
-  7. Kill the decode container: the router answers an OpenAI error body; start it again: the
-     router serves `pd` again.
-  8. Tear down the stack (containers, volumes) and stop the dockerd this script started.
+  3. The stack up (deploy/compose.yaml) on free loopback ports, until HAProxy and both router
+     replicas are ready.
+  4. A chat completion under `pd` through HAProxy: 200, and the route header names the prefill
+     engine and the decode engine, each the container listening on that engine's port.
+  5. Two routers: HAProxy takes turns between the replicas (its X-Switchyard-Replica header),
+     each serves `pd` directly too; one replica killed, HAProxy sends everything to the other
+     without a failed request; restarted, it is back in the rotation.
+  6. Policy switch at run time to `long_prompts_pd` (from deploy/policies/, mounted) on every
+     replica, and back.
+  7. Prometheus from Debian's package scrapes both routers (skip: DEPLOY_TEST_PROMETHEUS=0).
+  8. Kill the decode container: pd degrades onto the prefill engine; kill the prefill one too:
+     an OpenAI error body; start both again: `pd` again.
+  9. Tear down the stack (containers, volumes) and stop the dockerd this script started.
 Only the standard library: it runs with the system python3 before any venv exists.
 """
 from __future__ import annotations
@@ -148,18 +153,25 @@ def chat(base: str, text: str, max_tokens: int = 8) -> tuple[int, dict[str, str]
 
 # ---- the checks ----
 
+REPLICAS = ("router-0", "router-1")  # compose services; HAProxy names its servers the same
+
+
 class Stack:
     def __init__(self, compose: list[str], ports: dict[str, int]) -> None:
         self.compose = [*compose, "-p", PROJECT, "-f", os.path.join(DEPLOY, "compose.yaml")]
         self.ports = ports
         self.env = {**os.environ, **{k: str(v) for k, v in ports.items()}}
+        # Clients go through HAProxy; the admin API and checks per replica go to each directly.
         self.base = f"http://127.0.0.1:{ports['SWITCHYARD_ROUTER_PORT']}"
+        self.replicas = {name: f"http://127.0.0.1:{ports[f'SWITCHYARD_ROUTER_{i}_PORT']}"
+                         for i, name in enumerate(REPLICAS)}
 
     def __call__(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return run(*self.compose, *args, check=check, env=self.env)
 
-    def engines(self) -> dict[str, dict[str, Any]]:
-        return {e["id"]: e for e in http("GET", f"{self.base}/admin/engines")[2]["engines"]}
+    def engines(self, base: str | None = None) -> dict[str, dict[str, Any]]:
+        url = f"{base or self.replicas[REPLICAS[0]]}/admin/engines"
+        return {e["id"]: e for e in http("GET", url)[2]["engines"]}
 
     def container_on(self, address: str) -> str:
         """The compose container whose engine listens on `address` (its --port argument)."""
@@ -172,8 +184,15 @@ class Stack:
         raise SystemExit(f"no engine container listens on {address}")
 
     def ready(self) -> bool:
-        status, _, body = http("GET", f"{self.base}/ready", timeout_s=5)
-        return status == 200 and body["healthy_engines"] == 2
+        """HAProxy and every replica answer /ready with both engines healthy."""
+        for base in (self.base, *self.replicas.values()):
+            status, _, body = http("GET", f"{base}/ready", timeout_s=5)
+            if not (status == 200 and body["healthy_engines"] == 2):
+                return False
+        return True
+
+    def all_replicas(self, check: Any) -> bool:
+        return all(check(base) for base in self.replicas.values())
 
 
 def check_pd(stack: Stack) -> None:
@@ -191,17 +210,53 @@ def check_pd(stack: Stack) -> None:
          f"{body['usage']['completion_tokens']} tokens: {text!r}")
 
 
+def switch_policy(stack: Stack, policy: str) -> None:
+    # Every replica is told (idempotent where admin changes already reach all replicas).
+    for base in stack.replicas.values():
+        status, _, body = http("PUT", f"{base}/admin/policy", {"policy": policy})
+        assert status == 200 and body["policy"] == policy, body
+
+
 def check_policy_switch(stack: Stack) -> None:
-    status, _, body = http("PUT", f"{stack.base}/admin/policy", {"policy": "long_prompts_pd"})
-    assert status == 200 and body["policy"] == "long_prompts_pd", body
-    status, headers, _ = chat(stack.base, "Hi")
-    route = headers["x-switchyard-route"]
-    assert status == 200 and route.startswith("dp ") and "via=long_prompts_pd" in route, route
-    decode = stack.container_on(stack.engines()[route.split()[1].split("=")[1]]["address"])
-    assert decode == "switchyard-engine-decode", route
-    status, _, body = http("PUT", f"{stack.base}/admin/policy", {"policy": "pd"})
-    assert status == 200 and body["policy"] == "pd", body
+    switch_policy(stack, "long_prompts_pd")
+    for _ in REPLICAS:  # through HAProxy: one request to each replica
+        status, headers, _ = chat(stack.base, "Hi")
+        route = headers["x-switchyard-route"]
+        assert status == 200 and route.startswith("dp ") and "via=long_prompts_pd" in route, route
+        decode = stack.container_on(stack.engines()[route.split()[1].split("=")[1]]["address"])
+        assert decode == "switchyard-engine-decode", route
+    switch_policy(stack, "pd")
     step(f"policy switch ok: long_prompts_pd answered with '{route}' on {decode}; back to pd")
+
+
+def answered_by(stack: Stack, requests: int) -> list[str]:
+    """The replicas (HAProxy's X-Switchyard-Replica) that answered `requests` chats under pd."""
+    names = []
+    for i in range(requests):
+        status, headers, body = chat(stack.base, f"Count to {i + 2}.", max_tokens=4)
+        assert status == 200 and headers["x-switchyard-route"].startswith("pd "), (status, body)
+        names.append(headers["x-switchyard-replica"])
+    return names
+
+
+def check_two_routers(stack: Stack) -> None:
+    """HAProxy takes turns over both replicas; each serves pd directly too; a killed replica
+    costs no request (HAProxy retries a refused connection on the other, then its checks take
+    the replica out); restarted, it is back in the rotation."""
+    names = answered_by(stack, 4)
+    assert sorted(set(names)) == sorted(REPLICAS), names
+    for name, base in stack.replicas.items():
+        status, headers, _ = chat(base, "Hello.", max_tokens=4)
+        assert status == 200 and headers["x-switchyard-route"].startswith("pd "), (name, status)
+    step(f"two routers ok: HAProxy answered from {names}; each replica serves pd directly")
+    run("docker", "kill", "switchyard-router-1")
+    during = answered_by(stack, 4)
+    assert set(during) == {"router-0"}, during
+    step(f"router-1 killed: every request still answered, by {sorted(set(during))}")
+    run("docker", "start", "switchyard-router-1")
+    wait_for("HAProxy to send work to router-1 again",
+             lambda: "router-1" in answered_by(stack, 2), timeout_s=300, every_s=2)
+    step("router-1 restarted: back in HAProxy's rotation")
 
 
 def check_prometheus(stack: Stack) -> None:
@@ -211,7 +266,8 @@ def check_prometheus(stack: Stack) -> None:
     config = os.path.join(tempfile.mkdtemp(prefix="switchyard-prom-"), "prometheus.yml")
     with open(os.path.join(DEPLOY, "observability", "prometheus.yml"), encoding="utf-8") as f:
         text = f.read()
-        for default, name in (("8000", "SWITCHYARD_ROUTER_PORT"),
+        for default, name in (("8001", "SWITCHYARD_ROUTER_0_PORT"),
+                              ("8002", "SWITCHYARD_ROUTER_1_PORT"),
                               ("50071", "SWITCHYARD_PREFILL_METRICS_PORT"),
                               ("50072", "SWITCHYARD_DECODE_METRICS_PORT")):
             text = text.replace(f"127.0.0.1:{default}", f"127.0.0.1:{stack.ports[name]}")
@@ -233,11 +289,11 @@ def check_prometheus(stack: Stack) -> None:
             result = body["data"]["result"] if status == 200 else []
             return int(float(result[0]["value"][1])) if result else 0
 
-        router = wait_for("Prometheus to scrape the router",
-                          lambda: scraped("switchyard-router", 1), timeout_s=60)
+        router = wait_for("Prometheus to scrape both routers",
+                          lambda: scraped("switchyard-router", 2), timeout_s=60)
         engines = wait_for("Prometheus to scrape both engines",
                            lambda: scraped("switchyard-engines", 2), timeout_s=60)
-        step(f"prometheus ok (Debian's package): router and 2 engines up, {router} + {engines} "
+        step(f"prometheus ok (Debian's package): 2 routers and 2 engines up, {router} + {engines} "
              "switchyard: series scraped")
     except BaseException:
         log.flush()
@@ -258,17 +314,18 @@ def check_decode_failure(stack: Stack) -> None:
     engines = stack.engines()
     ids = {e["role"]: i for i, e in engines.items()}
     run("docker", "kill", "switchyard-engine-decode")
-    wait_for("the router to see the decode engine down",
-             lambda: not stack.engines()[ids["decode"]]["healthy"], timeout_s=60)
+    wait_for("every router to see the decode engine down", lambda: stack.all_replicas(
+        lambda base: not stack.engines(base)[ids["decode"]]["healthy"]), timeout_s=60)
     status, headers, body = chat(stack.base, "Are you there?")
     route = headers.get("x-switchyard-route", "")
     assert status == 200 and f"degraded=decode->{ids['prefill']}" in route, (status, route, body)
-    status, _, ready = http("GET", f"{stack.base}/ready?strict=1", timeout_s=5)
-    assert status == 503 and "decode" in json.dumps(ready), (status, ready)
+    for base in stack.replicas.values():
+        status, _, ready = http("GET", f"{base}/ready?strict=1", timeout_s=5)
+        assert status == 503 and "decode" in json.dumps(ready), (base, status, ready)
     step(f"decode down ok: served degraded ('{route}'), /ready?strict=1 503 {json.dumps(ready)}")
     run("docker", "kill", "switchyard-engine-prefill")
-    wait_for("the router to see the prefill engine down",
-             lambda: not stack.engines()[ids["prefill"]]["healthy"], timeout_s=60)
+    wait_for("every router to see the prefill engine down", lambda: stack.all_replicas(
+        lambda base: not stack.engines(base)[ids["prefill"]]["healthy"]), timeout_s=60)
     status, _, body = chat(stack.base, "Are you there?")
     error = body.get("error") if isinstance(body, dict) else None
     assert status >= 500 and error and set(error) == {"message", "type", "param", "code"}, body
@@ -288,16 +345,20 @@ def main() -> int:
         step("building images (make deploy-images)")
         run("make", "-C", ROOT, "deploy-images")
         ports = {name: free_port() for name in (
-            "SWITCHYARD_ROUTER_PORT", "SWITCHYARD_PREFILL_PORT", "SWITCHYARD_DECODE_PORT",
+            "SWITCHYARD_ROUTER_PORT", "SWITCHYARD_ROUTER_0_PORT", "SWITCHYARD_ROUTER_1_PORT",
+            "SWITCHYARD_PREFILL_PORT", "SWITCHYARD_DECODE_PORT",
             "SWITCHYARD_PREFILL_KV_PORT", "SWITCHYARD_DECODE_KV_PORT",
             "SWITCHYARD_PREFILL_METRICS_PORT", "SWITCHYARD_DECODE_METRICS_PORT")}
         stack = Stack(compose, ports)
         stack("down", "--volumes", "--remove-orphans", check=False)  # leftovers of a killed run
         try:
             stack("up", "-d")
-            wait_for("the router with 2 healthy engines", stack.ready, timeout_s=900, every_s=2)
-            step(f"stack up: router {stack.base}, engines {stack.engines()}")
+            wait_for("HAProxy and both routers with 2 healthy engines", stack.ready,
+                     timeout_s=900, every_s=2)
+            step(f"stack up: HAProxy {stack.base} over {stack.replicas}, engines "
+                 f"{stack.engines()}")
             check_pd(stack)
+            check_two_routers(stack)
             check_policy_switch(stack)
             if os.environ.get("DEPLOY_TEST_PROMETHEUS", "1") != "0":
                 check_prometheus(stack)

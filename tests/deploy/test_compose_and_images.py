@@ -3,6 +3,7 @@ environment variable they use exists in the code, the pins satisfy pyproject.tom
 images are built only from the Debian base and the package registries."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -21,7 +22,7 @@ from pyrouter.cli import build_parser  # noqa: E402
 from pyrouter.policy_dir import PolicyDir  # noqa: E402
 from pyrouter.probe import main as probe_main  # noqa: E402
 
-_VARIABLE = re.compile(r"\$\{([A-Z_]+):-([^}]*)\}")
+_VARIABLE = re.compile(r"\$\{([A-Z0-9_]+):-([^}]*)\}")
 
 
 def load_compose() -> dict:
@@ -33,7 +34,10 @@ def load_compose() -> dict:
 COMPOSE = load_compose()
 SERVICES = COMPOSE["services"]
 OURS = {n: s for n, s in SERVICES.items() if s["image"].startswith("switchyard/")}
-ENGINES = {n: s for n, s in OURS.items() if s["command"][0] == "engine"}
+# The services that run `switchyard` (HAProxy runs its image's own command).
+SWITCHYARD_SERVICES = {n: s for n, s in OURS.items() if "command" in s}
+ENGINES = {n: s for n, s in SWITCHYARD_SERVICES.items() if s["command"][0] == "engine"}
+ROUTERS = {n: s for n, s in SWITCHYARD_SERVICES.items() if s["command"][0] == "router"}
 
 
 def parsed(service: dict):
@@ -46,26 +50,79 @@ def probe_target(service: dict) -> tuple[str, str]:
     return test[4], test[5]
 
 
-def test_the_stack_is_router_prefill_and_decode_on_loopback():
-    assert sorted(OURS) == ["engine-decode", "engine-prefill", "router"]
+def test_the_stack_is_two_routers_behind_haproxy_prefill_and_decode_on_loopback():
+    assert sorted(OURS) == ["engine-decode", "engine-prefill", "haproxy", "router-0", "router-1"]
     for name, service in OURS.items():
         assert service["network_mode"] == "host", name
+    for name, service in SWITCHYARD_SERVICES.items():
         assert parsed(service).host == "127.0.0.1", f"{name} must bind loopback only"
     assert {n: parsed(s).role for n, s in ENGINES.items()} == {
         "engine-prefill": "prefill", "engine-decode": "decode"}
 
 
-def test_router_reaches_each_engine_where_it_listens():
-    router = parsed(OURS["router"])
-    assert router.command == "router" and router.policy == "pd"
+def test_routers_reach_each_engine_where_it_listens():
     listening = {f"127.0.0.1:{parsed(s).port}@{parsed(s).role}" for s in ENGINES.values()}
-    assert set(router.engine) == listening
+    for service in ROUTERS.values():
+        router = parsed(service)
+        assert router.command == "router" and router.policy == "pd"
+        assert set(router.engine) == listening
     transfer_ports = [s["environment"]["SWITCHYARD_TRANSFER_PORT"] for s in ENGINES.values()]
     assert len(set(transfer_ports)) == len(transfer_ports), "host network: ports must differ"
 
 
+def test_each_router_names_the_others_as_peers():
+    ports = {name: parsed(s).port for name, s in ROUTERS.items()}
+    assert len(set(ports.values())) == len(ports) == 2, ports
+    for name, service in ROUTERS.items():
+        assert sorted(parsed(service).peer) == sorted(
+            f"127.0.0.1:{port}" for other, port in ports.items() if other != name)
+
+
+def haproxy_config() -> tuple[str, dict[str, str]]:
+    """deploy/haproxy/haproxy.cfg, and it with the haproxy service's environment substituted."""
+    text = open(os.path.join(DEPLOY, "haproxy", "haproxy.cfg"), encoding="utf-8").read()
+    env = {k: str(v) for k, v in SERVICES["haproxy"]["environment"].items()}
+    assert set(re.findall(r"\$\{(\w+)\}", text)) == set(env), "every variable set, none unused"
+    return re.sub(r"\$\{(\w+)\}", lambda m: env[m.group(1)], text), env
+
+
+def test_haproxy_balances_the_routers_on_their_ready_checks():
+    text, _ = haproxy_config()
+    lines = [line.split("#")[0].strip() for line in text.splitlines()]
+    lines = [line for line in lines if line]
+    assert 'bind "127.0.0.1:8000"' in lines  # where clients connected before: one entry point
+    backend = lines[lines.index("backend routers"):]
+    assert "balance roundrobin" in backend
+    assert "option httpchk GET /ready" in backend and "http-check expect status 200" in backend
+    servers = [line.split() for line in backend if line.startswith("server ")]
+    assert sorted(s[1] for s in servers) == sorted(ROUTERS)
+    for _, name, address, *options in servers:
+        assert address == f'"127.0.0.1:{parsed(ROUTERS[name]).port}"' and "check" in options
+    # Nothing ready: the OpenAI error body, from the directory the service mounts.
+    (errorfile,) = [line.split() for line in backend if line.startswith("errorfile ")]
+    (mount,) = SERVICES["haproxy"]["volumes"]
+    source, target = mount.split(":")[:2]
+    assert errorfile[1] == "503" and errorfile[2].startswith(target + "/")
+    raw = open(os.path.join(DEPLOY, source, errorfile[2][len(target) + 1:]), "rb").read()
+    head, body = raw.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.0 503 ") and b"Content-Type: application/json" in head
+    assert set(json.loads(body)["error"]) == {"message", "type", "param", "code"}
+    # The image runs this file: the Dockerfile's haproxy stage points at the mounted one.
+    stage = dockerfile_stages(os.path.join(DEPLOY, "Dockerfile"))["haproxy"]
+    (cmd,) = [line for line in stage if line.startswith("CMD ")]
+    assert yaml.safe_load(cmd[4:]) == ["-f", f"{target}/haproxy.cfg"]
+    assert [line.split()[1] for line in stage if line.startswith("USER ")] == ["haproxy"]
+
+
+def test_haproxy_ports_are_the_compose_variables_routers_use():
+    _, env = haproxy_config()
+    for index, service in enumerate(sorted(ROUTERS)):
+        assert int(env[f"SWITCHYARD_ROUTER_{index}_PORT"]) == parsed(ROUTERS[service]).port
+    assert env["SWITCHYARD_ROUTER_PORT"] == "8000"
+
+
 def test_health_checks_probe_the_ports_the_services_listen_on():
-    for name, service in OURS.items():
+    for name, service in SWITCHYARD_SERVICES.items():
         kind, target = probe_target(service)
         args = parsed(service)
         if args.command == "engine":
@@ -77,17 +134,17 @@ def test_health_checks_probe_the_ports_the_services_listen_on():
 
 
 def test_every_env_var_is_read_by_the_code():
-    for name, service in OURS.items():
+    for name, service in SWITCHYARD_SERVICES.items():
         for var in service.get("environment", {}):
             assert env_read_by_code(var), f"{name}: {var} is read by nothing"
 
 
 def test_policies_are_mounted_where_the_router_loads_them():
-    router = OURS["router"]
-    (policy_dir,) = flag_value(router["command"], "--policy-dir")
-    mounts = {v.split(":")[1]: v.split(":")[0] for v in router["volumes"]}
-    assert os.path.normpath(os.path.join(DEPLOY, mounts[policy_dir])) == \
-        os.path.join(DEPLOY, "policies")
+    for router in ROUTERS.values():
+        (policy_dir,) = flag_value(router["command"], "--policy-dir")
+        mounts = {v.split(":")[1]: v.split(":")[0] for v in router["volumes"]}
+        assert os.path.normpath(os.path.join(DEPLOY, mounts[policy_dir])) == \
+            os.path.join(DEPLOY, "policies")
     assert PolicyDir(os.path.join(DEPLOY, "policies")).load_all() == ["long_prompts_pd"]
     for name, service in SERVICES.items():
         for volume in service.get("volumes", []):
@@ -111,7 +168,8 @@ def test_optional_profiles_only():
     prometheus = yaml.safe_load(open(os.path.join(DEPLOY, "observability", "prometheus.yml"),
                                      encoding="utf-8"))
     jobs = {j["job_name"]: j["static_configs"][0]["targets"] for j in prometheus["scrape_configs"]}
-    assert jobs["switchyard-router"] == [f"127.0.0.1:{parsed(OURS['router']).port}"]
+    assert sorted(jobs["switchyard-router"]) == sorted(
+        f"127.0.0.1:{parsed(s).port}" for s in ROUTERS.values())  # each replica, not HAProxy
     assert sorted(jobs["switchyard-engines"]) == sorted(
         f"127.0.0.1:{parsed(s).metrics_port}" for s in ENGINES.values())
 
@@ -190,7 +248,7 @@ def test_pins_satisfy_pyproject():
 
 
 def test_compose_commands_quote_cleanly():
-    for service in OURS.values():  # exec form only: no shell between compose and switchyard
+    for service in SWITCHYARD_SERVICES.values():  # exec form only: no shell between compose and switchyard
         assert isinstance(service["command"], list)
         assert shlex.join(service["command"]).count("$") == 0
 

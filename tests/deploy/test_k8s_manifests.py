@@ -57,9 +57,10 @@ def engine_sets(docs) -> dict[str, dict]:
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_rendered_output_passes_the_kubernetes_schema(overlay):
     docs = render(overlay)
-    kinds = sorted({d["kind"] for d in docs})
-    assert kinds == ["ConfigMap", "Deployment", "Namespace", "NetworkPolicy",
-                     "PodDisruptionBudget", "Secret", "Service", "StatefulSet"]
+    kinds = {d["kind"] for d in docs}
+    assert kinds == {"ConfigMap", "Deployment", "Namespace", "NetworkPolicy",
+                     "PodDisruptionBudget", "Secret", "Service", "StatefulSet",
+                     *(["HorizontalPodAutoscaler"] if overlay == "ha" else [])}
     for doc in docs:
         kubernetes_validate.validate(doc, K8S_VERSION, strict=True)  # raises on any error
         if doc["kind"] != "Namespace":
@@ -69,7 +70,7 @@ def test_rendered_output_passes_the_kubernetes_schema(overlay):
 def test_overlays_have_the_pools_they_promise():
     assert set(engine_sets(render("dp"))) == {"engine"}
     assert literal_env(container(engine_sets(render("dp"))["engine"]))["ENGINE_ROLE"] == "any"
-    for overlay in ("pd", "pd-gpu"):
+    for overlay in ("pd", "pd-gpu", "ha"):
         pools = engine_sets(render(overlay))
         assert set(pools) == {"engine-prefill", "engine-decode"}
         for name, sts in pools.items():
