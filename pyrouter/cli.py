@@ -18,7 +18,7 @@ from engine.server.args import add_engine_arguments, add_runtime_arguments
 _DISPATCH: dict[str, str] = {
     "serve": "pyrouter.serve:run",
     "engine": "engine.server.main:run",
-    "router": "pyrouter.server:run",
+    "router": "pyrouter.router_command:run",
     "trace": "pyrouter.trace_cli:run",
 }
 _BENCH_DISPATCH: dict[str, str] = {

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.server.launcher import REPO
-from pyrouter.server import DRAIN_ENV
+from pyrouter.router_command import DRAIN_ENV
 from switchyard_proto.parent_death import PARENT_PID_ENV
 
 _STOP_GRACE_S = 15.0  # beyond the drain, before SIGKILL

@@ -32,8 +32,8 @@ from engine.server.launcher import EngineProcess, EngineSpec, launch, stop_engin
 from pyrouter.admission import ADMISSION_FLAGS
 from pyrouter.model_groups import ModelSpec, parse_model_args, split_engines
 from pyrouter.policy_registry import ActivePolicy
+from pyrouter.router_command import initial_policy, serve_router
 from pyrouter.router_replicas import RouterReplicas
-from pyrouter.server import initial_policy, serve_router
 from pyrouter.session_affinity import SESSION_FLAGS
 from switchyard_proto.auth import TOKEN_ENV, TOKEN_FILE_ENV
 
@@ -265,7 +265,7 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "routers", 1) < 1:
         print("--routers must be >= 1", file=sys.stderr)
         return 2
-    from pyrouter.server import setup_logging_and_loop
+    from pyrouter.router_command import setup_logging_and_loop
 
     setup_logging_and_loop()
     log_dir = Path(tempfile.mkdtemp(prefix="switchyard-serve-"))

@@ -25,7 +25,7 @@ from deploy_refs import (  # noqa: E402
 )
 
 import engine.server.main as engine_main  # noqa: E402
-from pyrouter import server as router_server  # noqa: E402
+from pyrouter import router_command as router_server  # noqa: E402
 from pyrouter.cli import build_parser  # noqa: E402
 from pyrouter.engines.dns_discovery import DnsEngineSpec  # noqa: E402
 from pyrouter.http.drain import END_WAIT_S  # noqa: E402

@@ -17,12 +17,12 @@ from typing import Any
 import aiohttp
 import pytest
 
-import pyrouter.server as router_server
+import pyrouter.router_command as router_server
 from pyrouter.engines.front_call import FrontCall
 from pyrouter.engines.handle import GenerationStream
 from pyrouter.front_bridge import FrontBridge
 from pyrouter.policy_registry import policy
-from pyrouter.server import build_state, start_front
+from pyrouter.router_command import build_state, start_front
 from pyrouter.state import RouterState
 from router_core import (
     AdmitOutcome,

@@ -17,8 +17,8 @@ from pyrouter.model_groups import (
     parse_model_args,
     split_engines,
 )
+from pyrouter.router_command import initial_policy
 from pyrouter.serve import engine_specs, model_roles
-from pyrouter.server import initial_policy
 from pyrouter.tokenizer import model_display_id
 
 

@@ -21,7 +21,7 @@ from pyrouter.engines.front_call import FrontCall
 from pyrouter.front_bridge import FrontBridge
 from pyrouter.policies import round_robin
 from pyrouter.policy_registry import ActivePolicy, get_policy, policy
-from pyrouter.server import build_state, start_front
+from pyrouter.router_command import build_state, start_front
 from router_core import MockEngineServer
 
 pytestmark = pytest.mark.timeout(120)
