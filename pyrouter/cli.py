@@ -106,6 +106,10 @@ def add_peer_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--peers-dns", default=None, metavar="NAME:PORT",
                    help="a DNS name whose records are the router replicas (a Kubernetes "
                    "headless Service), each on PORT")
+    g.add_argument("--peer-sync-s", type=float, default=2.0,
+                   help="seconds between reading the peers' admin changes (policy, engines, "
+                   "settings) to catch up with any this replica missed; changes are also "
+                   "pushed to the peers as they are made")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -125,8 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="router replicas over the same engines, on --port, --port+1, ... "
                        "(each its own process; docs/deploy.md)")
     serve.add_argument("--max-restarts", type=int, default=5,
-                       help="times a dead engine is restarted (with backoff) before it is left "
-                       "down")
+                       help="times in a row a dead engine or router replica is restarted "
+                       "(with backoff) before it is left down")
     serve.add_argument("--cpu-affinity", choices=("auto", "on", "off"), default="auto",
                        help="pin each engine to its own cores, as GPU engines own their devices "
                        "(the usable cores split into equal contiguous groups, one per engine; "

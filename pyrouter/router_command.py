@@ -24,6 +24,7 @@ from pyrouter.model_groups import (
     parse_model_args,
 )
 from pyrouter.policy_registry import ActivePolicy, get_policy, load_policy_source
+from pyrouter.replica_admin_sync import start_admin_propagation
 from pyrouter.router_peers import router_peers
 from pyrouter.security.engine_allow import EngineAllowList
 from pyrouter.security.keys import ADMIN_KEYS_ENV, KeyRing
@@ -174,6 +175,8 @@ async def serve_router(args: argparse.Namespace, stop: asyncio.Event,
     front: RouterFront | None = None
     recording: asyncio.Task[None] | None = None
     try:
+        # The peers' admin changes (policy, engines, settings) before serving anything.
+        await start_admin_propagation(state, args)
         front = start_front(state, args)
         state.sessions.apply(front)
         if front.admin_port is not None:
@@ -200,6 +203,8 @@ async def serve_router(args: argparse.Namespace, stop: asyncio.Event,
         if recording is not None:
             recording.cancel()  # records the last fast-path requests as it ends
         await live.close()
+        if state.replication is not None:
+            await state.replication.close()
         await state.engines.close()
 
 

@@ -4,8 +4,12 @@ Replica 0 is the router serve runs in-process, on --port; replica i listens on -
 --admin-port + i when the admin plane has a port of its own; /metrics is on each replica's own
 port). Every replica gets the same engines and flags, and the others' addresses as --peer. Each
 is a separate process so that one dying (even SIGKILLed) fails only its own streams: the others
-share nothing with it but the engines. A replica dies with serve (PR_SET_PDEATHSIG, arranged by
-the router itself: switchyard_proto/parent_death.py) and is stopped with SIGTERM, so it drains.
+share nothing with it but the engines. One that dies is started again on its port after a
+backoff (1 s, doubling up to 30 s; at most serve's --max-restarts times in a row) and rejoins:
+it reads the current policy and settings from a peer before it serves
+(pyrouter/admin_propagation.py) and what the engines cache from their snapshots. A replica
+dies with serve (PR_SET_PDEATHSIG, arranged by the router itself:
+switchyard_proto/parent_death.py) and is stopped with SIGTERM, so it drains.
 """
 from __future__ import annotations
 
@@ -14,7 +18,8 @@ import asyncio
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.server.launcher import REPO
@@ -23,6 +28,8 @@ from switchyard_proto.parent_death import PARENT_PID_ENV
 
 _STOP_GRACE_S = 15.0  # beyond the drain, before SIGKILL
 _WATCH_S = 0.5
+_BACKOFF_START_S, _BACKOFF_MAX_S = 1.0, 30.0
+_STABLE_S = 60.0  # a replica that ran this long starts its restart count afresh
 _ANY_ADDRESS = ("0.0.0.0", "::", "")
 
 
@@ -60,52 +67,86 @@ def replica_args(args: argparse.Namespace, index: int, count: int) -> argparse.N
 class RouterReplica:
     index: int
     port: int
-    proc: subprocess.Popen[bytes]
+    argv: list[str]
     log_path: Path
+    proc: subprocess.Popen[bytes] = field(init=False)
+    started: float = 0.0
+    restarts: int = 0  # in a row (since it last ran for _STABLE_S)
+    restart_due: float | None = None  # when the backoff of a dead replica ends
+
+    def __post_init__(self) -> None:
+        self.launch()
+
+    def launch(self) -> None:
+        # Appended: a log that says why an earlier run died is kept.
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(self.argv, cwd=REPO, stdout=log,
+                                         stderr=subprocess.STDOUT,
+                                         env={**os.environ, PARENT_PID_ENV: str(os.getpid())})
+        self.started = time.monotonic()
 
 
 class RouterReplicas:
     """Replicas 1..count-1 of the router whose flags are `args` (replica 0 is the caller's)."""
 
     def __init__(self, args: argparse.Namespace, count: int, log_dir: Path,
-                 policy_file: str | None = None) -> None:
+                 policy_file: str | None = None, max_restarts: int = 5) -> None:
         """`policy_file`: the --policy-file that serve loaded itself (replica 0's `args` name
         only the policy it registered); each child loads it again."""
         self.count = count
         self.first = replica_args(args, 0, count)
+        self.max_restarts = max_restarts
+        self.restarts_total = 0  # every restart of every replica
         self.replicas: list[RouterReplica] = []
-        self._reported: set[int] = set()  # replicas whose exit has been told
+        self._given_up: set[int] = set()  # replicas past --max-restarts (told once)
         for index in range(1, count):
             mine = replica_args(args, index, count)
             mine.policy_file = policy_file
-            log_path = log_dir / f"router-{index}.log"
             argv = [sys.executable, "-m", "pyrouter.cli", "router", *router_argv(mine)]
-            # Appended: a log that says why an earlier run died is kept.
-            with open(log_path, "ab") as log:
-                proc = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                                        env={**os.environ, PARENT_PID_ENV: str(os.getpid())})
-            self.replicas.append(RouterReplica(index, mine.port, proc, log_path))
+            self.replicas.append(RouterReplica(index, mine.port, argv,
+                                               log_dir / f"router-{index}.log"))
 
     async def stop_when(self, stop: asyncio.Event) -> None:
         """Once `stop` is set: SIGTERM every replica (each drains as replica 0 does), then
         SIGKILL those still running after the drain and a grace period."""
         while not stop.is_set():
-            self._report_exits()
+            self._restart_exited()
             try:
                 await asyncio.wait_for(stop.wait(), _WATCH_S)
             except TimeoutError:
                 pass
         await asyncio.to_thread(self.stop)
 
-    def _report_exits(self) -> None:
-        """Say once that a replica exited before serve asked it to (it is not restarted: the
-        others keep serving; its log says why)."""
+    def _restart_exited(self) -> None:
+        """A replica that exited before serve asked it to is started again once its backoff
+        has passed (the others keep serving meanwhile; its log says why it died)."""
+        now = time.monotonic()
         for replica in self.replicas:
-            code = replica.proc.poll()
-            if code is not None and replica.index not in self._reported:
-                self._reported.add(replica.index)
+            if replica.restart_due is not None:
+                if now >= replica.restart_due:
+                    replica.restart_due = None
+                    replica.launch()
+                    self.restarts_total += 1
+                    print(f"router replica {replica.index} restarted on port {replica.port} "
+                          f"(restart {self.restarts_total} of all replicas)", flush=True)
+                continue
+            code = replica.proc.poll()  # also reaps an exited child: no zombie
+            if code is None or replica.index in self._given_up:
+                continue
+            if now - replica.started > _STABLE_S:
+                replica.restarts = 0
+            if replica.restarts >= self.max_restarts:
+                self._given_up.add(replica.index)
                 print(f"router replica {replica.index} on port {replica.port} exited with code "
-                      f"{code}; see {replica.log_path}", flush=True)
+                      f"{code} after {replica.restarts} restart(s) in a row; left down (see "
+                      f"{replica.log_path})", flush=True)
+                continue
+            delay = min(_BACKOFF_MAX_S, _BACKOFF_START_S * 2 ** replica.restarts)
+            replica.restarts += 1
+            replica.restart_due = now + delay
+            print(f"router replica {replica.index} on port {replica.port} exited with code "
+                  f"{code}; restarting in {delay:.0f} s ({replica.restarts}/{self.max_restarts}; "
+                  f"see {replica.log_path})", flush=True)
 
     def stop(self) -> None:
         drain_s = getattr(self.first, "drain_s", None) or float(

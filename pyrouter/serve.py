@@ -235,7 +235,8 @@ async def _serve(args: argparse.Namespace, log_dir: Path) -> int:
         keeper_task = asyncio.create_task(keeper.run())
         router_args = _router_args(args, engines, active.name)
         replicas = RouterReplicas(router_args, int(getattr(args, "routers", 1)), log_dir,
-                                  policy_file=args.policy_file)
+                                  policy_file=args.policy_file,
+                                  max_restarts=int(getattr(args, "max_restarts", 5)))
         for r in replicas.replicas:
             print(f"router replica {r.index} starting on http://{args.host}:{r.port}/v1 "
                   f"(log {r.log_path})", flush=True)

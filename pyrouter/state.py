@@ -21,6 +21,7 @@ from router_core import DetokenizerVocab, RouterTracer, sampling_error
 from switchyard_tokenizer.tokenizer import EngineTokenizer
 
 if TYPE_CHECKING:
+    from pyrouter.admin_propagation import AdminPropagation
     from pyrouter.fast_path import FastRequestRecorder
 
 
@@ -89,6 +90,8 @@ class RouterState:
     models: dict[str, ModelGroup] = field(default_factory=dict)
     # The other router replicas named by --peer / --peers-dns (pyrouter/router_peers.py).
     peers: RouterPeers = field(default_factory=RouterPeers)
+    # Admin changes shared with those peers (pyrouter/admin_propagation.py); None: alone.
+    replication: AdminPropagation | None = None
 
     def group(self, model: str | None = None) -> ModelGroup:
         """The served model's group (None: the first); 404 `model_not_found` for others."""

@@ -11,10 +11,12 @@ import asyncio
 import logging
 from typing import Any
 
+from pyrouter.admin_propagation import propagate
 from pyrouter.engines.identify import check_is_engine
 from pyrouter.errors import BadRequest, Forbidden
 from pyrouter.http.admission_admin import ADMISSION_ROUTES
 from pyrouter.http.migrate import migrate_handler
+from pyrouter.http.replication_admin import REPLICATION_ROUTES
 from pyrouter.http.routes import OpsRequest, OpsResponse, Route, json_response
 from pyrouter.http.session_admin import SESSION_ROUTES
 from pyrouter.policy_registry import ActivePolicy, available, get_policy
@@ -46,7 +48,8 @@ async def get_policy_handler(state: RouterState, request: OpsRequest) -> OpsResp
 async def put_policy_handler(state: RouterState, request: OpsRequest) -> OpsResponse:
     body = request.json_object()
     model = body.get("model")
-    slot = state.group(model).slot  # 404 model_not_found before anything changes
+    group = state.group(model)  # 404 model_not_found before anything changes
+    slot = group.slot
     name = body.get("policy", slot.current.name)
     params = body.get("params", {})
     policy_file = body.get("file")
@@ -66,7 +69,13 @@ async def put_policy_handler(state: RouterState, request: OpsRequest) -> OpsResp
     slot.current = ActivePolicy(spec, spec.check_params(params))
     log.info("policy switched to %s %s%s", name, slot.current.params,
              f" for model {model}" if model is not None else "")
-    return json_response(_policy_body(state, model))
+    # The other replicas switch too: the setting in full, the file (from their own
+    # --policy-dir) included so that each loads it.
+    change = {"policy": name, "params": slot.current.params, "model": group.name,
+              **({"file": policy_file} if policy_file else {})}
+    response = json_response(_policy_body(state, model))
+    response.headers += await propagate(state, request, f"policy:{group.name}", change)
+    return response
 
 
 def _engine_view(state: RouterState) -> list[dict[str, Any]]:
@@ -80,7 +89,9 @@ def _engine_view(state: RouterState) -> list[dict[str, Any]]:
                     "load": {"unfinished_tokens": int(load.unfinished_tokens),
                              "running": int(load.running_decodes),
                              "queued_prefill_tokens": int(load.queued_prefill_tokens),
-                             "inflight": int(load.inflight)},
+                             "inflight": int(load.inflight),
+                             # dispatched (here and by peer replicas) since the latest Stats
+                             "router_tokens": int(load.router_tokens)},
                     "kv_pages_used": int(load.kv_pages_used),
                     "kv_pages_evictable": int(load.kv_pages_evictable),
                     "kv_pages_total": int(load.kv_pages_total),
@@ -126,11 +137,15 @@ async def add_engine(state: RouterState, request: OpsRequest) -> OpsResponse:
     # Only an address that answers as an engine of this deployment is kept.
     await check_is_engine(address, min(ENGINE_CHECK_S, float(timeout_s)))
     handle = state.engines.add(address, role)
+    headers = await propagate(state, request, f"engine:{address}",
+                              {"member": True, "role": role})
     if wait:
         # Answer once the engine is healthy (or say it is not yet) so scripts can rely on it.
         await state.engines.wait_ready_one(handle.id, timeout_s=float(timeout_s))
-    return json_response({"id": handle.id, "address": handle.address, "role": handle.role,
-                          "healthy": handle.healthy}, status=201)
+    response = json_response({"id": handle.id, "address": handle.address, "role": handle.role,
+                              "healthy": handle.healthy}, status=201)
+    response.headers += headers
+    return response
 
 
 def _evacuate(state: RouterState, engine_id: str) -> int:
@@ -155,17 +170,24 @@ async def delete_engine(state: RouterState, request: OpsRequest) -> OpsResponse:
     """Drain (no new work; wait for in-flight requests) and remove; `?migrate=true` first moves
     the requests decoding there to other engines, so the drain does not wait for them."""
     engine_id = request.params["id"]
-    state.engines.get(engine_id)  # 404 for unknown ids
-    if request.query.get("migrate", "false") == "true":
+    address = state.engines.get(engine_id).address  # 404 for unknown ids
+    migrate = request.query.get("migrate", "false") == "true"
+    if migrate:
         log.info("draining %s: %d running request(s) migrated", engine_id,
                  _evacuate(state, engine_id))
     task = asyncio.create_task(state.engines.drain_and_remove(engine_id))
     _drains.add(task)
     task.add_done_callback(_drains.discard)
+    # The peers drain it too (by address: their ids for it may differ).
+    headers = await propagate(state, request, f"engine:{address}",
+                              {"member": False, "migrate": migrate})
     if request.query.get("wait", "true") != "false":
         await asyncio.shield(task)
-        return json_response({"id": engine_id, "removed": True})
-    return json_response({"id": engine_id, "draining": True}, status=202)
+        response = json_response({"id": engine_id, "removed": True})
+    else:
+        response = json_response({"id": engine_id, "draining": True}, status=202)
+    response.headers += headers
+    return response
 
 
 ADMIN_ROUTES = (
@@ -177,4 +199,5 @@ ADMIN_ROUTES = (
     *ADMISSION_ROUTES,
     Route("POST", "/admin/migrate", migrate_handler),
     *SESSION_ROUTES,
+    *REPLICATION_ROUTES,
 )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 
+from pyrouter.admin_propagation import propagate
 from pyrouter.admission import AdmissionConfig
 from pyrouter.errors import BadRequest
 from pyrouter.http.routes import OpsRequest, OpsResponse, Route, json_response
@@ -34,7 +35,12 @@ async def put_admission(state: RouterState, request: OpsRequest) -> OpsResponse:
     config.apply(state.engines.front)
     state.admission = config
     log.info("admission queue: %s", config.body())
-    return json_response(config.body())
+    response = json_response(config.body())
+    # The peers take the settings in full (the weights too: the keys travel to the peers'
+    # admin API only, never back out of GET /admin/replication).
+    full = {name: getattr(config, name) for name in FIELDS}
+    response.headers += await propagate(state, request, "admission", full)
+    return response
 
 
 ADMISSION_ROUTES = (

@@ -105,6 +105,14 @@ SCHEMAS: dict[str, Any] = {
     "Migrate": {"type": "object", "required": ["to"], "properties": {
         "to": _STR, "from": _STR, "request_id": _STR,
         "prefix": {"oneOf": [_STR, _TOKEN_IDS]}}},
+    # POST /admin/replication: one admin change a peer replica pushed (docs/deploy.md).
+    "ReplicationRecord": {"type": "object", "required": ["key", "generation", "body"],
+                          "properties": {"key": _STR, "body": {"type": "object"},
+                                         "generation": {"type": "object",
+                                                        "required": ["counter", "origin"],
+                                                        "properties": {
+                                                            "counter": {**_INT, "minimum": 1},
+                                                            "origin": _STR}}}},
 }
 
 
@@ -164,6 +172,10 @@ PATHS: dict[str, Any] = {
     "/admin/session-affinity": {**_simple("get", "session affinity's settings"),
                                 **_simple("put", "change session affinity's settings",
                                           "SessionAffinity", ("400", "401", "403"))},
+    "/admin/replication": {**_simple("get", "the admin changes this replica shares with its "
+                                     "peers"),
+                           **_simple("post", "apply an admin change a peer replica made",
+                                     "ReplicationRecord", ("400", "401", "403"))},
 }
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 
+from pyrouter.admin_propagation import propagate
 from pyrouter.errors import BadRequest
 from pyrouter.http.routes import OpsRequest, OpsResponse, Route, json_response
 from pyrouter.session_affinity import SessionAffinityConfig
@@ -32,7 +33,10 @@ async def put_sessions(state: RouterState, request: OpsRequest) -> OpsResponse:
     state.sessions = config
     log.info("session affinity: load bound %s, user names the session: %s",
              config.load_bound, config.from_user)
-    return json_response(config.body())
+    response = json_response(config.body())
+    full = {"load_bound": config.load_bound, "from_user": config.from_user}
+    response.headers += await propagate(state, request, "session-affinity", full)
+    return response
 
 
 SESSION_ROUTES = (

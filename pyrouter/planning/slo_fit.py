@@ -18,7 +18,9 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
+from pyrouter.errors import BadRequest
 from pyrouter.planning.interference import prefill_extra_ms
 from router_core import EnginePrediction
 
@@ -77,6 +79,23 @@ class MuxRoles:
 
     def of(self, role: str) -> list[str]:
         return sorted(e for e, r in self.roles.items() if r == role)
+
+    def shared(self) -> dict[str, Any]:
+        """What the other router replicas adopt (pyrouter/shared_policy_state.py)."""
+        return {"roles": dict(self.roles), "switches": self.switches[-_LATE_WINDOW:]}
+
+    def adopt(self, value: dict[str, Any], now: float | None = None) -> None:
+        """A peer replica switched a role: take its roles, and wait an interval before
+        switching again here (the peer's window of late prefills decided; this one restarts)."""
+        roles, switches = value.get("roles"), value.get("switches", [])
+        if not (isinstance(roles, dict) and all(isinstance(e, str) and r in (PREFILL, MUX)
+                                                for e, r in roles.items())
+                and isinstance(switches, list) and all(isinstance(s, str) for s in switches)):
+            raise BadRequest("slo_mux roles must be {engine id: 'prefill' | 'mux'}")
+        self.roles = dict(roles)
+        self.switches = list(switches)
+        self.last_switch = time.monotonic() if now is None else now
+        self.late.clear()
 
     def maybe_switch(self, kv_over: dict[str, bool], decodes: dict[str, int],
                      queued: dict[str, int], interval_s: float, wait_ratio: float,

@@ -8,6 +8,9 @@ prefills it and a multiplexing engine decodes it (KV crosses, as in pd). Roles s
 multiplexing when every multiplexing engine is over the KV watermark, a multiplexing engine
 turns prefill when prefills keep waiting past their TTFT slack. The request's own `slo` wins
 over the `ttft_ms` / `tpot_ms` parameters.
+
+Several router replicas keep one set of roles: a replica that switches a role publishes them and
+the others adopt them (pyrouter/shared_policy_state.py), so the newest switch holds everywhere.
 """
 from __future__ import annotations
 
@@ -21,11 +24,13 @@ from pyrouter.planning.disaggregate import disaggregate
 from pyrouter.planning.slo_fit import MUX, PREFILL, MuxRoles, dp_fit, mux_fit
 from pyrouter.policy_registry import Param, policy
 from pyrouter.request import RouterRequest
+from pyrouter.shared_policy_state import share_state
 
 log = logging.getLogger("switchyard.router")
 PARAMS = {"ttft_ms": Param(2000.0, gt=0), "tpot_ms": Param(200.0, gt=0),
           "kv_watermark": Param(0.9, gt=0, le=1), "tpot_margin": Param(0.9, gt=0),
           "switch_interval_s": Param(5.0, ge=0), "wait_ratio": Param(0.5, ge=0)}
+share_state("slo_mux", "roles", MuxRoles)
 
 
 def _switch_roles(cluster: ClusterView, roles: MuxRoles, req: RouterRequest) -> None:
