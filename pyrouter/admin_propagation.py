@@ -135,11 +135,13 @@ class AdminPropagation:
         results = await asyncio.gather(*(self._post(a, record) for a in addresses))
         return sum(results), len(addresses)
 
-    async def pull_once(self) -> int:
-        """Apply every peer's records newer than this replica's; how many were applied."""
+    async def pull_once(self, starting: bool = False) -> int:
+        """Apply every peer's records newer than this replica's; how many were applied.
+        `starting`: a peer that does not answer is expected (replicas start together) and
+        said at INFO; later pulls warn once per peer that stops answering."""
         applied = 0
         for address in await self.peer_admin_addresses():
-            records = await self._get(address)
+            records = await self._get(address, starting)
             for record in sorted(records, key=lambda r: r.generation):
                 applied += await self.receive(record)
         if applied:
@@ -191,8 +193,11 @@ class AdminPropagation:
             self._session = aiohttp.ClientSession(headers=headers)
         return self._session
 
-    def _failed(self, address: str, why: str) -> None:
-        if address not in self._failing:
+    def _failed(self, address: str, why: str, starting: bool = False) -> None:
+        if starting:
+            log.info("router peer %s not reachable yet (%s); reading it again in %.1f s",
+                     address, why, self.sync_s)
+        elif address not in self._failing:
             self._failing.add(address)
             log.warning("router peer %s: admin sync failed (%s); retrying every %.1f s",
                         address, why, self.sync_s)
@@ -218,7 +223,7 @@ class AdminPropagation:
         self._ok(address)
         return True
 
-    async def _get(self, address: str) -> list[ChangeRecord]:
+    async def _get(self, address: str, starting: bool = False) -> list[ChangeRecord]:
         import aiohttp
 
         try:
@@ -231,7 +236,7 @@ class AdminPropagation:
             records = [ChangeRecord.from_json(obj) for obj in body["records"]]
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError, KeyError, TypeError,
                 BadRequest) as exc:
-            self._failed(address, repr(exc))
+            self._failed(address, repr(exc), starting)
             return []
         self._ok(address)
         return records

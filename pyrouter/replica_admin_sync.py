@@ -132,6 +132,6 @@ async def start_admin_propagation(state: RouterState,
     state.replication = replication
     for group in list(state.models.values()) or [state.group()]:
         share_on_events(replication, group)
-    await replication.pull_once()
+    await replication.pull_once(starting=True)
     replication.start()
     return replication
