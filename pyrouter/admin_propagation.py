@@ -139,11 +139,12 @@ class AdminPropagation:
         """Apply every peer's records newer than this replica's; how many were applied.
         `starting`: a peer that does not answer is expected (replicas start together) and
         said at INFO; later pulls warn once per peer that stops answering."""
+        addresses = await self.peer_admin_addresses()
+        fetched = await asyncio.gather(*(self._get(a, starting) for a in addresses))
         applied = 0
-        for address in await self.peer_admin_addresses():
-            records = await self._get(address, starting)
-            for record in sorted(records, key=lambda r: r.generation):
-                applied += await self.receive(record)
+        for record in sorted((r for records in fetched for r in records),
+                             key=lambda r: r.generation):
+            applied += await self.receive(record)
         if applied:
             log.info("caught up with the peers: %d admin change(s) applied", applied)
         return applied

@@ -2,8 +2,8 @@
 
 Real processes: two `switchyard router` replicas over the same two mock engines, each the
 other's --peer, as `serve --routers 2` starts them. An admin change on one reaches the other
-(a policy switch, a session-affinity setting, an engine drained); a replica started later
-catches up from its peers before it serves; and `serve --routers 2` restarts a replica
+(a policy switch, a session-affinity setting, an engine drained and added back); a replica
+started later catches up from its peers before it serves, and by its periodic reads after; and `serve --routers 2` restarts a replica
 SIGKILLed, which then serves with the policy set while it was down.
 """
 from __future__ import annotations
@@ -104,6 +104,13 @@ def test_an_admin_change_on_one_replica_reaches_the_other(
         assert (joined["policy"], joined["params"]["queue_weight"]) == ("cache_aware", 2.0)
         assert _addresses(f"http://127.0.0.1:{port}") == [engines[0].address]
         assert _get(f"http://127.0.0.1:{port}", "/admin/session-affinity")["load_bound"] == 3.0
+        # Added back through A: B takes it from A's push; the late replica, which A does not
+        # know as a peer, from its next read of A's or B's changes (--peer-sync-s).
+        r = requests.post(f"{a}/admin/engines", json={"address": gone}, timeout=60)
+        assert r.status_code == 201 and r.headers["X-Switchyard-Propagated"] == "1/1", r.text
+        for base in (b, f"http://127.0.0.1:{port}"):
+            wait_until(lambda base=base: gone in _addresses(base), DEADLINE_S,
+                       f"{base} to take the engine A added")
         # The newest change wins everywhere, whichever replica makes it.
         requests.put(f"{a}/admin/policy", json={"policy": "least_load"}, timeout=10)
         for base in (b, f"http://127.0.0.1:{port}"):
