@@ -64,3 +64,17 @@ def test_table_means_repetitions_and_judges_each_cell(tmp_path: Path) -> None:
         "points: 1/2" in text
     assert "| sonnet | 1 | +1.00 | alpha > beta |" in text
     assert "Kendall tau >= 0.8: 1/1" in text
+
+
+def test_adaptive_against_the_best_fixed_policy(tmp_path: Path) -> None:
+    for rep, (fixed, adaptive) in enumerate([(0.8, 0.7), (0.9, 0.85), (1.0, 0.75)], start=1):
+        _summary(tmp_path / "real" / f"azure-0.3-rep{rep}-alpha", [_run("alpha", 1, 1, fixed)])
+        _summary(tmp_path / "real" / f"azure-0.3-rep{rep}-adaptive",
+                 [_run("adaptive", 1, 1, adaptive)])
+        _summary(tmp_path / "sim" / f"azure-0.3-rep{rep}",
+                 [_run("alpha", 1, 1, 1.0), _run("adaptive", 1, 1, 1.0)])
+    text = vt.table(*vt.collect(str(tmp_path)))
+    # best fixed alpha 90 (80-100); adaptive 76.7 (70-85): its best run reaches alpha's worst
+    assert "| azure | 0.3 | alpha | 90.0 (80.0-100.0) | 76.7 (70.0-85.0) | within spread |" \
+        in text
+    assert "adaptive best or within the best fixed policy's spread: 1/1" in text
