@@ -6,6 +6,9 @@ import asyncio
 import logging
 import os
 import signal
+from collections.abc import Sequence
+
+from prometheus_client.registry import Collector
 
 from pyrouter.admission import admission_config
 from pyrouter.dispatch import Dispatcher, PolicySlot
@@ -163,9 +166,12 @@ def start_front(state: RouterState, args: argparse.Namespace) -> RouterFront:
 
 
 async def serve_router(args: argparse.Namespace, stop: asyncio.Event,
-                       banner: str | None = None) -> None:
+                       banner: str | None = None, collectors: Sequence[Collector] = ()) -> None:
+    """`collectors`: more metrics for this router's /metrics (serve's replica restarts)."""
     live = LiveConfig.from_args(args)  # --policy-dir loads first: --policy may name its policies
     state = await build_state(args)
+    for collector in collectors:
+        state.metrics.registry.register(collector)
     state.peers = router_peers(args)
     state.policy_dir = live.policy_dir
     state.sessions = session_config(args)

@@ -19,8 +19,12 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 from engine.server.launcher import REPO
 from pyrouter.router_command import DRAIN_ENV
@@ -72,6 +76,7 @@ class RouterReplica:
     proc: subprocess.Popen[bytes] = field(init=False)
     started: float = 0.0
     restarts: int = 0  # in a row (since it last ran for _STABLE_S)
+    restarts_total: int = 0  # since serve started it
     restart_due: float | None = None  # when the backoff of a dead replica ends
 
     def __post_init__(self) -> None:
@@ -86,8 +91,9 @@ class RouterReplica:
         self.started = time.monotonic()
 
 
-class RouterReplicas:
-    """Replicas 1..count-1 of the router whose flags are `args` (replica 0 is the caller's)."""
+class RouterReplicas(Collector):  # type: ignore[misc]
+    """Replicas 1..count-1 of the router whose flags are `args` (replica 0 is the caller's);
+    their restarts are a metric of replica 0's /metrics."""
 
     def __init__(self, args: argparse.Namespace, count: int, log_dir: Path,
                  policy_file: str | None = None, max_restarts: int = 5) -> None:
@@ -126,6 +132,7 @@ class RouterReplicas:
                 if now >= replica.restart_due:
                     replica.restart_due = None
                     replica.launch()
+                    replica.restarts_total += 1
                     self.restarts_total += 1
                     print(f"router replica {replica.index} restarted on port {replica.port} "
                           f"(restart {self.restarts_total} of all replicas)", flush=True)
@@ -147,6 +154,14 @@ class RouterReplicas:
             print(f"router replica {replica.index} on port {replica.port} exited with code "
                   f"{code}; restarting in {delay:.0f} s ({replica.restarts}/{self.max_restarts}; "
                   f"see {replica.log_path})", flush=True)
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily("switchyard:router_replica_restarts", "Times switchyard "
+                                     "serve restarted a router replica that died",
+                                     labels=["replica"])
+        for replica in self.replicas:
+            family.add_metric([str(replica.index)], replica.restarts_total)
+        yield family
 
     def stop(self) -> None:
         drain_s = getattr(self.first, "drain_s", None) or float(

@@ -244,7 +244,7 @@ async def _serve(args: argparse.Namespace, log_dir: Path) -> int:
         try:
             await serve_router(replicas.first, stop,
                                banner=f"switchyard serving on http://{args.host}:{args.port}/v1 "
-                               "(Ctrl-C stops everything)")
+                               "(Ctrl-C stops everything)", collectors=[replicas])
         finally:
             stop.set()  # the replicas stop with replica 0, however it ended
             await replicas_stop

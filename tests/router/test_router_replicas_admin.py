@@ -155,5 +155,7 @@ def test_serve_restarts_a_killed_replica_which_rejoins_with_the_current_policy()
                           timeout=30)
         assert r.status_code == 200 and "via=least_load" in r.headers["X-Switchyard-Route"]
         assert replica.pid not in {c.pid for c in psutil.Process(proc.popen.pid).children(True)}
+        metrics = requests.get(f"{base}/metrics", timeout=10).text
+        assert 'switchyard:router_replica_restarts_total{replica="1"} 1.0' in metrics
     finally:
         proc.stop()
