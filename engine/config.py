@@ -42,6 +42,9 @@ class EngineConfig:
     # The model name a router serves this engine under (ModelInfo.served_model; "" = none).
     served_model: str = ""
     lease_s: float = 30.0
+    # Audit page ownership after every verb and step (engine/kvcache/page_audit.py): walks
+    # every page, so for tests and debugging (SWITCHYARD_CHECK_KV_PAGES=1), off when serving.
+    check_pages: bool = False
     # "auto" = the mode's: "cpu" (fused kernels) in fast mode; in exact mode FlashInfer for
     # fp16/bf16 on CUDA when installed, else "torch".
     attention_backend: str = "auto"

@@ -23,6 +23,7 @@ from engine.core.grammar import GrammarCompiler
 from engine.core.latency_model import VERSION as LATENCY_VERSION
 from engine.core.latency_model import LatencyModel, decode_knee
 from engine.core.outputs import Reservation, StepOutput, StepTimings
+from engine.core.page_check import PageCheck
 from engine.core.request import OnLayer, Request
 from engine.core.reservations import ReservationTable
 from engine.core.sampler import make_generator, request_seed
@@ -55,6 +56,10 @@ def _detokenizer_vocab(tokenizer: Any) -> Any:
 
 
 class EngineCore:
+    # Unchecked unless the config asks (__init__); a simulated engine (switchyard_sim), built
+    # without __init__, keeps this one, which never runs.
+    page_check = PageCheck(enabled=False)
+
     def __init__(self, config: EngineConfig, loaded: LoadedModel | None = None) -> None:
         from engine.model.runner import ModelRunner
 
@@ -92,6 +97,7 @@ class EngineCore:
                                       config.max_kv_events)
         self.scheduler = Scheduler(self.cache, config.chunk_size, config.max_running)
         self.reservations = ReservationTable(self.cache, mc.num_layers)
+        self.page_check = PageCheck(config.check_pages)
         # On CPU, fit CPU time and scale by live contention; on a GPU, host CPU time says nothing.
         on_cpu = config.device == "cpu"
         kv_bytes = 2 * mc.num_kv_heads * mc.head_dim * _DTYPES[config.dtype].itemsize
@@ -179,6 +185,7 @@ class EngineCore:
             self.scheduler.add(request)
             if trace is not None:
                 trace.queued = time.perf_counter()
+            self.check_pages("add_request")
 
     def _own_pages_to_write(self, request: Request) -> None:
         """Copy-on-write: pages the request will write into must not be shared with the prefix
@@ -217,7 +224,9 @@ class EngineCore:
             lease = self.config.lease_s if not lease_s else lease_s
             if not lease > 0:
                 raise InvalidRequest(f"lease_s must be positive, got {lease_s}")
-            return self.reservations.create(request_id, prompt, resolved, lease, trace)
+            reservation = self.reservations.create(request_id, prompt, resolved, lease, trace)
+            self.check_pages("prep_recv")
+            return reservation
 
     def add_send(self, request_id: str, tokens: Sequence[int], begin: int, end: int,
                  on_layer: OnLayer, trace: StepTrace | None = None) -> None:
@@ -250,14 +259,18 @@ class EngineCore:
                     f"write of [{start}, {stop}) outside reservation {request_id!r}'s "
                     f"[{res.matched_len}, {res.end})")
             self.kv.write(layer, res.page_table, start, k, v)
+            completes = not held.committed
             self.reservations.mark_written(held, layer, start, stop,
                                            (k.numel() + v.numel()) * k.element_size())
+            if completes and held.committed:  # its pages went to the prefix cache
+                self.check_pages("write_kv")
 
     def abort(self, request_id: str, handoff: bool = False) -> bool:
         """Abort a request, send or reservation. `handoff=True`: a generation ends with finish
         reason "handoff" (to be continued on another engine) rather than "abort"."""
         with self._lock:
             if self.reservations.release(request_id):
+                self.check_pages("abort")
                 return True
             request = self._requests.get(request_id)
             if request is None or request.aborted:
@@ -266,6 +279,7 @@ class EngineCore:
             if handoff and request.kind == "generate":
                 request.abort_reason = "handoff"
             self._steps.on_abort(request)
+            self.check_pages("abort")
             return True
 
     def step(self) -> list[StepOutput]:
@@ -277,7 +291,14 @@ class EngineCore:
 
     def expire_leases(self, now: float | None = None) -> list[str]:
         with self._lock:
-            return self.reservations.expire(time.monotonic() if now is None else now)
+            expired = self.reservations.expire(time.monotonic() if now is None else now)
+            if expired:
+                self.check_pages("expire_leases")
+            return expired
+
+    def check_pages(self, where: str) -> None:
+        """Audit page ownership (under the lock) when the config asks for it (page_check.py)."""
+        self.page_check.run(where, self.cache, self._requests.values(), self.reservations.held())
 
     # ---- state ----------------------------------------------------------------------------
 
@@ -334,7 +355,10 @@ class EngineCore:
                 latency_model_fit_error=latency.fit_error(),
                 prefill_chunk_size=self.scheduler.chunk_size,
                 decode_requests=decodes, decode_context_tokens=decode_context,
-                kv_pages_evictable=self.cache.num_evictable())
+                kv_pages_evictable=self.cache.num_evictable(),
+                kv_pages_reserved=self.reservations.num_pages,
+                kv_page_audits=self.page_check.audits,
+                kv_page_audit_failures=self.page_check.failures)
 
     def _forget(self, request: Request) -> None:
         self._requests.pop(request.request_id, None)

@@ -61,6 +61,9 @@ class ReservationTable:
     def num_pages(self) -> int:
         return sum(len(h.reservation.page_table) for h in self._held.values())
 
+    def held(self) -> list[HeldReservation]:
+        return list(self._held.values())
+
     def create(self, request_id: str, tokens: list[int], end: int,
                lease_s: float, trace: Any = None) -> Reservation:
         pages, matched = self.cache.match(tokens[:end])

@@ -30,3 +30,7 @@ class EngineStats:
     decode_requests: int = 0
     decode_context_tokens: int = 0
     kv_pages_evictable: int = 0
+    kv_pages_reserved: int = 0  # pages PrepRecv reservations hold (leases)
+    # Page-ownership audits run and those that found a problem (0, 0 unless check_pages).
+    kv_page_audits: int = 0
+    kv_page_audit_failures: int = 0

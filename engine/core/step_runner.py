@@ -146,6 +146,7 @@ class StepRunner:
         with engine._lock:
             self._inflight = set()
             outputs = plan.outputs + self._after_run(sched, logits, failure, run_ms)
+            engine.check_pages("step")
             if sched.work and failure is None:
                 engine.latency.record((time.perf_counter() - plan.started) * 1e3, plan.shape,
                                       (time.process_time() - plan.started_cpu) * 1e3)

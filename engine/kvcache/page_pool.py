@@ -39,6 +39,10 @@ class PagePool:
     def refcount(self, page: int) -> int:
         return self._refcount[page]
 
+    def free_pages(self) -> list[int]:
+        """A copy of the free list (engine/kvcache/page_audit.py checks it)."""
+        return list(self._free)
+
     def set_cached(self, pages: Iterable[int], cached: bool) -> None:
         """The prefix cache took (True) or is about to drop (False) its reference to `pages`."""
         flag = int(cached)

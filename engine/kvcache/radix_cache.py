@@ -59,6 +59,10 @@ class RadixPrefixCache:
     def num_pages(self) -> int:
         return len(self._nodes)
 
+    def cached_pages(self) -> list[int]:
+        """The page of every cached block (the cache holds one reference to each)."""
+        return [node.page for node in self._nodes.values()]
+
     def hashes(self, tokens: Sequence[int]) -> list[int]:
         return router_core.block_hashes(tokens, self.page_size, self.seed)
 

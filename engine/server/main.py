@@ -79,6 +79,7 @@ def engine_config_from_args(args: argparse.Namespace) -> Any:
         fields["chunk_size"] = args.chunk_size
     if os.environ.get("SWITCHYARD_LEASE_S"):
         fields["lease_s"] = float(os.environ["SWITCHYARD_LEASE_S"])
+    fields["check_pages"] = os.environ.get("SWITCHYARD_CHECK_KV_PAGES", "") == "1"
     profile = getattr(args, "latency_profile", None) or os.environ.get("SWITCHYARD_LATENCY_PROFILE")
     if profile:
         fields["latency_profile"] = profile

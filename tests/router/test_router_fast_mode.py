@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
-from router_real_cluster import router_and_reference
+from router_real_cluster import greedy_token_ids, router_and_reference
 
 pytestmark = [pytest.mark.procs, pytest.mark.timeout(900), pytest.mark.slow]
 PATTERNS = ["round_robin", "cache_aware", "pd", "balanced_pd"]
@@ -35,14 +35,6 @@ def routers() -> Iterator[tuple[str, str]]:
         yield pair
 
 
-def _token_ids(base: str, prompt: str) -> tuple[list[int], str]:
-    body = {"prompt": prompt, "max_tokens": 16, "temperature": 0, "ignore_eos": True,
-            "return_token_ids": True}
-    r = requests.post(f"{base}/v1/completions", json=body, timeout=600)
-    assert r.status_code == 200, r.text
-    return r.json()["choices"][0]["token_ids"], r.headers["X-Switchyard-Route"]
-
-
 @pytest.mark.parametrize("policy", PATTERNS)
 def test_pattern_matches_single_engine_in_fast_mode(routers, policy):
     under_test, reference = routers
@@ -50,9 +42,9 @@ def test_pattern_matches_single_engine_in_fast_mode(routers, policy):
     assert r.status_code == 200, r.text
     prompts = [f"[fast {policy} {i}] {text}" for i, text in enumerate(TEXTS)]
     with ThreadPoolExecutor(len(prompts)) as pool:
-        results = list(pool.map(lambda p: _token_ids(under_test, p), prompts))
+        results = list(pool.map(lambda p: greedy_token_ids(under_test, p), prompts))
     for prompt, (ids, route) in zip(prompts, results, strict=True):
-        ref_ids, _ = _token_ids(reference, prompt)
+        ref_ids, _ = greedy_token_ids(reference, prompt)
         assert ids == ref_ids, route
         if policy in ("pd", "balanced_pd"):
             params = dict(kv.split("=") for kv in route.split()[1:])
