@@ -98,6 +98,11 @@ def add_session_arguments(parser: argparse.ArgumentParser) -> None:
                    help="the body's `user` names the session when no X-Session-Id header does")
 
 
+# A router replica takes its peers' dispatch deltas (RouterPeer gRPC; pyrouter/peer_exchange.py)
+# on --port plus this unless --peer-port says.
+DEFAULT_PEER_PORT_OFFSET = 1000
+
+
 def add_peer_arguments(parser: argparse.ArgumentParser) -> None:
     """The other router replicas (pyrouter/router_peers.py; docs/deploy.md)."""
     g = parser.add_argument_group("router replicas (docs/deploy.md)")
@@ -110,6 +115,11 @@ def add_peer_arguments(parser: argparse.ArgumentParser) -> None:
                    help="seconds between reading the peers' admin changes (policy, engines, "
                    "settings) to catch up with any this replica missed; changes are also "
                    "pushed to the peers as they are made")
+    g.add_argument("--peer-port", type=int, default=None, metavar="PORT",
+                   help=f"the port (on --host) where this replica takes its peers' dispatch "
+                   f"deltas (default --port + {DEFAULT_PEER_PORT_OFFSET}); every replica's is "
+                   f"its --port plus the same offset, so --peer and --peers-dns name the peers' "
+                   f"--port only; unused when the router runs alone")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -26,6 +26,7 @@ from pyrouter.model_groups import (
     engine_group,
     parse_model_args,
 )
+from pyrouter.peer_exchange import PeerExchange, start_peer_exchange
 from pyrouter.policy_registry import ActivePolicy, get_policy, load_policy_source
 from pyrouter.replica_admin_sync import start_admin_propagation
 from pyrouter.router_peers import router_peers
@@ -180,10 +181,15 @@ async def serve_router(args: argparse.Namespace, stop: asyncio.Event,
     state.admission = admission_config(args)
     front: RouterFront | None = None
     recording: asyncio.Task[None] | None = None
+    peer_exchange: PeerExchange | None = None
     try:
         # The peers' admin changes (policy, engines, settings) before serving anything.
         await start_admin_propagation(state, args)
         front = start_front(state, args)
+        # The peers' dispatches into this replica's load view, and this one's into theirs.
+        peer_exchange = start_peer_exchange(
+            state.peers, args.host, args.port, getattr(args, "peer_port", None), state.engines,
+            state.metrics.registry)
         state.sessions.apply(front)
         if front.admin_port is not None:
             admin_host = _admin_host(args)
@@ -208,6 +214,8 @@ async def serve_router(args: argparse.Namespace, stop: asyncio.Event,
             await asyncio.to_thread(front.shutdown, FRONT_CLOSE_S)
         if recording is not None:
             recording.cancel()  # records the last fast-path requests as it ends
+        if peer_exchange is not None:
+            await peer_exchange.close()
         await live.close()
         if state.replication is not None:
             await state.replication.close()

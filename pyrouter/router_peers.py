@@ -3,8 +3,8 @@
 Several replicas in front of the same engines share the prefix view without talking to each
 other: each follows every engine's KV events (pyrouter/engines/membership.py). The peers named
 here are for what the engines cannot tell them: the load each replica dispatched and saw
-finish (docs/deploy.md, "Several routers"). The router validates and keeps them; the exchange
-itself is not built yet.
+finish (docs/deploy.md, "Several routers"), exchanged by pyrouter/peer_exchange.py on each
+peer's port plus the `--peer-port` offset.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pyrouter.errors import BadRequest
 from pyrouter.security.engine_allow import split_host_port
 
 # The flags `serve` passes on to its routers (each replica also gets the others as --peer).
-PEER_FLAGS = ("peer", "peers_dns")
+PEER_FLAGS = ("peer", "peers_dns", "peer_port")
 
 
 def _check_peer(value: str, flag: str) -> None:

@@ -480,6 +480,25 @@ class KvEventStream:
         """A serialized KVEventBatch; None once the engine closed the stream."""
     def cancel(self) -> bool: ...
 
+# ---- router replicas (router_core/src/python/peer.rs; pyrouter/peer_exchange.py) ----
+@final
+class RouterPeerExchange:
+    """The dispatch deltas between router replicas: the RouterPeer service on host:port and a
+    stream to every peer (addresses are the peers' RouterPeer ports)."""
+    def __init__(self, core: RouterCore, host: str, port: int, *, peers: Sequence[str],
+                 peers_dns: str | None = None, engine_token: str = "", flush_s: float = 0.005,
+                 dns_every_s: float = 5.0) -> None: ...
+    @property
+    def port(self) -> int: ...
+    def set_engine(self, num: int, address: str) -> None: ...
+    def remove_engine(self, num: int) -> None: ...
+    def set_core(self, core: RouterCore) -> None:
+        """The router replaced its core: record and apply on this one's engine table."""
+    def counters(self) -> tuple[int, int, int, int, int]:
+        """(streams up, streams in, deltas received, deltas for unknown engines, batches
+        sent)"""
+    def shutdown(self) -> None: ...
+
 # ---- the verbs' answers (router_core/src/python/verb_results.rs; the messages' fields) ----
 @final
 class PrepRecvResult:

@@ -1,4 +1,4 @@
-//! Generates the gRPC types, client and server for `proto/switchyard_rpc/engine.proto` when the
+//! Generates the gRPC types, clients and servers for `proto/switchyard_rpc/*.proto` when the
 //! `grpc` feature is on. protox parses the proto in Rust, so no `protoc` binary is needed; the
 //! proto file stays the single source (the Python stubs come from the same file).
 
@@ -13,9 +13,15 @@ fn main() {
 #[cfg(feature = "grpc")]
 fn generate_grpc() -> Result<(), Box<dyn std::error::Error>> {
     const PROTO_ROOT: &str = "../proto";
-    const ENGINE_PROTO: &str = "switchyard_rpc/engine.proto";
-    println!("cargo:rerun-if-changed={PROTO_ROOT}/{ENGINE_PROTO}");
-    let descriptors = protox::compile([ENGINE_PROTO], [PROTO_ROOT])?;
+    // The engines' contract, and the router replicas' RouterPeer service (router_core/src/peer/).
+    const PROTOS: [&str; 2] = [
+        "switchyard_rpc/engine.proto",
+        "switchyard_rpc/router_peer.proto",
+    ];
+    for proto in PROTOS {
+        println!("cargo:rerun-if-changed={PROTO_ROOT}/{proto}");
+    }
+    let descriptors = protox::compile(PROTOS, [PROTO_ROOT])?;
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)

@@ -55,6 +55,8 @@ class EngineMembership:
         self.engines: dict[str, EngineHandle] = {}
         self.core: RouterCore = RouterCore(block_size, seed)
         self._core_key: tuple[int, int] | None = None  # (block_size, seed) learned from engines
+        # Told the new core when it is rebuilt (the peer exchange, pyrouter/peer_exchange.py).
+        self.core_followers: list[Callable[[RouterCore], None]] = []
         self._next = 0
         self._tasks: dict[str, list[asyncio.Task[None]]] = {}
         self._clients: dict[str, RustEngineClient] = {}
@@ -192,6 +194,8 @@ class EngineMembership:
         old, self.core = self.core, RouterCore(block_size, seed)
         if self.front is not None:
             self.front.set_core(self.core)
+        for follow in self.core_followers:
+            follow(self.core)
         for handle in self.engines.values():
             handle.core = self.core
             self.core.table.upsert(handle.num, handle.role)

@@ -2,6 +2,7 @@
 //! dispatch/completion events), KV use, prefill chunk size and fitted step-time model
 //! (latency_model.rs); the per-request predictions built on it are in prediction.rs.
 
+use crate::dispatch_delta::{DeltaOutbox, DispatchDelta};
 use crate::error::{Result, RouterCoreError};
 use crate::latency_model::{chunked_prefill, DecodeBatch, StepModel, StepWork};
 use std::collections::BTreeMap;
@@ -212,6 +213,8 @@ pub struct StatsUpdate {
 #[derive(Debug, Default)]
 pub struct EngineTable {
     rows: BTreeMap<u32, EngineLoad>,
+    /// This replica's dispatches for its peers (None: the router runs alone).
+    peer_outbox: Option<DeltaOutbox>,
 }
 
 impl EngineTable {
@@ -299,14 +302,16 @@ impl EngineTable {
     ) -> Result<u64> {
         let row = self.row_mut(engine_id)?;
         row.inflight += 1;
-        row.router_tokens = row
-            .router_tokens
-            .saturating_add(prefill_tokens + decode_tokens);
-        row.router_prefill_tokens = row.router_prefill_tokens.saturating_add(prefill_tokens);
-        if decode_tokens > 0 {
-            row.router_seqs += 1;
-        }
-        Ok(row.stats_asked)
+        let delta = DispatchDelta {
+            tokens: prefill_tokens + decode_tokens,
+            prefill_tokens,
+            generations: u64::from(decode_tokens > 0),
+            prefilled_tokens: 0,
+        };
+        add_dispatched(row, &delta);
+        let stamp = row.stats_asked;
+        self.tell_peers(engine_id, delta);
+        Ok(stamp)
     }
 
     /// The router asked the engine for prefill work that is no generation (a `RemoteSend`'s
@@ -315,7 +320,13 @@ impl EngineTable {
     pub fn on_prefill_dispatch(&mut self, engine_id: u32, prefill_tokens: u64) -> Result<u64> {
         let row = self.row_mut(engine_id)?;
         row.router_prefill_tokens = row.router_prefill_tokens.saturating_add(prefill_tokens);
-        Ok(row.stats_asked)
+        let stamp = row.stats_asked;
+        let delta = DispatchDelta {
+            prefill_tokens,
+            ..DispatchDelta::default()
+        };
+        self.tell_peers(engine_id, delta);
+        Ok(stamp)
     }
 
     /// The router saw the prefill of `prefill_tokens` it dispatched with `stamp` finish (the
@@ -333,6 +344,13 @@ impl EngineTable {
         if stamp == row.stats_asked {
             row.router_prefilled_tokens =
                 (row.router_prefilled_tokens + prefill_tokens).min(row.router_prefill_tokens);
+            // Only a dispatch this replica still counts itself: the peers, polling as often,
+            // most likely still count it too (an older one their Stats already cover).
+            let delta = DispatchDelta {
+                prefilled_tokens: prefill_tokens,
+                ..DispatchDelta::default()
+            };
+            self.tell_peers(engine_id, delta);
         } else if stamp < row.stats_answered {
             row.stats_prefilled_tokens =
                 (row.stats_prefilled_tokens + prefill_tokens).min(row.queued_prefill_tokens);
@@ -347,6 +365,33 @@ impl EngineTable {
         let row = self.row_mut(engine_id)?;
         row.inflight = row.inflight.saturating_sub(1);
         Ok(())
+    }
+
+    /// Start (or stop) keeping this replica's dispatches for its peers (`take_peer_outbox`).
+    pub fn record_for_peers(&mut self, on: bool) {
+        self.peer_outbox = on.then(DeltaOutbox::default);
+    }
+
+    /// This replica's dispatches since the last call, by engine id (empty when not recording).
+    pub fn take_peer_outbox(&mut self) -> BTreeMap<u32, DispatchDelta> {
+        self.peer_outbox
+            .as_mut()
+            .map(DeltaOutbox::take)
+            .unwrap_or_default()
+    }
+
+    /// A peer replica dispatched `delta` to this engine: counted with this replica's own
+    /// dispatches, so the next Stats asked for (which covers it) takes it out again — and a
+    /// peer that stops sending stops being counted then.
+    pub fn on_peer_delta(&mut self, engine_id: u32, delta: &DispatchDelta) -> Result<()> {
+        add_dispatched(self.row_mut(engine_id)?, delta);
+        Ok(())
+    }
+
+    fn tell_peers(&mut self, engine_id: u32, delta: DispatchDelta) {
+        if let Some(outbox) = self.peer_outbox.as_mut() {
+            outbox.record(engine_id, delta);
+        }
     }
 
     pub fn get(&self, engine_id: u32) -> Result<&EngineLoad> {
@@ -374,6 +419,23 @@ impl EngineTable {
             .ok_or(RouterCoreError::UnknownEngine(engine_id))
     }
 }
+
+/// Dispatch counts the latest Stats cannot include yet (this replica's or a peer's).
+fn add_dispatched(row: &mut EngineLoad, delta: &DispatchDelta) {
+    row.router_tokens = row.router_tokens.saturating_add(delta.tokens);
+    row.router_prefill_tokens = row
+        .router_prefill_tokens
+        .saturating_add(delta.prefill_tokens);
+    row.router_seqs = row.router_seqs.saturating_add(delta.generations);
+    row.router_prefilled_tokens = row
+        .router_prefilled_tokens
+        .saturating_add(delta.prefilled_tokens)
+        .min(row.router_prefill_tokens);
+}
+
+#[cfg(test)]
+#[path = "engine_table_peer_tests.rs"]
+mod peer_tests;
 
 #[cfg(test)]
 mod tests {

@@ -9,6 +9,7 @@ pub mod admission_queue;
 #[cfg(any(feature = "mock-engine", feature = "mock-worker", feature = "front"))]
 pub mod background_server;
 pub mod detok;
+pub mod dispatch_delta;
 #[cfg(feature = "grpc")]
 pub mod engine_rpc;
 pub mod engine_set;
@@ -25,6 +26,8 @@ pub mod mock_engine;
 pub mod mock_worker;
 #[cfg(feature = "front")]
 pub mod otel;
+#[cfg(feature = "front")]
+pub mod peer;
 pub mod prediction;
 pub mod prefix_index;
 pub mod router;

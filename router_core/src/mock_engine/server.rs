@@ -9,16 +9,14 @@ use crate::error::{Result, RouterCoreError};
 use crate::rpc::pb::engine_server::EngineServer;
 use crate::rpc::tonic_health::server::{health_reporter, HealthReporter};
 use crate::rpc::tonic_health::ServingStatus;
-use crate::rpc::{ENGINE_SERVICE_NAME, MAX_MESSAGE_BYTES};
+use crate::rpc::{token_check, ENGINE_SERVICE_NAME, MAX_MESSAGE_BYTES};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
-use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
-use tonic::{Request, Status};
 
 /// How often the `unhealthy_file` switch is looked at.
 const HEALTH_POLL: Duration = Duration::from_millis(100);
@@ -62,34 +60,13 @@ async fn watch_unhealthy_file(reporter: HealthReporter, path: String, mut shutdo
     }
 }
 
-/// Engine RPCs must carry `authorization: Bearer <engine_token>` (compared in constant time, as
-/// the real engine's interceptor does); an empty token leaves the engine open.
-fn token_check(
-    expected: String,
-) -> impl Fn(Request<()>) -> std::result::Result<Request<()>, Status> + Clone {
-    let expected = format!("Bearer {expected}");
-    let open = expected == "Bearer ";
-    move |request: Request<()>| {
-        let presented = request
-            .metadata()
-            .get("authorization")
-            .map(|value| value.as_bytes())
-            .unwrap_or_default();
-        if open || bool::from(presented.ct_eq(expected.as_bytes())) {
-            Ok(request)
-        } else {
-            Err(Status::unauthenticated("missing or wrong engine token"))
-        }
-    }
-}
-
 fn serve(listener: TcpListener, config: MockEngineConfig, shutdown: Shutdown) -> ServeFuture {
     Box::pin(async move {
         let (reporter, health_service) = health_reporter();
         let engine = EngineServer::new(MockEngine::new(config.clone(), shutdown.clone()))
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
-        let engine = InterceptedService::new(engine, token_check(config.engine_token.clone()));
+        let engine = InterceptedService::new(engine, token_check(&config.engine_token));
         set_health(&reporter, ServingStatus::Serving).await;
         tokio::spawn(watch_unhealthy_file(
             reporter.clone(),
@@ -123,6 +100,7 @@ mod tests {
     use crate::rpc::tonic_health::pb::health_client::HealthClient;
     use crate::rpc::tonic_health::pb::HealthCheckRequest;
     use tonic::transport::Channel;
+    use tonic::Request;
 
     async fn channel(addr: SocketAddr) -> Channel {
         Channel::from_shared(format!("http://{addr}"))

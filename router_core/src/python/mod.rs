@@ -16,6 +16,7 @@ mod index;
 mod interpreter_exit;
 mod ints;
 mod names;
+mod peer;
 mod prediction;
 mod router;
 mod sampling;
@@ -64,6 +65,7 @@ fn _router_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     m.add_class::<engine_client::PyEngineRpcClient>()?;
     m.add_class::<engine_client::PyKvEventStream>()?;
+    m.add_class::<peer::PyRouterPeerExchange>()?;
     bridge_values::register(m)?;
     verb_results::register(m)?;
     Ok(())

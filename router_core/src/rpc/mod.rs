@@ -11,6 +11,9 @@ pub mod pb {
 
 pub use tonic_health;
 
+mod token_check;
+pub use token_check::token_check;
+
 /// The service name health checks ask about (as well as "", the whole server).
 pub const ENGINE_SERVICE_NAME: &str = "switchyard.v1.Engine";
 

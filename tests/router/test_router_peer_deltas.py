@@ -1,0 +1,108 @@
+"""One load view across router replicas (issue 25, deliver 3): the dispatch deltas between peers.
+
+Replica B polls its engines' Stats once, at start (--poll-s 600), so the only way it can learn
+of work replica A sends to engine X afterwards is A's dispatch-delta stream (router_core/src/
+peer/). A sends two long streams to X (A knows only X); B, over X and Y with X listed first,
+still reads X's Stats as idle and has dispatched nothing to it itself, yet its least_load and
+cache_aware send new requests to Y. Without the stream B's view of X and Y ties and it takes X,
+the first engine (test_router_replicas_load_view.py shows the Stats path, one poll behind).
+"""
+from __future__ import annotations
+
+import threading
+
+import pytest
+import requests
+from replica_load import LONG_TOKENS, engine_view, engines, long_stream
+from router_procs import free_port, start_router, wait_ready, wait_until
+
+from engine.server.launcher import EngineProcess
+
+__all__ = ["engines"]  # the fixture, from replica_load
+
+pytestmark = [pytest.mark.procs, pytest.mark.timeout(300)]
+
+def _metric(base: str, line_start: str) -> float:
+    text = requests.get(f"{base}/metrics", timeout=10).text
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+              if line.startswith(line_start)]
+    assert values, f"{line_start} not in /metrics"
+    return values[0]
+
+
+@pytest.mark.parametrize("policy", ["least_load", "cache_aware"])
+def test_a_replica_counts_a_peers_dispatches_before_any_stats_shows_them(
+        engines: list[EngineProcess], policy: str) -> None:
+    x, y = (e.address for e in engines)
+    port_a, port_b = free_port(), free_port()
+    a = start_router(port_a, [engines[0].port], "--policy", policy,
+                     "--peer", f"127.0.0.1:{port_b}")
+    b = start_router(port_b, [e.port for e in engines], "--policy", policy, "--poll-s", "600",
+                     "--peer", f"127.0.0.1:{port_a}")
+    base_a, base_b = f"http://127.0.0.1:{port_a}", f"http://127.0.0.1:{port_b}"
+    try:
+        wait_ready(base_a, a, want_engines=1)
+        wait_ready(base_b, b, want_engines=2)  # B's one Stats per engine is behind it
+        wait_until(lambda: _metric(base_a, "switchyard:router_peer_streams_up") == 1, 60,
+                   "A's delta stream to B")
+        y_id = engine_view(base_b, y)["id"]
+        done = [threading.Event() for _ in range(2)]
+        for event in done:
+            threading.Thread(target=long_stream, args=(base_a, event), daemon=True).start()
+        # Each of A's streams is its prompt plus LONG_TOKENS, all dispatched since B's Stats.
+        wait_until(lambda: engine_view(base_b, x)["load"]["router_tokens"] >= 2 * LONG_TOKENS,
+                   60, "B to count A's two dispatches")
+        assert _metric(
+            base_b, 'switchyard:router_peer_deltas_received_total{engine_known="true"}') >= 1
+        seen_by_b = engine_view(base_b, x)
+        # Neither B's Stats (asked before A's work) nor B's own dispatches show A's work.
+        assert seen_by_b["load"]["unfinished_tokens"] == 0, seen_by_b
+        assert seen_by_b["load"]["inflight"] == 0, seen_by_b
+        for i in range(4):
+            r = requests.post(f"{base_b}/v1/completions", timeout=60,
+                              json={"prompt": f"short {i} {policy}", "max_tokens": 2})
+            assert r.status_code == 200, r.text
+            route = r.headers["X-Switchyard-Route"]
+            assert f"engine={y_id} " in route + " ", (
+                route, "A's streams had ended" if all(e.is_set() for e in done) else "")
+        for event in done:
+            assert event.wait(120)
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_a_peer_without_the_deployment_token_is_not_counted(
+        engines: list[EngineProcess]) -> None:
+    """B requires the deployment's engine token of its peers; A, started without it, is
+    refused: B counts nothing of A's (and keeps serving)."""
+    port_a, port_b = free_port(), free_port()
+    token_env = {"SWITCHYARD_ENGINE_TOKEN": "deployment-secret"}
+    # The mock engines are open, so only the peer service differs between the two.
+    a = start_router(port_a, [engines[0].port], "--peer", f"127.0.0.1:{port_b}")
+    b = start_router(port_b, [engines[0].port], "--peer", f"127.0.0.1:{port_a}",
+                     env=token_env)
+    base_a, base_b = f"http://127.0.0.1:{port_a}", f"http://127.0.0.1:{port_b}"
+    try:
+        wait_ready(base_a, a)
+        wait_ready(base_b, b)
+        for i in range(3):
+            r = requests.post(f"{base_a}/v1/completions", timeout=60,
+                              json={"prompt": f"from a {i}", "max_tokens": 2})
+            assert r.status_code == 200, r.text
+        # B's stream to A is taken (A asks for no token); A's to B never stays up.
+        wait_until(lambda: _metric(base_b, "switchyard:router_peer_streams_up") == 1, 60,
+                   "B's delta stream to A")
+        r = requests.post(f"{base_b}/v1/completions", timeout=60,
+                          json={"prompt": "from b", "max_tokens": 2})
+        assert r.status_code == 200, r.text
+        wait_until(lambda: _metric(
+            base_a, 'switchyard:router_peer_deltas_received_total{engine_known="true"}') >= 1,
+            60, "A to receive B's dispatch")
+        # By now A has dispatched three requests and taken one of B's: none of A's reached B.
+        assert _metric(
+            base_b, 'switchyard:router_peer_deltas_received_total{engine_known="true"}') == 0
+        assert _metric(base_b, "switchyard:router_peer_streams_in") == 0
+    finally:
+        a.stop()
+        b.stop()
