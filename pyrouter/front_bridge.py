@@ -178,6 +178,7 @@ class FrontBridge:
             segment, req.route.header(), req.route.pattern or "unknown"))
 
     def cancel_admission(self, engine_request_id: str) -> None:
+        """The client went away while its admission or a hand-off's next segment runs."""
         task = self._admitting.get(engine_request_id)
         if task is not None:
             task.cancel()
@@ -192,6 +193,9 @@ class FrontBridge:
         # The front reads the chunks: the segment's one arrival time is its end.
         handle.req.timeline.arrived(len(segment_tokens))
         handle.req.timeline.end_segment(len(segment_tokens), "handoff")
+        task = asyncio.current_task()
+        if task is not None:  # the next engine may queue for long: cancel_admission stops it
+            self._admitting[handle.key] = task
         try:
             # The segment's first chunk is read here: an engine that fails before it is
             # replaced (RequestRun.next_started) before the front sees anything.
@@ -199,9 +203,13 @@ class FrontBridge:
             return SegmentStart(stream.segment_call, stream.engine.id, first)
         except RouterError as exc:
             return _failure(exc)
+        except asyncio.CancelledError:  # the client went away: close() still cleans up
+            return _failure(RouterError("client closed the request"))
         except Exception as exc:
             log.exception("request %s: the next segment failed", handle.req.request_id)
             return _failure(PolicyFailed(run.policy_name, f"{type(exc).__name__}: {exc}"))
+        finally:
+            self._admitting.pop(handle.key, None)
 
     # ---- once at the end ----
     async def close(self, handle: FrontRequest, end: RequestEnd) -> None:

@@ -705,7 +705,7 @@ class AdmissionQueueLength:
     priority: int
     length: int
 
-def set_admission(front: RouterFront, *, max_inflight_per_engine: int,
+def set_admission(front: RouterFront | InProcessFront, *, max_inflight_per_engine: int,
                   max_queued_prefill_tokens: int, max_queue_len: int, queue_timeout_s: float,
                   weights: Mapping[str, float], default_weight: float = 1.0) -> None:
     """The front's admission queue takes these for requests from now on: the engines are
@@ -713,10 +713,11 @@ def set_admission(front: RouterFront, *, max_inflight_per_engine: int,
     (healthy, under max_queued_prefill_tokens queued); 0 = that limit off, both off = nothing
     queues; weights by API key. ValueError for a queue of 0, a non-positive timeout or weight."""
 
-def admission_queue_lengths(front: RouterFront) -> list[AdmissionQueueLength]:
+def admission_queue_lengths(front: RouterFront | InProcessFront
+                            ) -> list[AdmissionQueueLength]:
     """Requests waiting now, per priority (lowest number first; empty priorities absent)."""
 
-def drain_admission_waits(front: RouterFront) -> list[AdmissionWait]:
+def drain_admission_waits(front: RouterFront | InProcessFront) -> list[AdmissionWait]:
     """Every request's time at the gate since the last call, oldest first."""
 
 @final
@@ -788,7 +789,7 @@ class RouterFront:
 @final
 class InProcessFront:
     """The HTTP front with no listener (tests, the simulator): a request's body runs through
-    the parsing, admission and request task a client's request runs, with `bridge` (a
+    the parsing, admission gate and request task a client's request runs, with `bridge` (a
     FrontBridge) on the loop it was made on; its spans go to `tracer` (None: the process's
     router tracer, as the HTTP front's). Drive requests with switchyard_sim.fake.in_process."""
     def __new__(cls, bridge: Any, tokenizer: RouterTokenizer, vocab: DetokenizerVocab, *,
@@ -800,6 +801,9 @@ class InProcessFront:
                 headers: Sequence[tuple[str, str]] = ...) -> InProcessRequest: ...
     @property
     def inflight(self) -> int: ...
+    def set_core(self, core: RouterCore) -> None:
+        """The router core whose engine table the admission gate reads (none: the gate never
+        finds the engines saturated)."""
 
 @final
 class InProcessRequest:

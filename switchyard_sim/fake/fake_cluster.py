@@ -29,10 +29,16 @@ from pyrouter.planning.prediction_feedback import PredictionFeedback
 from pyrouter.policy_registry import ActivePolicy, PolicySpec, get_policy
 from pyrouter.request import RouterRequest, SloSpec
 from pyrouter.scope import RouterCounters
-from router_core import RouterCore, engine_name
+from router_core import InProcessFront, RouterCore, engine_name
 from switchyard_proto.sampling_params import SamplingParams
 from switchyard_sim.fake.fake_engine import FakeEngineClient, Fault, next_token
-from switchyard_sim.fake.front_run import FAKE_MODEL, FakeRun, OnTokens, run_through_front
+from switchyard_sim.fake.front_run import (
+    FAKE_MODEL,
+    FakeRun,
+    OnTokens,
+    in_process_front,
+    run_through_front,
+)
 
 
 @dataclass(slots=True)
@@ -148,6 +154,24 @@ class FakeCluster:
         spec = get_policy(policy) if isinstance(policy, str) else policy
         return ActivePolicy(spec, spec.check_params(params or {}))
 
+    def _dispatcher(self, policy: str | PolicySpec, params: dict[str, Any] | None
+                    ) -> Dispatcher:
+        active = self._active(policy, params)
+        if self._slot is None or (self._slot.current.spec, self._slot.current.params) != (
+                active.spec, active.params):
+            self._slot = PolicySlot(active)  # a switch: fresh policy state, like PUT /admin/policy
+        dispatcher = Dispatcher(self, self._slot, policy_timeout_s=self.policy_timeout_s)
+        dispatcher.outcomes, dispatcher.feedback = self.outcomes, self.feedback
+        return dispatcher
+
+    def front(self, policy: str | PolicySpec, params: dict[str, Any] | None = None
+              ) -> InProcessFront:
+        """One front over the cluster for several requests at once (sent with
+        switchyard_sim.fake.in_process.send), sharing its admission gate as a router's
+        requests do (`router_core.set_admission(front, ...)` turns it on)."""
+        return in_process_front(cast(EngineMembership, self), self._dispatcher(policy, params),
+                                self.counters, self.tracer)[0]
+
     async def run(self, policy: str | PolicySpec, request: RouterRequest | Sequence[int],
                   params: dict[str, Any] | None = None, max_tokens: int = 8,
                   disconnect_after: int | None = None, stop_after: int | None = None,
@@ -159,12 +183,7 @@ class FakeCluster:
         migrate the request mid-stream."""
         req = request if isinstance(request, RouterRequest) else self.request(request,
                                                                               max_tokens)
-        active = self._active(policy, params)
-        if self._slot is None or (self._slot.current.spec, self._slot.current.params) != (
-                active.spec, active.params):
-            self._slot = PolicySlot(active)  # a switch: fresh policy state, like PUT /admin/policy
-        dispatcher = Dispatcher(self, self._slot, policy_timeout_s=self.policy_timeout_s)
-        dispatcher.outcomes, dispatcher.feedback = self.outcomes, self.feedback
+        dispatcher = self._dispatcher(policy, params)
         reference = (self.reference(req.tokens, req.sampling.max_tokens)
                      if stop_after is not None else None)
         # The cluster stands in for the router's EngineMembership (healthy(), mark_unhealthy()).

@@ -110,6 +110,24 @@ def request_body(req: RouterRequest, model: str = FAKE_MODEL) -> dict[str, Any]:
     return body
 
 
+def in_process_front(engines: EngineMembership, dispatcher: Dispatcher, counters: RouterCounters,
+                     tracer: RouterTracer | None = None) -> tuple[InProcessFront, _Bridge]:
+    """A front in-process over `dispatcher` and `engines`, as the router's over its own: the
+    bridge's state, and the engines' router core for the admission gate to read (off until
+    `router_core.set_admission` turns it on)."""
+    engine_tokenizer, tokenizer, vocab = fake_tokenizers()
+    state = RouterState(RouterConfig(FAKE_MODEL), engine_tokenizer, engines, dispatcher.slot,
+                        dispatcher, vocab, counters=counters, tracer=tracer)
+    bridge = _Bridge(state)
+    front = InProcessFront(bridge, tokenizer, vocab, served_model=FAKE_MODEL,
+                           max_context=state.config.max_context,
+                           first_chunk_timeout_s=dispatcher.policy_timeout_s, tracer=tracer)
+    core = getattr(engines, "core", None)
+    if core is not None:
+        front.set_core(core)
+    return front, bridge
+
+
 async def run_through_front(engines: EngineMembership, dispatcher: Dispatcher, req: RouterRequest,
                             counters: RouterCounters, *, disconnect_after: int | None = None,
                             stop_after: int | None = None,
@@ -122,13 +140,8 @@ async def run_through_front(engines: EngineMembership, dispatcher: Dispatcher, r
     client goes away after k tokens; `stop_after=k`: a stop string the router first matches
     on token k of `reference` (the tokens the request will produce). With `tracer` the front
     and the policy record the request's spans there, under the client's `traceparent`."""
-    state = RouterState(RouterConfig(FAKE_MODEL), fake_tokenizers()[0], engines, dispatcher.slot,
-                        dispatcher, fake_tokenizers()[2], counters=counters, tracer=tracer)
-    bridge = _Bridge(state)
-    _, tokenizer, vocab = fake_tokenizers()
-    front = InProcessFront(bridge, tokenizer, vocab, served_model=FAKE_MODEL,
-                           max_context=state.config.max_context,
-                           first_chunk_timeout_s=dispatcher.policy_timeout_s, tracer=tracer)
+    front, bridge = in_process_front(engines, dispatcher, counters, tracer)
+    state = bridge.state
     body = request_body(req)
     if stop_after is not None:
         if reference is None:

@@ -22,7 +22,7 @@ use axum::response::Response;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::Notify;
+use tokio::sync::{oneshot, Notify};
 
 /// How often the head of the queue looks at the engine table again.
 const HEAD_POLL: Duration = Duration::from_millis(5);
@@ -76,7 +76,7 @@ pub fn caller_key(caller: &Caller, keyed: bool) -> String {
 }
 
 /// The gate for one parsed request: its priority, its caller's share, its TTFT objective.
-pub async fn admit<B: PolicyBridge>(
+async fn admit<B: PolicyBridge>(
     front: &Front<B>,
     prepared: &Prepared,
 ) -> Result<Option<AdmissionPermit>, Shed> {
@@ -89,6 +89,30 @@ pub async fn admit<B: PolicyBridge>(
     (front.admission)
         .enter(front.core(), priority, &caller, slo_ttft, prepared.started)
         .await
+}
+
+/// Holds `prepared` at the gate until it may go, its permit in `prepared.admission`; None when
+/// it ended there: shed (its error answered on `head`), or its client went away (`head`'s
+/// receiver dropped: it leaves the queue, recorded "gone").
+pub async fn wait_at_gate<B: PolicyBridge>(
+    front: &Front<B>,
+    mut prepared: Prepared,
+    mut head: oneshot::Sender<Response>,
+) -> Option<(Prepared, oneshot::Sender<Response>)> {
+    let entered = tokio::select! {
+        entered = admit(front, &prepared) => entered,
+        () = head.closed() => return None,
+    };
+    match entered {
+        Ok(permit) => {
+            prepared.admission = permit;
+            Some((prepared, head))
+        }
+        Err(shed) => {
+            let _ = head.send(shed.response(&prepared.request_id));
+            None
+        }
+    }
 }
 
 #[derive(Default)]

@@ -125,8 +125,8 @@ pub trait PolicyBridge: Send + Sync + 'static {
 
     fn admit(&self, spec: AdmitSpec) -> BoxFuture<AdmitOutcome<Self::Run>>;
 
-    /// The client went away while `admit` runs: stop it (it still returns, then is closed).
-    /// Named by its engine-side id: clients may share an X-Request-Id.
+    /// The client went away while `admit` or `next_segment` runs: stop it (it still returns,
+    /// then is closed). Named by its first engine-side id: clients may share an X-Request-Id.
     fn cancel_admission(&self, engine_request_id: &str);
 
     /// The running segment ended with a hand-off after `segment_tokens`: where next, and that

@@ -49,36 +49,18 @@ pub struct Prepared {
     pub admission: Option<AdmissionPermit>,
 }
 
-/// Runs `prepared` in its own task; resolves to the response (its body may still stream).
-pub async fn respond<B: PolicyBridge>(front: Arc<Front<B>>, prepared: Prepared) -> Response {
-    let (task, head) = request_task(front, prepared, None);
-    tokio::spawn(task);
-    head.await.unwrap_or_else(|_| {
-        error_response(
-            &ShapedError::from(&ApiError::internal("the request ended without a response")),
-            "none",
-            "",
-        )
-    })
-}
-
-/// One request's task, and where its response's head arrives (then, streaming, its body). The
-/// HTTP front spawns the task on tokio; an in-process caller (front/in_process.rs) drives it
-/// itself, so tests and the simulator run the code a client's request runs. `tracer`: where
-/// its spans go instead of the process's router tracer (None: that one).
-pub fn request_task<B: PolicyBridge>(
+/// One request's run past the admission gate, its response's head going to `head` (then,
+/// streaming, its body). The HTTP front spawns it on tokio; an in-process caller
+/// (front/in_process.rs) drives it itself, so tests and the simulator run the code a client's
+/// request runs (front/request_start.rs makes both). `tracer`: where its spans go instead of
+/// the process's router tracer (None: that one).
+pub async fn request_task<B: PolicyBridge>(
     front: Arc<Front<B>>,
     prepared: Prepared,
+    head: oneshot::Sender<Response>,
     tracer: Option<Arc<RouterTracer>>,
-) -> (
-    impl std::future::Future<Output = ()> + Send + 'static,
-    oneshot::Receiver<Response>,
 ) {
-    let (head_tx, head_rx) = oneshot::channel();
-    (
-        RequestTask::new(front, prepared, head_tx, tracer).run(),
-        head_rx,
-    )
+    RequestTask::new(front, prepared, head, tracer).run().await;
 }
 
 /// A JSON response with the envelope headers.
@@ -554,12 +536,23 @@ impl<B: PolicyBridge> RequestTask<B> {
         // started counts as delivered: if the next segment fails, its close releases what the
         // policy took for it (a reservation the failed segment never consumed).
         self.delivered = false;
-        let segment = self
-            .front
-            .bridge
-            .next_segment(run, segment_tokens)
-            .await
-            .map_err(Stop::Failed)?;
+        // The next engine may still queue or prefill for a long time: a client that goes away
+        // meanwhile stops the deciding side's call (as an admission's), whose answer is then
+        // awaited so that the close sees everything it started.
+        let next = self.front.bridge.next_segment(run, segment_tokens);
+        tokio::pin!(next);
+        let answer = tokio::select! {
+            answer = &mut next => answer,
+            _ = self.client.gone() => {
+                self.client_gone = true;
+                self.front.bridge.cancel_admission(&self.engine_request_id);
+                if let Ok((segment, _)) = next.await {
+                    self.call = Some(segment.call); // the close cancels it
+                }
+                return Err(Stop::ClientGone);
+            }
+        };
+        let segment = answer.map_err(Stop::Failed)?;
         if let Some(spans) = &mut self.spans {
             spans.segment_on(&segment.0.engine);
         }

@@ -7,16 +7,14 @@
 //! (`--admin-port`), serves /health itself and hands everything else to the deciding side, which
 //! answers only /ready and the admin routes there.
 
-use super::admission::admit;
 use super::api_error::{ApiError, ShapedError};
-use super::bridge::{Caller, OpsRequest, Plane, PolicyBridge};
-use super::engine_names::first_engine_request_id;
+use super::bridge::{OpsRequest, Plane, PolicyBridge};
+use super::client_close::watch_close;
 use super::front_state::Front;
-use super::generation::{envelope, error_response, json_response, respond, Prepared};
-use super::openai_request::{parse_generation, GenerationRequest, RequestKind, RequestLimits};
+use super::generation::{envelope, error_response, json_response};
+use super::openai_request::RequestKind;
 use super::parse_error_reply::ShapedParseErrors;
-use super::request_ids::{client_request_id, new_request_id};
-use super::session_id::request_session;
+use super::request_start::{start_request, Identity};
 use crate::background_server::{BackgroundServer, ServeFuture, Shutdown};
 use crate::error::Result;
 use axum::body::{Body, Bytes};
@@ -94,12 +92,23 @@ fn serve<B: PolicyBridge>(
                 plane,
             });
             let service = TowerToHyperService::new(app);
-            // hyper's own replies to heads it cannot parse get the front's JSON error body.
+            // A client that closes is seen at once, even with a request in flight
+            // (front/client_close.rs); hyper's own replies to heads it cannot parse get the
+            // front's JSON error body.
+            let (socket, client_closed) = watch_close(socket);
             let socket = TokioIo::new(ShapedParseErrors::new(socket));
             let connection = connections.watch(http.serve_connection(socket, service));
             tokio::spawn(async move {
                 // A client that goes away or times out ends its connection; nothing to report.
-                let _ = connection.await;
+                // One that closed while a request waits: dropping the connection drops the
+                // handlers in flight, and each request's task aborts its engine work. hyper is
+                // polled first, so a reply it can write at once (to a head it refuses) still
+                // goes out.
+                tokio::select! {
+                    biased;
+                    _ = connection => {}
+                    () = client_closed => {}
+                }
             });
         }
         connections.shutdown().await;
@@ -125,16 +134,6 @@ fn authorized(headers: &HeaderMap, keys: &[String]) -> bool {
         && keys
             .iter()
             .any(|k| same_secret(token.as_bytes(), k.as_bytes()))
-}
-
-fn trace_headers(headers: &HeaderMap) -> Vec<(String, String)> {
-    ["traceparent", "tracestate"]
-        .iter()
-        .filter_map(|name| {
-            let value = headers.get(*name)?.to_str().ok()?;
-            Some(((*name).to_owned(), value.to_owned()))
-        })
-        .collect()
 }
 
 fn api_error(err: &ApiError, request_id: &str) -> Response {
@@ -219,15 +218,8 @@ async fn handle<B: PolicyBridge>(State(conn): State<Connection<B>>, request: Req
         _ => None,
     };
     let id_prefix = kind.map_or("req-", RequestKind::id_prefix);
-    // Two independent random ids: the one the client sees never names the request on an engine
-    // (so a seen or guessed id aborts nothing).
-    let engine_request_id = first_engine_request_id(id_prefix);
-    let client_id = parts
-        .headers
-        .get("x-request-id")
-        .and_then(|v| v.to_str().ok());
-    let request_id =
-        client_request_id(client_id).map_or_else(|| new_request_id(id_prefix), str::to_owned);
+    let identity = Identity::of(id_prefix, &parts.headers, client_host);
+    let request_id = identity.request_id.clone();
     let keys = &front.config.api_keys;
     if public
         && !keys.is_empty()
@@ -244,28 +236,9 @@ async fn handle<B: PolicyBridge>(State(conn): State<Connection<B>>, request: Req
                 Ok(body) => body,
                 Err(resp) => return resp,
             };
-            let prepared = prepare(
-                &front,
-                kind,
-                &body,
-                &parts.headers,
-                Identity {
-                    request_id: request_id.clone(),
-                    engine_request_id,
-                    client_host,
-                },
-                started,
-            );
-            match prepared {
-                Ok(mut prepared) => match admit(&front, &prepared).await {
-                    Ok(permit) => {
-                        prepared.admission = permit;
-                        respond(front, prepared).await
-                    }
-                    Err(shed) => shed.response(&request_id),
-                },
-                Err(err) => api_error(&err, &request_id),
-            }
+            start_request(front, kind, &body, &parts.headers, identity, started, None)
+                .spawned()
+                .await
         }
         (&Method::GET | &Method::HEAD, None) if path == "/health" => {
             json_response(200, br#"{"status":"ok"}"#.to_vec(), "none", &request_id)
@@ -308,7 +281,7 @@ async fn handle<B: PolicyBridge>(State(conn): State<Connection<B>>, request: Req
                     .and_then(|v| v.to_str().ok())
                     .unwrap_or("")
                     .to_owned(),
-                client_host,
+                client_host: identity.client_host,
             };
             let answer = front.bridge.ops(ops).await;
             let mut resp = Response::new(Body::from(answer.body));
@@ -330,60 +303,6 @@ async fn handle<B: PolicyBridge>(State(conn): State<Connection<B>>, request: Req
             resp
         }
     }
-}
-
-/// Who sent a request and the ids it gets.
-pub(super) struct Identity {
-    pub(super) request_id: String,
-    pub(super) engine_request_id: String,
-    pub(super) client_host: String,
-}
-
-/// Parse, tokenise and count the request in flight (429 at the limit).
-pub(super) fn prepare<B: PolicyBridge>(
-    front: &Front<B>,
-    kind: RequestKind,
-    body: &[u8],
-    headers: &HeaderMap,
-    identity: Identity,
-    started: Instant,
-) -> std::result::Result<Prepared, ApiError> {
-    let value: Value = serde_json::from_slice(body)
-        .map_err(|err| ApiError::bad_request(format!("request body is not valid JSON: {err}")))?;
-    // The request's model decides how its prompt is read and which engines may take it.
-    let model = front.models.resolve(value.get("model"))?;
-    let limits = RequestLimits {
-        served_model: model.name.clone(),
-        ..front.limits()
-    };
-    let request = parse_generation(&value, kind, model.tokenizer.as_ref(), &limits)?;
-    let session = request_session(headers, &value, front.sessions.settings())?;
-    let request = GenerationRequest { session, ..request };
-    let inflight = front.enter().map_err(|n| {
-        ApiError::busy(format!(
-            "{n} requests in flight (limit {})",
-            front.config.max_inflight
-        ))
-        .with_code("too_many_requests")
-    })?;
-    let authorization = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    Ok(Prepared {
-        request_id: identity.request_id,
-        engine_request_id: identity.engine_request_id,
-        caller: Caller {
-            authorization: authorization.to_owned(),
-            host: identity.client_host,
-        },
-        request,
-        model,
-        trace_headers: trace_headers(headers),
-        started,
-        inflight,
-        admission: None,
-    })
 }
 
 #[cfg(test)]

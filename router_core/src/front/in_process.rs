@@ -1,29 +1,21 @@
 //! One request through the front without a socket: the body a client would POST goes through
-//! the same parsing, admission and request task (generation.rs) as on the HTTP listener, and
-//! the caller gets the response's head and then its body, as a client would. The caller drives
+//! the same parsing, admission gate and request task (request_start.rs) as on the HTTP listener,
+//! and the caller gets the response's head and then its body, as a client would. The caller drives
 //! the task's future itself, so tests and the simulator (whose engines are in-process doubles,
 //! front/segment_call.rs) run the production request path on their own event loop, in virtual
 //! time when the simulator's.
 
-use super::api_error::ShapedError;
 use super::bridge::PolicyBridge;
-use super::engine_names::first_engine_request_id;
 use super::front_state::Front;
-use super::generation::{error_response, request_task};
-use super::http::{prepare, Identity};
 use super::openai_request::RequestKind;
-use super::request_ids::{client_request_id, new_request_id};
+pub use super::request_start::TaskFuture;
+use super::request_start::{start_request, Identity};
 use crate::otel::RouterTracer;
 use axum::http::HeaderMap;
 use axum::response::Response;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::oneshot;
-
-/// The request task, for its caller to drive.
-pub type TaskFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// A request handed to the front in-process.
 pub struct InProcessRequest {
@@ -46,38 +38,13 @@ pub fn start_in_process<B: PolicyBridge>(
     client_host: &str,
     tracer: Option<Arc<RouterTracer>>,
 ) -> InProcessRequest {
-    let started = Instant::now();
-    let engine_request_id = first_engine_request_id(kind.id_prefix());
-    let client_id = headers.get("x-request-id").and_then(|v| v.to_str().ok());
-    let request_id = client_request_id(client_id)
-        .map_or_else(|| new_request_id(kind.id_prefix()), str::to_owned);
-    let identity = Identity {
-        request_id: request_id.clone(),
-        engine_request_id: engine_request_id.clone(),
-        client_host: client_host.to_owned(),
-    };
-    match prepare(&front, kind, body, headers, identity, started) {
-        Ok(prepared) => {
-            let (task, head) = request_task(front, prepared, tracer);
-            InProcessRequest {
-                task: Some(Box::pin(task)),
-                head,
-                engine_request_id,
-            }
-        }
-        Err(err) => {
-            let (tx, head) = oneshot::channel();
-            let _ = tx.send(error_response(
-                &ShapedError::from(&err),
-                "none",
-                &request_id,
-            ));
-            InProcessRequest {
-                task: None,
-                head,
-                engine_request_id,
-            }
-        }
+    let identity = Identity::of(kind.id_prefix(), headers, client_host.to_owned());
+    let engine_request_id = identity.engine_request_id.clone();
+    let started = start_request(front, kind, body, headers, identity, Instant::now(), tracer);
+    InProcessRequest {
+        task: started.task,
+        head: started.head,
+        engine_request_id,
     }
 }
 

@@ -5,7 +5,7 @@
 use super::*;
 use crate::detok::DetokenizerVocab;
 use crate::engine_rpc::CallError;
-use crate::front::api_error::ApiError;
+use crate::front::api_error::{ApiError, ShapedError};
 use crate::front::bridge::{
     AdmitOutcome, AdmitSpec, Admitted, BoxFuture, OpsRequest, OpsResponse, RequestEnd, Segment,
 };
@@ -229,4 +229,114 @@ async fn a_refused_body_answers_at_once_without_a_task() {
     assert!(started.task.is_none());
     assert_eq!(started.head.await.unwrap().status(), 400);
     assert!(ends.lock().unwrap().is_empty());
+}
+
+/// The front over one engine that one request saturates: the admission gate holds the next,
+/// a queue of one.
+fn gated_front(first: pb::GenerateChunk) -> (Arc<Front<TestBridge>>, Ends) {
+    use crate::admission_queue::AdmissionSettings;
+    use crate::engine_table::Role;
+    use crate::router::{lock, RouterCore};
+    use crate::scoring::ScoreWeights;
+    let (front, _call, ends) = front(first, Vec::new());
+    let core = RouterCore::new(4, 9, ScoreWeights::default(), 1000, 60.0).unwrap();
+    lock(&core.table).upsert(0, Role::Any);
+    front.set_core(Arc::new(core));
+    front.admission.configure(AdmissionSettings {
+        max_inflight_per_engine: 1,
+        max_queue_len: 1,
+        ..AdmissionSettings::default()
+    });
+    (front, ends)
+}
+
+fn queued(front: &Front<TestBridge>) -> usize {
+    front.admission.queue_lengths().iter().map(|(_, n)| n).sum()
+}
+
+async fn until_queued(front: &Front<TestBridge>, n: usize) {
+    while queued(front) != n {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// The gated front with a first request running (its response's head taken, its task
+/// spawned) and a second one queued behind it (its task spawned).
+async fn one_running_one_queued() -> (
+    Arc<Front<TestBridge>>,
+    Ends,
+    tokio::task::JoinHandle<()>,
+    Response,
+    InProcessRequest,
+    tokio::task::JoinHandle<()>,
+) {
+    let (front, ends) = gated_front(chunk(&[1], ""));
+    // The first request takes the engine's one place and keeps generating.
+    let running = start(&front);
+    let running_task = tokio::spawn(running.task.unwrap());
+    let running_head = running.head.await.unwrap();
+    let mut waiting = start(&front);
+    let waiting_task = tokio::spawn(waiting.task.take().unwrap());
+    until_queued(&front, 1).await;
+    (
+        front,
+        ends,
+        running_task,
+        running_head,
+        waiting,
+        waiting_task,
+    )
+}
+
+#[tokio::test]
+async fn the_admission_gate_holds_sheds_and_lets_through_in_process() {
+    let (front, ends, running_task, running_head, mut waiting, waiting_task) =
+        one_running_one_queued().await;
+    assert_eq!(running_head.status(), 200);
+    // The second waits at the gate: no head, nothing admitted.
+    assert!(waiting.head.try_recv().is_err());
+    assert_eq!(ends.lock().unwrap().len(), 0);
+    // The third finds the queue full: 429 queue_full with Retry-After, and no task ran for it.
+    let full = start(&front);
+    tokio::spawn(full.task.unwrap()).await.unwrap();
+    let shed = full.head.await.unwrap();
+    assert_eq!(shed.status(), 429);
+    assert!(shed.headers().contains_key("retry-after"));
+    let body = axum::body::to_bytes(shed.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    assert!(String::from_utf8_lossy(&body).contains("queue_full"));
+    assert_eq!(ends.lock().unwrap().len(), 0);
+    // The first client goes away: its close frees the place, the second goes through.
+    drop(running_head);
+    running_task.await.unwrap();
+    let head = waiting.head.await.unwrap();
+    assert_eq!(head.status(), 200);
+    assert_eq!(queued(&front), 0);
+    drop(head);
+    waiting_task.await.unwrap();
+    assert_eq!(ends.lock().unwrap().len(), 2);
+    assert_eq!(front.inflight(), 0);
+}
+
+#[tokio::test]
+async fn a_queued_request_whose_client_goes_away_leaves_the_queue() {
+    let (front, ends, running_task, running_head, waiting, waiting_task) =
+        one_running_one_queued().await;
+    drop(waiting.head);
+    waiting_task.await.unwrap();
+    assert_eq!(queued(&front), 0);
+    // It never reached the deciding side; the running request is untouched.
+    assert_eq!(ends.lock().unwrap().len(), 0);
+    assert_eq!(front.inflight(), 1);
+    let outcomes: Vec<_> = front
+        .admission
+        .drain_waits()
+        .into_iter()
+        .map(|w| w.outcome)
+        .collect();
+    assert_eq!(outcomes, ["admitted", "gone"]);
+    drop(running_head);
+    running_task.await.unwrap();
+    assert_eq!(front.inflight(), 0);
 }

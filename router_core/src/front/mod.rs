@@ -7,6 +7,7 @@
 pub mod admission;
 pub mod api_error;
 pub mod bridge;
+mod client_close;
 mod engine_errors;
 pub mod engine_names;
 pub mod fast_path;
@@ -18,6 +19,7 @@ pub mod in_process;
 pub mod openai_request;
 mod parse_error_reply;
 mod request_ids;
+pub mod request_start;
 pub mod response_body;
 pub mod response_format;
 pub mod segment_call;

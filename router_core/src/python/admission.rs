@@ -1,12 +1,29 @@
 //! The admission queue for Python (front/admission.rs): its settings (the router's flags and
-//! `PUT /admin/admission`), and what the metrics read of it at each scrape.
+//! `PUT /admin/admission`), and what the metrics read of it at each scrape — of a RouterFront's,
+//! or of an InProcessFront's (tests run the same gate in-process).
 
 use super::front::PyRouterFront;
+use super::in_process::PyInProcessFront;
 use crate::admission_queue::AdmissionSettings;
-use pyo3::exceptions::PyValueError;
+use crate::front::admission::AdmissionGate;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
+
+/// The admission gate of `front`, a RouterFront or an InProcessFront.
+fn gate(front: &Bound<'_, PyAny>) -> PyResult<Arc<AdmissionGate>> {
+    if let Ok(front) = front.downcast::<PyRouterFront>() {
+        return Ok(front.get().front().admission.clone());
+    }
+    if let Ok(front) = front.downcast::<PyInProcessFront>() {
+        return Ok(front.get().admission());
+    }
+    Err(PyTypeError::new_err(
+        "the admission gate belongs to a RouterFront or an InProcessFront",
+    ))
+}
 
 /// One request's time at the admission gate.
 #[pyclass(
@@ -40,7 +57,7 @@ pub struct PyAdmissionQueueLength {
 #[pyo3(signature = (front, *, max_inflight_per_engine, max_queued_prefill_tokens,
                     max_queue_len, queue_timeout_s, weights, default_weight = 1.0))]
 fn set_admission(
-    front: PyRef<'_, PyRouterFront>,
+    front: &Bound<'_, PyAny>,
     max_inflight_per_engine: u64,
     max_queued_prefill_tokens: u64,
     max_queue_len: usize,
@@ -65,7 +82,7 @@ fn set_admission(
             "fair-share weights must be positive numbers",
         ));
     }
-    front.front().admission.configure(AdmissionSettings {
+    gate(front)?.configure(AdmissionSettings {
         max_inflight_per_engine,
         max_queued_prefill_tokens,
         max_queue_len,
@@ -78,26 +95,26 @@ fn set_admission(
 
 /// Requests waiting now, per priority (lowest number first; priorities with none are absent).
 #[pyfunction]
-fn admission_queue_lengths(front: PyRef<'_, PyRouterFront>) -> Vec<PyAdmissionQueueLength> {
-    let lengths = front.front().admission.queue_lengths();
-    lengths
+fn admission_queue_lengths(front: &Bound<'_, PyAny>) -> PyResult<Vec<PyAdmissionQueueLength>> {
+    let lengths = gate(front)?.queue_lengths();
+    Ok(lengths
         .into_iter()
         .map(|(priority, length)| PyAdmissionQueueLength { priority, length })
-        .collect()
+        .collect())
 }
 
 /// Every request's time at the gate since the last call, oldest first.
 #[pyfunction]
-fn drain_admission_waits(front: PyRef<'_, PyRouterFront>) -> Vec<PyAdmissionWait> {
-    let waits = front.front().admission.drain_waits();
-    waits
+fn drain_admission_waits(front: &Bound<'_, PyAny>) -> PyResult<Vec<PyAdmissionWait>> {
+    let waits = gate(front)?.drain_waits();
+    Ok(waits
         .into_iter()
         .map(|w| PyAdmissionWait {
             priority: w.priority,
             wait_s: w.wait_s,
             outcome: w.outcome,
         })
-        .collect()
+        .collect())
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -12,8 +12,10 @@
 use super::bridge_jobs::BridgeJobs;
 use super::detok::PyDetokenizerVocab;
 use super::front::PyBridge;
+use super::router::PyRouterCore;
 use super::tokenize::PyRouterTokenizer;
 use super::tracing::PyRouterTracer;
+use crate::front::admission::AdmissionGate;
 use crate::front::in_process::{start_in_process, TaskFuture};
 use crate::front::openai_request::RequestKind;
 use crate::front::{Front, FrontConfig};
@@ -154,6 +156,18 @@ impl PyInProcessFront {
     #[getter]
     fn inflight(&self) -> u64 {
         self.front.inflight()
+    }
+
+    /// The router core whose engine table the admission gate reads (as RouterFront.set_core;
+    /// none: the gate never finds the engines saturated).
+    fn set_core(&self, core: PyRef<'_, PyRouterCore>) {
+        self.front.set_core(core.core.clone());
+    }
+}
+
+impl PyInProcessFront {
+    pub(super) fn admission(&self) -> Arc<AdmissionGate> {
+        self.front.admission.clone()
     }
 }
 
