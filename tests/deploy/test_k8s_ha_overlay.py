@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from deploy_refs import DEPLOY, by_kind, render, source_text  # noqa: E402
 
-from pyrouter.cli import build_parser  # noqa: E402
+from pyrouter.cli import DEFAULT_PEER_PORT_OFFSET, build_parser  # noqa: E402
 from pyrouter.router_peers import router_peers  # noqa: E402
 
 pytestmark = pytest.mark.procs  # renders the overlay with kubectl
@@ -53,7 +53,7 @@ def test_replicas_find_each_other_through_a_headless_service():
     assert spec["publishNotReadyAddresses"] is True  # replicas starting together meet
     assert all(_labels(router).get(k) == v for k, v in spec["selector"].items())
     (svc_port,) = spec["ports"]
-    (http,) = container["ports"]
+    (http,) = [p for p in container["ports"] if p["name"] == "http"]
     assert svc_port["port"] == int(port) == http["containerPort"]
     assert svc_port["targetPort"] == http["name"]
 
@@ -96,3 +96,23 @@ def test_the_autoscaled_metric_is_one_the_router_exports_via_the_adapter_rule():
                                               "pod": {"resource": "pod"}}
     for placeholder in ("<<.Series>>", "<<.LabelMatchers>>", "<<.GroupBy>>"):
         assert placeholder in rule["metricsQuery"]
+
+
+def test_only_router_pods_reach_the_peer_port():
+    docs = render("ha")
+    router = _router(docs)
+    container = router["spec"]["template"]["spec"]["containers"][0]
+    args = build_parser().parse_args(container["args"])
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"http": args.port, "peer": args.peer_port}
+    # Each replica dials its peers at their --port plus its own offset: the same everywhere.
+    assert args.peer_port == args.port + DEFAULT_PEER_PORT_OFFSET
+    spec = by_kind(docs, "NetworkPolicy")["router-ports"]["spec"]
+    assert all(_labels(router).get(k) == v for k, v in spec["podSelector"]["matchLabels"].items())
+    assert spec["policyTypes"] == ["Ingress"]
+    open_rule, peer_rule = spec["ingress"]
+    assert "from" not in open_rule and [p["port"] for p in open_rule["ports"]] == [args.port]
+    assert [p["port"] for p in peer_rule["ports"]] == [args.peer_port]
+    (peer,) = peer_rule["from"]
+    assert set(peer) == {"podSelector"}
+    assert all(_labels(router).get(k) == v for k, v in peer["podSelector"]["matchLabels"].items())

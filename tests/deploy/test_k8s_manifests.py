@@ -109,9 +109,10 @@ def test_router_finds_every_pool_by_dns_and_its_flags_exist(overlay):
         assert (spec.role or "any") == literal_env(container(pool))["ENGINE_ROLE"]
         found.add(pool["metadata"]["name"])
     assert found == set(pools), "every engine pool is discovered by the router"
-    # ports: the router listens where its Service and probes point
+    # ports: the router listens where its Service and probes point (and, with peers, on its peer
+    # port: test_k8s_ha_overlay.py)
     port = int(parsed.port)
-    assert {p["containerPort"] for p in router["ports"]} == {port}
+    assert {p["containerPort"] for p in router["ports"] if p["name"] != "peer"} == {port}
     assert services["router"]["spec"]["ports"][0]["targetPort"] == router["ports"][0]["name"]
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         assert router[probe]["httpGet"]["port"] == router["ports"][0]["name"]
@@ -174,7 +175,7 @@ def test_mounted_paths_are_the_ones_the_code_uses(overlay):
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_only_router_and_engines_reach_engine_ports(overlay):
     docs = render(overlay)
-    (netpol,) = by_kind(docs, "NetworkPolicy").values()
+    netpol = by_kind(docs, "NetworkPolicy")["engine-ports"]
     spec = netpol["spec"]
     assert spec["policyTypes"] == ["Ingress"]
     pools = engine_sets(docs)
