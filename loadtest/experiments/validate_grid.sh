@@ -26,7 +26,7 @@ POLICIES=${POLICIES:-round_robin,least_load,cache_aware,pd,balanced_pd,tandem,sl
 WORKLOADS=${WORKLOADS:-sonnet,azure,mooncake}
 LOADS=${LOADS:-0.3,1,1.5}
 REPS=${REPS:-3}
-NUM_PROMPTS=${NUM_PROMPTS:-60}
+NUM_PROMPTS=${NUM_PROMPTS:-}  # requests per run; default per workload (PROMPTS below)
 SLO=(--slo-ttft-ms 2000 --slo-tpot-ms 200)  # the tournament's local-profile SLO
 PY="$ROOT/.venv/bin/python"
 DIR="$OUT/validate-grid"
@@ -40,6 +40,11 @@ declare -A WORKLOAD=(
   [azure]="--workload azure-code --length-scale 0.05 --output-scale 1"
   [mooncake]="--workload mooncake --length-scale 0.01 --output-scale 0.05"
 )
+# Requests per run: a run measures a sustained rate only when its arrivals last several times a
+# request's JCT (the tournament's "steady" rule); sonnet's short requests need a few hundred, or
+# its capacity is the burst the engines absorb (60 requests: 650 req/s, all in 0.1 s).
+declare -A PROMPTS=([sonnet]=200 [azure]=60 [mooncake]=60)
+n_of() { echo "${NUM_PROMPTS:-${PROMPTS[$1]}}"; }
 IFS=, read -r -a policies <<<"$POLICIES"
 IFS=, read -r -a workloads <<<"$WORKLOADS"
 IFS=, read -r -a loads <<<"$LOADS"
@@ -60,7 +65,7 @@ uptime | tee "$DIR/uptime.txt"
 for workload in "${workloads[@]}"; do
   # shellcheck disable=SC2086  # the workload's arguments are words
   "$SY" bench serve --url "$url" --no-progress --policies round_robin --salt 99000 \
-    --rates "${CAL_RATE:-8}" --num-prompts "$NUM_PROMPTS" ${WORKLOAD[$workload]} \
+    --rates "${CAL_RATE:-8}" --num-prompts "${CAL_PROMPTS:-60}" ${WORKLOAD[$workload]} \
     --result-dir "$DIR/calibration-$workload" >"$DIR/calibration-$workload.log"
 done
 mapfile -t engines < <(sed -n 's/^engine .* ready on \([^,]*\).*$/--from-engine=\1/p' "$DIR/serve.log")
@@ -73,7 +78,7 @@ token=()
 for workload in "${workloads[@]}"; do
   # shellcheck disable=SC2086
   CAPACITY[$workload]=$("$PY" "$ROOT/loadtest/experiments/sim_capacity.py" \
-    --profile "$DIR/profile.json" --engines 2 "${SLO[@]}" --num-prompts "$NUM_PROMPTS" \
+    --profile "$DIR/profile.json" --engines 2 "${SLO[@]}" --num-prompts "$(n_of "$workload")" \
     ${WORKLOAD[$workload]} 2>>"$DIR/capacity.log" | tail -1)
   echo "$workload ${CAPACITY[$workload]}" >>"$DIR/capacity.txt"
   echo "capacity $workload: ${CAPACITY[$workload]} req/s" | tee -a "$DIR/capacity.log"
@@ -84,7 +89,7 @@ for workload in "${workloads[@]}"; do
     rate=$(rate_of "$workload" "$load")
     # shellcheck disable=SC2086
     "$SY" bench serve --url "$url" --no-progress --policies round_robin --salt 500 \
-      --rates "$rate" --num-prompts "$NUM_PROMPTS" ${WORKLOAD[$workload]} \
+      --rates "$rate" --num-prompts "$(n_of "$workload")" ${WORKLOAD[$workload]} \
       --result-dir "$DIR/warmup/$workload-$load" >"$DIR/warmup-$workload-$load.log"
     for rep in $(seq "$REPS"); do
       for k in $(seq 0 $((npol - 1))); do
@@ -94,7 +99,7 @@ for workload in "${workloads[@]}"; do
         echo "$name @$rate req/s: $(uptime)" >>"$DIR/uptime.txt"
         # shellcheck disable=SC2086
         "$SY" bench serve --url "$url" --no-progress --policies "$policy" \
-          --salt $((rep * 1000 + i)) --rates "$rate" --num-prompts "$NUM_PROMPTS" "${SLO[@]}" \
+          --salt $((rep * 1000 + i)) --rates "$rate" --num-prompts "$(n_of "$workload")" "${SLO[@]}" \
           ${WORKLOAD[$workload]} --result-dir "$DIR/real/$name" >"$DIR/real/$name.log"
         "$PY" -c 'import json, sys; r = json.load(open(sys.argv[1]))["runs"][0]
 print("%s: %.1f%% within SLO" % (sys.argv[2], 100 * (r.get("slo_attainment") or 0)))' \
@@ -117,7 +122,7 @@ for workload in "${workloads[@]}"; do
       # shellcheck disable=SC2086
       "$SY" bench simulate --profile "$DIR/profile.json" --engines 2 --roles any,any \
         --no-progress --policies "$POLICIES" --salt $((rep * 1000)) --rates "$rate" \
-        --num-prompts "$NUM_PROMPTS" "${SLO[@]}" ${WORKLOAD[$workload]} \
+        --num-prompts "$(n_of "$workload")" "${SLO[@]}" ${WORKLOAD[$workload]} \
         --result-dir "$DIR/sim/$workload-$load-rep$rep" >"$DIR/sim/$workload-$load-rep$rep.log"
     done
   done
