@@ -181,6 +181,16 @@ class ClusterView:
         engine = next(e for e in engines if e.num == num)
         return SessionPin(engine, "overflow" if overflowed else "stuck")
 
+    def dp_candidates(self, req: RouterRequest) -> tuple[list[EngineHandle], SessionPin | None]:
+        """The engines a data-parallel policy chooses among for `req`: its session's engine alone
+        when it has a session, else every healthy engine; and the pin (None without a session).
+        NoCapacity when no engine is healthy."""
+        engines = self.engines("any")
+        if not engines:
+            raise NoCapacity("no healthy engine", code="no_capacity")
+        pin = self.session(req, engines)
+        return ([pin.engine] if pin is not None else engines), pin
+
     def load(self, engine: EngineHandle) -> EngineLoad:
         """router_core's EngineLoad: unfinished tokens, running decodes, KV pages, inflight."""
         return self.core.table.get(engine.num)

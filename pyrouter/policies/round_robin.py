@@ -4,19 +4,13 @@ from __future__ import annotations
 
 from pyrouter.cluster import ClusterView, session_note
 from pyrouter.engines.handle import GenerationStream
-from pyrouter.errors import NoCapacity
 from pyrouter.policy_registry import policy
 from pyrouter.request import RouterRequest
 
 
 @policy("round_robin")
 async def route(req: RouterRequest, cluster: ClusterView) -> GenerationStream:
-    engines = cluster.engines("any")
-    if not engines:
-        raise NoCapacity("no healthy engine", code="no_capacity")
-    pin = cluster.session(req, engines)  # a session's engine is the only candidate
-    if pin is not None:
-        engines = [pin.engine]
+    engines, pin = cluster.dp_candidates(req)
     turn = cluster.state.get("turn", 0)
     cluster.state["turn"] = turn + 1
     engine = engines[turn % len(engines)]
