@@ -21,21 +21,21 @@ from router_core import RouterCore, engine_name
 from switchyard_sim.client import SimEngineClient, TokenLog
 from switchyard_sim.cores import SharedCores
 from switchyard_sim.engine import SimEngine
+from switchyard_sim.fake.local_engines import LocalEngines
 from switchyard_sim.profile import HardwareProfile
 
 POLL_S = 0.5  # the router's Stats poll (switchyard router --poll-s)
 KV_EVENT_POLL_S = 0.05  # the engine's KVEvents stream (engine/server/servicer.py)
 
 
-class SimCluster:
+class SimCluster(LocalEngines):
     def __init__(self, profile: HardwareProfile, roles: Sequence[str], coalesce: int = 16,
                  poll_s: float = POLL_S, kv_event_poll_s: float = KV_EVENT_POLL_S) -> None:
         if not roles:
             raise ValueError("a simulated cluster needs at least one engine")
         self.profile = profile
         seed = router_core.model_seed(profile.model.model_id or profile.name)
-        self.core: RouterCore = RouterCore(profile.page_size, seed)
-        self.engines: dict[str, EngineHandle] = {}
+        super().__init__(RouterCore(profile.page_size, seed))
         self.tokens = TokenLog()
         self.poll_s = poll_s
         self.kv_event_poll_s = kv_event_poll_s
@@ -52,24 +52,13 @@ class SimCluster:
             handle = EngineHandle(engine_id, num, client.address, role, client,
                                   self.core, healthy=True, model_id=profile.model.model_id)
             self._sims[engine_id], self._clients[engine_id] = sim, client
-            self.engines[engine_id] = handle
             self._kv_seq[engine_id] = 0
-            self.core.table.upsert(num, role)
-            self.core.index.add_engine(num)
+            self.add(handle)
 
     def _deliver_to(self, engine_id: str) -> Callable[[StepOutput, float], None]:
         def deliver(out: StepOutput, now: float) -> None:
             self._clients[engine_id].deliver(out, now)
         return deliver
-
-    # ---- what a ClusterView and the Dispatcher need (as EngineMembership provides) ----
-    def healthy(self) -> list[EngineHandle]:
-        return [e for e in self.engines.values() if e.healthy and not e.draining]
-
-    def mark_unhealthy(self, engine_id: str) -> None:
-        handle = self.engines[engine_id]
-        handle.healthy = False
-        self.core.table.set_health(handle.num, False)
 
     # ---- inspection ----
     def sim(self, engine_id: str) -> SimEngine:

@@ -39,6 +39,7 @@ from switchyard_sim.fake.front_run import (
     in_process_front,
     run_through_front,
 )
+from switchyard_sim.fake.local_engines import LocalEngines
 
 
 @dataclass(slots=True)
@@ -63,11 +64,10 @@ class FakeEngine:
     faults: Sequence[Fault] = ()
 
 
-class FakeCluster:
+class FakeCluster(LocalEngines):
     def __init__(self, engines: Sequence[FakeEngine], block_size: int = 16,
                  policy_timeout_s: float = 5.0) -> None:
-        self.core: RouterCore = RouterCore(block_size, router_core.model_seed(FAKE_MODEL))
-        self.engines: dict[str, EngineHandle] = {}
+        super().__init__(RouterCore(block_size, router_core.model_seed(FAKE_MODEL)))
         self.counters = RouterCounters()
         self.outcomes = RecentOutcomes()  # kept across runs, as a router's dispatcher keeps it
         self.feedback = PredictionFeedback()  # likewise
@@ -83,21 +83,11 @@ class FakeCluster:
                                       faults=list(spec.faults))
             handle = EngineHandle(name, num, client.address, spec.role, client,
                                   self.core, healthy=spec.healthy)
-            self.engines[name], self._clients[name] = handle, client
-            self.core.table.upsert(num, spec.role)
-            self.core.index.add_engine(num)
+            self._clients[name] = client
+            self.add(handle)
             self.set_load(name, spec)
             for tokens in spec.cached:
                 client.cache(list(tokens))
-
-    # ---- the directory a ClusterView and the Dispatcher need (as EngineMembership provides) ----
-    def healthy(self) -> list[EngineHandle]:
-        return [e for e in self.engines.values() if e.healthy and not e.draining]
-
-    def mark_unhealthy(self, engine_id: str) -> None:
-        handle = self.engines[engine_id]
-        handle.healthy = False
-        self.core.table.set_health(handle.num, False)
 
     # ---- test set-up and inspection ----
     def client(self, engine_id: str) -> FakeEngineClient:
