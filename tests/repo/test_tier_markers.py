@@ -2,6 +2,7 @@
 registers them, and the guard refuses a process or the model's weights to a test without the marker."""
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 import tomllib
@@ -43,6 +44,15 @@ def test_pyproject_registers_every_tier_marker():
 def test_unmarked_test_may_not_start_a_process():
     with guard_unmarked(_Item()), pytest.raises(TierMarkerMissing, match="`procs`"):
         subprocess.run(["true"], check=True)
+
+
+def test_matplotlib_may_ask_fontconfig_for_fonts():
+    # matplotlib's first import on a machine runs `fc-list` to build its font cache; a test that
+    # plots must pass on a fresh machine without the `procs` marker (absent fontconfig is fine too)
+    with guard_unmarked(_Item()), contextlib.suppress(FileNotFoundError):
+        subprocess.run(["fc-list", "--help"], capture_output=True, check=False)
+    with guard_unmarked(_Item()), pytest.raises(TierMarkerMissing, match="`procs`"):
+        subprocess.run(["/bin/fc-list-not-this", "--help"], check=False)
 
 
 def test_unmarked_test_may_not_load_the_weights(tmp_path: Path):
