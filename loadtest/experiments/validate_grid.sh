@@ -17,7 +17,9 @@
 # Follow docs/benchmarking.md "Quiet runs": load average below 1 before starting, nothing else
 # running (the script records `uptime` before every real run in uptime.txt).
 # PHASE=real runs steps 1-5 only, PHASE=sim step 6 only (for the real runs present in the result
-# directory: a real phase cut short still gets its table), PHASE=all (default) both.
+# directory: a real phase cut short still gets its table), PHASE=all (default) both;
+# PHASE=resume runs step 5 again on new, calibrated engines with the profile and capacities
+# already in the result directory (a grid measured in several sittings, e.g. one workload later).
 #   loadtest/experiments/validate_grid.sh                  # ~1 hour here
 #   WORKLOADS=sonnet LOADS=0.3 REPS=1 POLICIES=round_robin,pd NUM_PROMPTS=10 \
 #     loadtest/experiments/validate_grid.sh                # smoke, a few minutes
@@ -50,7 +52,7 @@ IFS=, read -r -a workloads <<<"$WORKLOADS"
 IFS=, read -r -a loads <<<"$LOADS"
 npol=${#policies[@]}
 PHASE=${PHASE:-all}
-case "$PHASE" in all | real | sim) ;; *) echo "PHASE: all, real or sim" >&2; exit 2 ;; esac
+case "$PHASE" in all | real | resume | sim) ;; *) echo "PHASE: all, real, resume or sim" >&2; exit 2 ;; esac
 declare -A CAPACITY
 
 rate_of() {  # rate_of WORKLOAD LOAD: LOAD x the workload's capacity, 4 significant digits
@@ -61,13 +63,16 @@ rate_of() {  # rate_of WORKLOAD LOAD: LOAD x the workload's capacity, 4 signific
 if [ "$PHASE" != sim ]; then
 start_serve "$DIR/serve.log" 2 --cpu-affinity auto
 url="http://127.0.0.1:$PORT"
-uptime | tee "$DIR/uptime.txt"
+uptime | tee -a "$DIR/uptime.txt"
 for workload in "${workloads[@]}"; do
   # shellcheck disable=SC2086  # the workload's arguments are words
   "$SY" bench serve --url "$url" --no-progress --policies round_robin --salt 99000 \
     --rates "${CAL_RATE:-8}" --num-prompts "${CAL_PROMPTS:-60}" ${WORKLOAD[$workload]} \
     --result-dir "$DIR/calibration-$workload" >"$DIR/calibration-$workload.log"
 done
+if [ "$PHASE" = resume ]; then
+  while read -r workload capacity; do CAPACITY[$workload]=$capacity; done <"$DIR/capacity.txt"
+else
 mapfile -t engines < <(sed -n 's/^engine .* ready on \([^,]*\).*$/--from-engine=\1/p' "$DIR/serve.log")
 serve_logs=$(sed -n 's/^starting .*; logs in \(.*\)$/\1/p' "$DIR/serve.log")
 token=()
@@ -83,6 +88,7 @@ for workload in "${workloads[@]}"; do
   echo "$workload ${CAPACITY[$workload]}" >>"$DIR/capacity.txt"
   echo "capacity $workload: ${CAPACITY[$workload]} req/s" | tee -a "$DIR/capacity.log"
 done
+fi
 
 for workload in "${workloads[@]}"; do
   for load in "${loads[@]}"; do
@@ -111,7 +117,7 @@ done
 uptime | tee -a "$DIR/uptime.txt"
 stop_serve
 fi
-[ "$PHASE" = real ] && exit 0
+case "$PHASE" in real | resume) exit 0 ;; esac
 
 while read -r workload capacity; do CAPACITY[$workload]=$capacity; done <"$DIR/capacity.txt"
 for workload in "${workloads[@]}"; do
