@@ -11,9 +11,9 @@ import csv
 from datetime import datetime
 from typing import NamedTuple
 
-from switchyard_bench.workloads.base import RequestShape, WorkloadError, scaled_length
+from switchyard_bench.workloads.base import RequestShape, scaled_length
 from switchyard_bench.workloads.data_files import data_path
-from switchyard_bench.workloads.trace_replay import TraceConfig, TraceWorkload
+from switchyard_bench.workloads.trace_replay import TraceConfig, TraceWorkload, parse_rows
 from switchyard_bench.workloads.vocabulary import RealVocabulary
 
 
@@ -31,16 +31,15 @@ def _seconds(stamp: str) -> float:
     return base + (float(f"0.{fraction}") if fraction else 0.0)
 
 
+def _row(row: dict[str, str]) -> AzureRequest:
+    return AzureRequest(_seconds(row["TIMESTAMP"]), int(row["ContextTokens"]),
+                        int(row["GeneratedTokens"]))
+
+
 def read_azure(path: str) -> list[AzureRequest]:
-    out = []
     with open(data_path(path), encoding="utf-8", newline="") as f:
-        for number, row in enumerate(csv.DictReader(f), 2):
-            try:
-                out.append(AzureRequest(_seconds(row["TIMESTAMP"]), int(row["ContextTokens"]),
-                                        int(row["GeneratedTokens"])))
-            except (ValueError, KeyError, TypeError, AttributeError) as exc:
-                raise WorkloadError(f"{path}:{number}: not an Azure trace row ({exc})") from exc
-    return out
+        # Line 1 is the CSV header.
+        return parse_rows(path, "an Azure trace row", enumerate(csv.DictReader(f), 2), _row)
 
 
 class AzureCodeWorkload(TraceWorkload[AzureRequest]):

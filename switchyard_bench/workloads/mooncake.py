@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 from typing import Any, NamedTuple
 
-from switchyard_bench.workloads.base import RequestShape, WorkloadError, scaled_length
+from switchyard_bench.workloads.base import RequestShape, scaled_length
 from switchyard_bench.workloads.data_files import data_path
-from switchyard_bench.workloads.trace_replay import TraceConfig, TraceWorkload
+from switchyard_bench.workloads.trace_replay import TraceConfig, TraceWorkload, parse_rows
 from switchyard_bench.workloads.vocabulary import RealVocabulary
 
 TRACE_BLOCK_TOKENS = 512
@@ -28,20 +28,16 @@ class MooncakeRequest(NamedTuple):
     hash_ids: list[int]
 
 
+def _row(line: str) -> MooncakeRequest:
+    row = json.loads(line)
+    return MooncakeRequest(float(row["timestamp"]), int(row["input_length"]),
+                           int(row["output_length"]), [int(h) for h in row["hash_ids"]])
+
+
 def read_mooncake(path: str) -> list[MooncakeRequest]:
-    out = []
     with open(data_path(path), encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                out.append(MooncakeRequest(float(row["timestamp"]), int(row["input_length"]),
-                                           int(row["output_length"]),
-                                           [int(h) for h in row["hash_ids"]]))
-            except (ValueError, KeyError, TypeError) as exc:
-                raise WorkloadError(f"{path}:{number}: not a Mooncake trace row ({exc})") from exc
-    return out
+        lines = ((number, line) for number, line in enumerate(f, 1) if line.strip())
+        return parse_rows(path, "a Mooncake trace row", lines, _row)
 
 
 class MooncakeWorkload(TraceWorkload[MooncakeRequest]):

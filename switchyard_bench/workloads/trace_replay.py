@@ -3,13 +3,27 @@ length and output scales, and arrival offsets from the rows' timestamps."""
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from switchyard_bench.workloads.base import Workload, WorkloadError, check_positive
 
 Row = TypeVar("Row")
+Raw = TypeVar("Raw")
+
+
+def parse_rows(path: str, what: str, numbered: Iterable[tuple[int, Raw]],
+               parse: Callable[[Raw], Row]) -> list[Row]:
+    """Each (line number, raw row) of the trace file `path` parsed; the first row `parse` cannot
+    read is a WorkloadError naming its line and `what` it should have been."""
+    out = []
+    for number, raw in numbered:
+        try:
+            out.append(parse(raw))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise WorkloadError(f"{path}:{number}: not {what} ({exc})") from exc
+    return out
 
 
 @dataclass(frozen=True, slots=True)
