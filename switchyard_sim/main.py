@@ -22,7 +22,13 @@ from engine.server.cpu_affinity import usable_cores
 from pyrouter.errors import BadRequest
 from pyrouter.policy_registry import get_policy, load_policy_source
 from switchyard_bench.serve.main import _names, _rates
-from switchyard_bench.serve.report import header_lines, slo_capacity, table, write_summary
+from switchyard_bench.serve.report import (
+    header_lines,
+    make_result_dir,
+    slo_capacity,
+    table,
+    write_summary,
+)
 from switchyard_bench.serve.request_body import Slo
 from switchyard_bench.workloads import (
     ArrivalProcess,
@@ -139,9 +145,7 @@ def run(args: argparse.Namespace) -> int:
     except (ProfileError, WorkloadError, BadRequest, ValueError) as exc:
         print(f"switchyard bench simulate: {exc}", file=sys.stderr)
         return 2
-    result_dir = a.result_dir or os.path.join(
-        "bench_results", datetime.datetime.now().strftime("simulate-%Y%m%d-%H%M%S"))
-    os.makedirs(result_dir, exist_ok=True)
+    result_dir = make_result_dir(a.result_dir, "simulate")
     meta = _meta(a, cfg, workload)
     print("\n".join(header_lines(meta)), flush=True)
     began = real_perf_counter()

@@ -19,7 +19,13 @@ from typing import Any
 import uvloop
 
 from switchyard_bench.serve.client import ClientConfig
-from switchyard_bench.serve.report import header_lines, slo_capacity, table, write_summary
+from switchyard_bench.serve.report import (
+    header_lines,
+    make_result_dir,
+    slo_capacity,
+    table,
+    write_summary,
+)
 from switchyard_bench.serve.request_body import Slo
 from switchyard_bench.serve.sweep import SweepConfig, SweepResult, run_sweep
 from switchyard_bench.workloads import (
@@ -134,9 +140,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if a.salt is None:
         a.salt = random.randrange(2**31)
-    result_dir = a.result_dir or os.path.join(
-        "bench_results", datetime.datetime.now().strftime("serve-%Y%m%d-%H%M%S"))
-    os.makedirs(result_dir, exist_ok=True)
+    result_dir = make_result_dir(a.result_dir, "serve")
     meta = _meta(a, workload, slo)
     print("\n".join(header_lines(meta)), flush=True)
     cfg = SweepConfig(

@@ -28,6 +28,7 @@ from engine.server.cpu_affinity import usable_cores
 from pyrouter.errors import BadRequest
 from pyrouter.policy_registry import BUILTIN_NAMES, get_policy, load_policy_source
 from switchyard_bench.serve.main import _names, _rates
+from switchyard_bench.serve.report import make_result_dir
 from switchyard_bench.serve.request_body import Slo
 from switchyard_bench.tournament.cells import (
     DEFAULT_SETTINGS,
@@ -206,9 +207,7 @@ def run(args: argparse.Namespace) -> int:
     except (ProfileError, WorkloadError, BadRequest, ValueError) as exc:
         print(f"switchyard bench tournament: {exc}", file=sys.stderr)
         return 2
-    result_dir = a.result_dir or os.path.join(
-        "bench_results", datetime.datetime.now().strftime("tournament-%Y%m%d-%H%M%S"))
-    os.makedirs(result_dir, exist_ok=True)
+    result_dir = make_result_dir(a.result_dir, "tournament")
     meta = _meta(a, plan)
     cells = grid(a.profiles, a.workloads, a.engines, a.loads)
     slos = "; ".join(f"{short_profile(p)} TTFT <= {s.slo.ttft_ms:g} ms, TPOT <= "
