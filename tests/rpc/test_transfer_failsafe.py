@@ -26,7 +26,14 @@ from engine.transfer import link as link_module
 from engine.transfer.frames import FrameKind, Header, recv_header, recv_payload, send_frame
 from engine.transfer.link import SocketLink
 from engine.transfer.staging import FifoRing
-from tests.rpc.test_transfer_unit import LAYOUT, DictSink, _addr, _classify, _send
+from tests.rpc.test_transfer_unit import (
+    LAYOUT,
+    DictSink,
+    _addr,
+    _classify,
+    _send,
+    _send_intact,
+)
 
 pytestmark = [pytest.mark.procs, pytest.mark.timeout(120)]
 
@@ -174,10 +181,7 @@ def test_sends_cancelled_anywhere_leave_the_ring_consistent(receiver, sends) -> 
                     session.buffer(0, 0, tokens)
             # "abandon": the session is simply dropped (the RPC task was cancelled)
         assert link.alive, link._dead
-        sink.reserve("clean", 9)
-        expected = torch.randn(LAYOUT.num_layers, 2, 9, 2, 8)
-        assert _send(link, "clean", expected, 4) == LAYOUT.range_bytes(9)
-        assert torch.equal(sink.store["clean"], expected)
+        _send_intact(sink, link, "clean", 9, 4)
         assert link.ring is not None and link.ring.in_flight() == 0
     finally:
         link.close()
@@ -197,11 +201,8 @@ def test_a_chunk_never_sent_does_not_hold_the_ring(receiver, monkeypatch) -> Non
         session.abort("client deadline")
         with pytest.raises(TransferError):
             session.commit(0, 0, 24, buf)
-        sink.reserve("next", 10)
-        expected = torch.randn(LAYOUT.num_layers, 2, 10, 2, 8)
         # 1280-byte chunks: more than the 1024 bytes past the aborted chunk.
-        assert _send(link, "next", expected, 10) == LAYOUT.range_bytes(10)
-        assert torch.equal(sink.store["next"], expected)
+        _send_intact(sink, link, "next", 10, 10)
         assert link.alive and link.ring is not None and link.ring.in_flight() == 0
     finally:
         link.close()
@@ -273,9 +274,7 @@ def test_link_needs_the_engine_token(monkeypatch) -> None:
         monkeypatch.setenv("SWITCHYARD_ENGINE_TOKEN", "deploy-secret")
         link = SocketLink("127.0.0.1", listener.port, LAYOUT, staging_bytes=1 << 16)
         try:
-            sink.reserve("ok", 5)
-            expected = torch.randn(LAYOUT.num_layers, 2, 5, 2, 8)
-            assert _send(link, "ok", expected, 5) == LAYOUT.range_bytes(5)
+            _send_intact(sink, link, "ok", 5, 5)
         finally:
             link.close()
     finally:

@@ -76,18 +76,24 @@ def _send(link: SocketLink, rid: str, expected: torch.Tensor, chunk: int) -> int
     return session.finish(timeout_s=10).bytes_acked
 
 
+def _send_intact(sink: DictSink, link: SocketLink, rid: str, n: int, chunk: int) -> None:
+    """`n` tokens of random K/V sent for `rid` in `chunk`-token chunks: every byte acked, and the
+    reservation holds exactly what was sent."""
+    sink.reserve(rid, n)
+    expected = torch.randn(LAYOUT.num_layers, 2, n, 2, 8)
+    assert _send(link, rid, expected, chunk) == LAYOUT.range_bytes(n)
+    assert torch.equal(sink.store[rid], expected)
+
+
 @pytest.mark.parametrize("kind", ["shm", "tcp"])
 def test_bytes_land_intact(receiver, kind: str) -> None:
     sink, listener = receiver
     pool = TransportPool(LAYOUT)
     try:
         for rid, n, chunk in [("a", 37, 5), ("b", 300, 64), ("c", 1, 1)]:
-            sink.reserve(rid, n)
-            expected = torch.randn(LAYOUT.num_layers, 2, n, 2, 8)
             link = pool.get(_addr(listener, rid, n), override=kind)
             assert link.name == kind
-            assert _send(link, rid, expected, chunk) == LAYOUT.range_bytes(n)
-            assert torch.equal(sink.store[rid], expected)
+            _send_intact(sink, link, rid, n, chunk)
         assert listener.bytes_received == LAYOUT.range_bytes(37 + 300 + 1)
     finally:
         pool.close()
@@ -97,11 +103,8 @@ def test_shm_ring_wraps_under_backpressure(receiver) -> None:
     sink, listener = receiver
     link = SocketLink("127.0.0.1", listener.port, LAYOUT, staging_bytes=4096)
     try:
-        sink.reserve("r", 500)
-        expected = torch.randn(LAYOUT.num_layers, 2, 500, 2, 8)
         # 7-token chunks are 896 bytes: the 4 KiB ring wraps many times.
-        assert _send(link, "r", expected, 7) == LAYOUT.range_bytes(500)
-        assert torch.equal(sink.store["r"], expected)
+        _send_intact(sink, link, "r", 500, 7)
         assert link.ring is not None and link.ring.in_flight() == 0
     finally:
         link.close()
