@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import socket
 import time
+from urllib.parse import urlsplit
 
 import pytest
 import requests
-from router_procs import free_port, start_mock, start_router, wait_ready
+from router_procs import free_port, mock_router, start_mock, start_router, wait_ready
 
 pytestmark = [pytest.mark.procs, pytest.mark.timeout(90)]
 
@@ -32,32 +33,19 @@ def test_failed_engine_is_retried_elsewhere():
 
 
 def test_mid_stream_failure_ends_with_an_error_event():
-    p, rp = free_port(), free_port()
-    engine = start_mock(p, "--fail-after-tokens", "3")
-    router = start_router(rp, [p])
-    base = f"http://127.0.0.1:{rp}"
-    try:
-        wait_ready(base, router)
+    with mock_router("--fail-after-tokens", "3", engines=1) as base:
         r = requests.post(f"{base}/v1/completions",
                           json={"prompt": "x", "max_tokens": 10, "stream": True})
         assert r.status_code == 200
         assert '"error"' in r.text and r.text.rstrip().endswith("data: [DONE]")
         r = requests.post(f"{base}/v1/completions", json={"prompt": "x", "max_tokens": 10})
         assert r.status_code == 502 and r.json()["error"]["type"] == "engine_error"
-    finally:
-        router.stop()
-        engine.stop()
 
 
 def test_client_disconnect_aborts_engine_work():
-    p, rp = free_port(), free_port()
-    engine = start_mock(p, "--chunk-delay-ms", "50")
-    router = start_router(rp, [p])
-    base = f"http://127.0.0.1:{rp}"
-    try:
-        wait_ready(base, router)
+    with mock_router("--chunk-delay-ms", "50", engines=1) as base:
         body = b'{"prompt": "x", "max_tokens": 400, "stream": true}'
-        with socket.create_connection(("127.0.0.1", rp)) as sock:
+        with socket.create_connection(("127.0.0.1", urlsplit(base).port)) as sock:
             sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
                          b"Content-Type: application/json\r\n"
                          b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
@@ -71,9 +59,6 @@ def test_client_disconnect_aborts_engine_work():
                 break
             assert time.monotonic() < deadline, engines
             time.sleep(0.1)
-    finally:
-        router.stop()
-        engine.stop()
 
 
 def test_failed_kv_transfer_falls_back_to_local_prefill():
