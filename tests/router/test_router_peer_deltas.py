@@ -10,11 +10,15 @@ poll behind).
 """
 from __future__ import annotations
 
-import threading
-
 import pytest
 import requests
-from replica_load import LONG_TOKENS, engine_view, engines, long_stream
+from replica_load import (
+    LONG_TOKENS,
+    assert_short_requests_go_to,
+    engine_view,
+    engines,
+    start_long_streams,
+)
 from router_procs import free_port, start_router, wait_ready, wait_until
 
 from engine.server.launcher import EngineProcess
@@ -49,9 +53,7 @@ def test_a_replica_counts_a_peers_dispatches_before_any_stats_shows_them(
         wait_until(lambda: _metric(base_a, "switchyard:router_peer_streams_up") == 1, 120,
                    "A's delta stream to B")
         y_id = engine_view(base_b, y)["id"]
-        done = [threading.Event() for _ in range(2)]
-        for event in done:
-            threading.Thread(target=long_stream, args=(base_a, event), daemon=True).start()
+        done = start_long_streams(base_a, 2)
         # Each of A's streams is its prompt plus LONG_TOKENS, all dispatched since B's Stats.
         wait_until(lambda: engine_view(base_b, x)["load"]["router_tokens"] >= 2 * LONG_TOKENS,
                    120, "B to count A's two dispatches")
@@ -62,15 +64,7 @@ def test_a_replica_counts_a_peers_dispatches_before_any_stats_shows_them(
         # nor B's own dispatches show A's work.
         assert seen_by_b["load"]["unfinished_tokens"] == 0, seen_by_b
         assert seen_by_b["load"]["inflight"] == 0, seen_by_b
-        for i in range(4):
-            r = requests.post(f"{base_b}/v1/completions", timeout=60,
-                              json={"prompt": f"short {i} {policy}", "max_tokens": 2})
-            assert r.status_code == 200, r.text
-            route = r.headers["X-Switchyard-Route"]
-            assert f"engine={y_id} " in route + " ", (
-                route, "A's streams had ended" if all(e.is_set() for e in done) else "")
-        for event in done:
-            assert event.wait(120)
+        assert_short_requests_go_to(base_b, y_id, policy, done)
     finally:
         a.stop()
         b.stop()

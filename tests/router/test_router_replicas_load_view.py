@@ -11,11 +11,8 @@ they would tie and take X, the first engine.
 """
 from __future__ import annotations
 
-import threading
-
 import pytest
-import requests
-from replica_load import engine_view, engines, long_stream
+from replica_load import assert_short_requests_go_to, engine_view, engines, start_long_streams
 from router_procs import free_port, start_router, wait_ready, wait_until
 
 from engine.server.launcher import EngineProcess
@@ -39,21 +36,11 @@ def test_a_replica_routes_around_the_load_another_replica_put_on_an_engine(
         wait_ready(base_a, a, want_engines=1)
         wait_ready(base_b, b, want_engines=2)
         y_id = engine_view(base_b, y)["id"]
-        done = [threading.Event() for _ in range(2)]
-        for event in done:
-            threading.Thread(target=long_stream, args=(base_a, event), daemon=True).start()
+        done = start_long_streams(base_a, 2)
         wait_until(lambda: engine_view(base_b, x)["load"]["unfinished_tokens"] > 0, 60,
                    "replica B to see replica A's work on X")
         assert engine_view(base_b, x)["load"]["inflight"] == 0  # none of it B's own
-        for i in range(4):
-            r = requests.post(f"{base_b}/v1/completions", timeout=60,
-                              json={"prompt": f"short {i} {policy}", "max_tokens": 2})
-            assert r.status_code == 200, r.text
-            route = r.headers["X-Switchyard-Route"]
-            assert f"engine={y_id} " in route + " ", (
-                route, "A's streams had ended" if all(e.is_set() for e in done) else "")
-        for event in done:
-            assert event.wait(120)
+        assert_short_requests_go_to(base_b, y_id, policy, done)
     finally:
         a.stop()
         b.stop()
