@@ -21,6 +21,7 @@ anchors' workers do; the table says how many events and gRPC messages each respo
 (counted, not assumed).
 
 --tracing measures what tracing costs the router instead (switchyard_bench/router_bench_tracing.py);
+--replicas 1,2,4 measures router replicas instead (switchyard_bench/router_replicas_bench.py);
 --repeat N measures every target N times, interleaved, and reports medians.
 """
 from __future__ import annotations
@@ -30,23 +31,22 @@ import contextlib
 import json
 import os
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
 import requests
 
 from switchyard_bench.anchors import anchor_argv, ensure_anchors
+from switchyard_bench.bench_procs import Procs, free_port, spawn, started_procs
 from switchyard_bench.grpc_direct import count_messages, measure_grpc
 from switchyard_bench.proc_cpu import tree_cpu_s
 from switchyard_bench.router_bench_tables import (
     Row,
     engine_twin,
     issue_table,
+    load_line,
     summarize,
 )
 from switchyard_bench.router_bench_tracing import (
@@ -55,10 +55,14 @@ from switchyard_bench.router_bench_tracing import (
     tracing_cost,
     tracing_variants,
 )
+from switchyard_bench.router_replicas_bench import (
+    ReplicaBenchConfig,
+    parse_replicas,
+    run_replicas,
+)
 from switchyard_bench.wrk_runner import Measure, ensure_wrk, measure_http
 
 _PY = sys.executable
-Procs = list[subprocess.Popen[bytes]]
 
 
 @dataclass(slots=True)
@@ -90,35 +94,6 @@ class Target:
     grpc_address: str = ""
     router: Procs = field(default_factory=list)
     backends: Procs = field(default_factory=list)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def _procs() -> Iterator[Procs]:
-    started: Procs = []
-    try:
-        yield started
-    finally:
-        for p in started:
-            p.terminate()
-        for p in started:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-
-
-def _spawn(started: Procs, argv: list[str],
-           env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "SWITCHYARD_LOG_LEVEL": "WARNING", **(env or {})})
-    started.append(proc)
-    return proc
 
 
 def _wait_serving(url: str, body: dict[str, object], timeout_s: float = 60) -> bool:
@@ -171,13 +146,13 @@ def _start_switchyard(started: Procs, suffix: str, flags: list[str],
                       env: dict[str, str], python_policy: bool = False) -> list[Target]:
     """A router in front of two mock engines, and the direct-grpc row of its first engine (the
     Python-policy router's engines are the same kind: no row of their own)."""
-    ports = [_free_port(), _free_port()]
-    engines = [_spawn(started, [_PY, "-m", "engine.mock", "--port", str(p), *flags])
+    ports = [free_port(), free_port()]
+    engines = [spawn(started, [_PY, "-m", "engine.mock", "--port", str(p), *flags])
                for p in ports]
-    router_port = _free_port()
+    router_port = free_port()
     policy = (["--policy-file", _python_policy_file(), "--policy", PYTHON_POLICY]
               if python_policy else ["--policy", "round_robin"])
-    router = _spawn(started, [_PY, "-m", "pyrouter.cli", "router", "--port", str(router_port),
+    router = spawn(started, [_PY, "-m", "pyrouter.cli", "router", "--port", str(router_port),
                               *policy,
                               *[a for p in ports for a in ("--engine", f"127.0.0.1:{p}")]], env)
     routed = Target(f"switchyard{suffix}", url=f"http://127.0.0.1:{router_port}/v1/completions",
@@ -199,8 +174,8 @@ def _start_tracing_targets(started: Procs, span_dir: str) -> list[Target]:
 
 
 def _start_targets(cfg: RouterBenchConfig, started: Procs) -> list[Target]:
-    worker_ports = [_free_port(), _free_port()]
-    workers = [_spawn(started, [_PY, "-m", "switchyard_bench.mock_openai_worker", "--port", str(p)])
+    worker_ports = [free_port(), free_port()]
+    workers = [spawn(started, [_PY, "-m", "switchyard_bench.mock_openai_worker", "--port", str(p)])
                for p in worker_ports]
     worker_urls = [f"http://127.0.0.1:{p}" for p in worker_ports]
     targets = [Target("direct", url=f"{worker_urls[0]}/v1/completions", backends=workers[:1])]
@@ -208,8 +183,8 @@ def _start_targets(cfg: RouterBenchConfig, started: Procs) -> list[Target]:
         targets += _start_switchyard(started, suffix, flags, env, python_policy)
     anchors = {} if cfg.skip_anchors else ensure_anchors(cfg.anchor_bin)
     for name, binary in anchors.items():
-        port = _free_port()
-        proc = _spawn(started, anchor_argv(name, binary, port, worker_urls, _free_port()))
+        port = free_port()
+        proc = spawn(started, anchor_argv(name, binary, port, worker_urls, free_port()))
         targets.append(Target(name, url=f"http://127.0.0.1:{port}/v1/completions",
                               router=[proc], backends=workers))
     return targets
@@ -245,7 +220,7 @@ def run_bench(cfg: RouterBenchConfig) -> tuple[list[Row], dict[str, str]]:
         print("wrk unavailable: the Python load generator is used (it costs more CPU than the "
               "routers it measures; figures are not comparable with wrk's)", flush=True)
     span_dir = tempfile.mkdtemp(prefix="switchyard-bench-spans-")
-    with _procs() as started:
+    with started_procs() as started:
         targets = (_start_tracing_targets(started, span_dir) if cfg.tracing
                    else _start_targets(cfg, started))
         for t in list(targets):
@@ -289,7 +264,14 @@ def run(args: argparse.Namespace) -> int:
                         "and the Python-policy router off and at 100%%")
     p.add_argument("--repeat", type=int, default=1,
                    help="measure every target this many times, interleaved; report medians")
+    p.add_argument("--replicas", type=parse_replicas, default=None, metavar="N,N,...",
+                   help="measure N router replicas (peered and not) over two mock engines "
+                        "instead, the largest --concurrency split over them "
+                        "(switchyard_bench/router_replicas_bench.py)")
     a = p.parse_args(getattr(args, "rest", None) or [])
+    if a.replicas:
+        return run_replicas(ReplicaBenchConfig(a.replicas, max(a.concurrency), a.duration,
+                                               a.max_tokens, a.repeat, a.json))
     cfg = RouterBenchConfig(a.duration, a.concurrency, a.max_tokens, a.anchor_bin,
                             a.skip_anchors, not a.streaming_only, a.json, a.tracing, a.repeat)
     load_before = os.getloadavg()
@@ -300,9 +282,7 @@ def run(args: argparse.Namespace) -> int:
     print(issue_table(medians), flush=True)
     for line in tracing_cost(results):
         print(line, flush=True)
-    print(f"load average before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, "
-          f"after {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}; "
-          f"{os.cpu_count()} CPUs", flush=True)
+    print(load_line(load_before, load_after, os.cpu_count()), flush=True)
     if cfg.json_out:
         with open(cfg.json_out, "w", encoding="utf-8") as f:
             json.dump({"rows": [asdict(r) for r in results], "per_response": shape,

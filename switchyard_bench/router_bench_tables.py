@@ -89,3 +89,10 @@ def issue_table(results: list[Row]) -> str:
             + (f"{cn.measure.rps:.0f}{vs(cn.measure.rps, best_plain) if anchor_or_router else ''}"
                if cn else "-") + " |")
     return "\n".join(lines)
+
+
+def load_line(before: tuple[float, float, float], after: tuple[float, float, float],
+              cpus: int | None) -> str:
+    """The load averages around a run and the machine's CPU count (DESIGN.md, "Measuring")."""
+    return (f"load average before {before[0]:.2f} {before[1]:.2f} {before[2]:.2f}, "
+            f"after {after[0]:.2f} {after[1]:.2f} {after[2]:.2f}; {cpus} CPUs")

@@ -20,11 +20,8 @@ import asyncio
 import json
 import os
 import random
-import socket
-import subprocess
 import sys
 import tempfile
-import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,17 +29,10 @@ from pathlib import Path
 import aiohttp
 
 from router_core import MockEngineServer
+from switchyard_bench.bench_procs import free_port, start_router_replicas, started_procs
 
-REPO = Path(__file__).resolve().parents[2]
-SWITCHYARD = [sys.executable, "-m", "pyrouter.cli"]
 WORDS = ("amber basalt cedar delta ember fjord granite harbor iris juniper kestrel lagoon "
          "meadow nectar orchid prairie quartz raven sierra tundra umber valley willow").split()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True)
@@ -127,54 +117,6 @@ async def run_jobs(ports: list[int], jobs: list[Job], clients: int) -> Tally:
     return tally
 
 
-def start_routers(count: int, engines: list[str], policy: str, peers: bool, poll_s: float,
-                  log_dir: Path) -> tuple[list[int], list[subprocess.Popen[bytes]]]:
-    ports = [free_port() for _ in range(count)]
-    procs = []
-    for port in ports:
-        argv = [*SWITCHYARD, "router", "--port", str(port), "--policy", policy,
-                "--poll-s", str(poll_s)]
-        for address in engines:
-            argv += ["--engine", address]
-        if peers:
-            for other in ports:
-                if other != port:
-                    argv += ["--peer", f"127.0.0.1:{other}"]
-        log = open(log_dir / f"router-{port}.log", "ab")  # noqa: SIM115 (closed with the proc)
-        procs.append(subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT))
-    for port, proc in zip(ports, procs, strict=True):
-        wait_ready(port, proc, len(engines))
-    return ports, procs
-
-
-def wait_ready(port: int, proc: subprocess.Popen[bytes], engines: int) -> None:
-    import requests
-
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"router on {port} exited with {proc.returncode}")
-        try:
-            r = requests.get(f"http://127.0.0.1:{port}/ready", timeout=1)
-            if r.status_code == 200 and r.json()["healthy_engines"] >= engines:
-                return
-        except requests.RequestException:
-            pass
-        time.sleep(0.2)
-    raise TimeoutError(f"router on {port} not ready")
-
-
-def stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    for proc in procs:
-        proc.terminate()
-    for proc in procs:
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def spread(counts: Counter[str]) -> str:
     values = [counts.get("e0", 0), counts.get("e1", 0)]
     low = min(values)
@@ -211,12 +153,14 @@ def main() -> int:
             engines = [MockEngineServer(free_port(), chunk_delay_ms=args.chunk_delay_ms,
                                         threads=2) for _ in range(2)]
             addresses = [f"127.0.0.1:{e.port}" for e in engines]
-            ports, procs = start_routers(count, addresses, policy, peers, args.poll_s, log_dir)
             try:
-                jobs = workload(args.requests, args.groups, args.seed, args.max_tokens)
-                tally = asyncio.run(run_jobs(ports, jobs, args.clients))
+                with started_procs() as started:
+                    ports, _ = start_router_replicas(
+                        started, count, addresses, peers,
+                        ["--policy", policy, "--poll-s", str(args.poll_s)], log_dir)
+                    jobs = workload(args.requests, args.groups, args.seed, args.max_tokens)
+                    tally = asyncio.run(run_jobs(ports, jobs, args.clients))
             finally:
-                stop(procs)
                 for e in engines:
                     e.shutdown(1.0)
             hit = tally.cached_tokens / max(1, tally.prompt_tokens)
