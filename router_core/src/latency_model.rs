@@ -163,6 +163,18 @@ pub struct ChunkedPrefill {
     pub tail: Option<StepWork>,
 }
 
+/// `tokens` (> 0) cut into chunks of `chunk` (0 = one chunk of all): (chunk size, full chunks,
+/// the shorter tail's tokens or 0, steps).
+fn split_chunks(tokens: u64, chunk: u64) -> (u64, u64, u64, u64) {
+    let chunk = if chunk == 0 {
+        tokens
+    } else {
+        chunk.min(tokens)
+    };
+    let (full, rem) = (tokens / chunk, tokens % chunk);
+    (chunk, full, rem, full + u64::from(rem > 0))
+}
+
 /// Closed form of summing [`StepWork::one_step`] over the chunks (the tests check it against
 /// that loop): the query-key pairs of a causal prefill do not depend on how it is chunked, the
 /// other sums are arithmetic series.
@@ -176,13 +188,7 @@ pub fn chunked_prefill(
     if tokens == 0 {
         return ChunkedPrefill::default();
     }
-    let chunk = if chunk == 0 {
-        tokens
-    } else {
-        chunk.min(tokens)
-    };
-    let (full, rem) = (tokens / chunk, tokens % chunk);
-    let steps = full + u64::from(rem > 0);
+    let (chunk, full, rem, steps) = split_chunks(tokens, chunk);
     let (m, p, c, k) = (cached as f64, tokens as f64, chunk as f64, full as f64);
     let (decode_seqs, decode_context, decode_context_over) = decode.over(offset, steps);
     let total = StepWork {
@@ -217,13 +223,7 @@ pub fn queued_prefill(tokens: u64, chunk: u64, decode: DecodeBatch) -> (u64, Ste
     if tokens == 0 {
         return (0, StepWork::default());
     }
-    let chunk = if chunk == 0 {
-        tokens
-    } else {
-        chunk.min(tokens)
-    };
-    let (full, rem) = (tokens / chunk, tokens % chunk);
-    let steps = full + u64::from(rem > 0);
+    let (chunk, full, rem, steps) = split_chunks(tokens, chunk);
     let (c, r) = (chunk as f64, rem as f64);
     let (decode_seqs, decode_context, decode_context_over) = decode.over(0, steps);
     let work = StepWork {

@@ -167,19 +167,19 @@ pub fn predict_engine(
 mod tests {
     use super::*;
     use crate::engine_table::{EngineTable, StatsUpdate};
+    use crate::latency_model::TERMS;
 
+    /// One coefficient per term, in `TERMS` order.
     const COEFFS: [f64; 8] = [3.0, 0.2, 1.5, 2e-5, 1e-3, 0.4, 2e-4, 5e-4];
-    const NAMES: [&str; 8] = [
-        "const",
-        "prefill_tokens",
-        "prefill_seqs",
-        "prefill_attention",
-        "prefill_context",
-        "decode_seqs",
-        "decode_context",
-        "decode_context_over:10000",
-    ];
-    const KNEE: f64 = 10_000.0;
+    const KNEE: u64 = 10_000;
+
+    /// The model as an engine names its terms: the hinge with its knee.
+    fn term_names() -> impl Iterator<Item = String> {
+        TERMS.iter().map(|t| match *t {
+            "decode_context_over" => format!("{t}:{KNEE}"),
+            _ => (*t).to_owned(),
+        })
+    }
 
     fn engine(queued: u64, decodes: u64, decode_ctx: u64, chunk: u64) -> EngineLoad {
         let mut t = EngineTable::new();
@@ -193,7 +193,7 @@ mod tests {
             kv_pages_total: 100,
             decode_step_ms: 0.0,
             decode_context_tokens: decode_ctx,
-            latency_model: NAMES.iter().map(|t| t.to_string()).zip(COEFFS).collect(),
+            latency_model: term_names().zip(COEFFS).collect(),
             prefill_chunk_size: chunk,
         };
         t.update_stats(0, &stats).unwrap();
@@ -206,7 +206,7 @@ mod tests {
     fn naive(load: &EngineLoad, tokens: u64, matched: u64) -> (f64, f64, f64, f64) {
         let step_ms = |chunks: &[(u64, u64)], decodes: u64, ctx: u64| -> f64 {
             let mut f = [1.0, 0.0, 0.0, 0.0, 0.0, decodes as f64, ctx as f64, 0.0];
-            f[7] = (ctx as f64 - KNEE).max(0.0);
+            f[7] = (ctx as f64 - KNEE as f64).max(0.0);
             for &(before, n) in chunks {
                 f[1] += n as f64;
                 f[2] += 1.0;
