@@ -33,6 +33,13 @@ pub fn first_chunk_timeout(engine: &str, deadline: Duration) -> ApiError {
 /// The finish reason of a request the engine ended itself: never shown to a client.
 const ABORT: &str = "abort";
 
+/// A chunk whose finish reason is "error", as the client sees it (the texts of
+/// pyrouter/dispatch.py); `error` is the engine's message.
+pub fn engine_error_chunk(error: &str) -> ApiError {
+    let detail = if error.is_empty() { "unknown" } else { error };
+    ApiError::engine_failed(format!("engine error: {detail}")).with_code("engine_error")
+}
+
 fn aborted() -> ApiError {
     ApiError::engine_failed("the engine aborted the request").with_code("engine_aborted")
 }
@@ -49,14 +56,7 @@ pub fn first_chunk(
     };
     match read {
         Ok(Some(chunk)) if chunk.finish_reason == "error" => {
-            let detail = if chunk.error.is_empty() {
-                "unknown"
-            } else {
-                chunk.error.as_str()
-            };
-            Err(fail(ApiError::engine_failed(format!(
-                "engine error: {detail}"
-            ))))
+            Err(fail(engine_error_chunk(&chunk.error)))
         }
         // The engine ended the request itself (e.g. shutting down) before any token: another
         // engine may take it; after tokens it is a failure (never a finish reason).
@@ -120,15 +120,7 @@ pub fn next_chunk(
     engine_request_id: &str,
 ) -> Result<pb::GenerateChunk, ApiError> {
     match read {
-        Ok(Some(chunk)) if chunk.finish_reason == "error" => {
-            let detail = if chunk.error.is_empty() {
-                "unknown"
-            } else {
-                chunk.error.as_str()
-            };
-            Err(ApiError::engine_failed(format!("engine error: {detail}"))
-                .with_code("engine_error"))
-        }
+        Ok(Some(chunk)) if chunk.finish_reason == "error" => Err(engine_error_chunk(&chunk.error)),
         Ok(Some(chunk)) if chunk.finish_reason == ABORT => Err(aborted()),
         Ok(Some(chunk)) => Ok(chunk),
         Ok(None) => Err(

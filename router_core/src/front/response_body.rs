@@ -3,7 +3,6 @@
 //! OpenAI streams — or as one JSON body, with usage. No I/O here: the request task feeds chunks
 //! in and writes out the bytes this returns.
 
-use super::api_error::ApiError;
 use super::openai_request::RequestKind;
 use crate::detok::{DetokenizerVocab, IncrementalDetokenizer};
 use crate::sse::{SseEncoder, StreamKind};
@@ -218,12 +217,6 @@ impl ResponseBody {
     pub fn is_stream(&self) -> bool {
         self.stream
     }
-}
-
-/// An engine failure as the client sees it (the texts of pyrouter/dispatch.py).
-pub fn engine_error_chunk(error: &str) -> ApiError {
-    let detail = if error.is_empty() { "unknown" } else { error };
-    ApiError::engine_failed(format!("engine error: {detail}")).with_code("engine_error")
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 use super::*;
 use crate::detok::vocab::tests::byte_level_json;
+use crate::front::engine_errors::engine_error_chunk;
 
 // byte_level_json's vocab: 0 "H", 1 "ello", 2 " world", 3/4 the two bytes of "é", 5 "\n".
 fn body(kind: RequestKind, stream: bool, stop: &[&str]) -> ResponseBody {
