@@ -24,6 +24,9 @@ class RouterError(Exception):
                           "param": self.param, "code": self.code}}
 
 
+# Deliberately one small class per kind, each spelling out its status, type and code: the classes
+# are what raisers raise and handlers catch, and each mirrors an ApiError constructor of the Rust
+# front (router_core/src/front/api_error.rs).
 class BadRequest(RouterError):
     status = 400
     error_type = "invalid_request_error"

@@ -21,6 +21,9 @@ start_serve "$VAL/serve.log" 2
 url="http://127.0.0.1:$PORT"
 "$SY" bench serve --url "$url" --no-progress --policies "$POLICIES" --salt 0 "${load[@]}" \
   --result-dir "$VAL/calibration" >"$VAL/calibration.log"
+# The profile as validate_grid.sh builds it, deliberately repeated: this is the small run that
+# tests/sim/test_validate_smoke.py keeps working, and the one switchyard_sim/profiles/
+# local-smollm2-cpu.json came from.
 mapfile -t engines < <(sed -n 's/^engine .* ready on \([^,]*\).*$/--from-engine=\1/p' "$VAL/serve.log")
 serve_logs=$(sed -n 's/^starting .*; logs in \(.*\)$/\1/p' "$VAL/serve.log")
 token=()

@@ -32,6 +32,9 @@ class EngineCall(Protocol):
         ...
 
 
+# Deliberately the same properties as router_core/__init__.pyi's PrepRecvResult and
+# RemoteSendResult: the Protocols say what EngineHandle reads, which those classes and the
+# proto's messages both provide.
 class PrepRecvAnswer(Protocol):
     """PrepRecv's answer as EngineHandle reads it: router_core.PrepRecvResult from the Rust
     client, the proto's message from a double."""

@@ -76,6 +76,8 @@ pub fn py_float(value: f64) -> String {
 
 /// Checks every rule, in a fixed order (the first broken one is reported).
 pub fn check_sampling(fields: &SamplingFields<'_>) -> Result<NormalisedSampling> {
+    // Destructured in full, no `..`, so a field added to SamplingFields does not compile until a
+    // rule looks at it: the struct's field list repeats here on purpose.
     let SamplingFields {
         temperature,
         top_p,

@@ -54,6 +54,8 @@ def drain_one(core: EngineCore, prompt: list[int], params: SamplingParams) -> li
     return drain(core).tokens["free"]
 
 
+# Deliberately spelled out like test_json_object_output_parses: one response_format per test,
+# each with the check that proves its output (json.loads vs the schema).
 def test_json_schema_output_validates(loaded_model_fast: LoadedModel) -> None:
     core = _fast_engine(loaded_model_fast)
     prompt = _chat(loaded_model_fast, "Invent a person: name, age and city.")

@@ -38,6 +38,8 @@ def test_fast_path_request_traced_from_router_into_engine(tmp_path):
     base = f"http://127.0.0.1:{port}"
     try:
         wait_ready(base, router, want_engines=1, timeout_s=300)
+        # Deliberately the same traced POST as test_trace_pd_real.py's, under this test's own
+        # ids: each test finds its trace by them.
         r = requests.post(f"{base}/v1/completions", timeout=120, headers={
             "X-Request-Id": "fast-traced-1",
             "traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"},

@@ -67,6 +67,8 @@ def test_table_means_repetitions_and_judges_each_cell(tmp_path: Path) -> None:
 
 
 def test_adaptive_against_the_best_fixed_policy(tmp_path: Path) -> None:
+    # Deliberately the same set-up as the test above, spelled out: each test's directory tree is
+    # the table's input, and reads best in full beside the rows it asserts.
     for rep, (fixed, adaptive) in enumerate([(0.8, 0.7), (0.9, 0.85), (1.0, 0.75)], start=1):
         _summary(tmp_path / "real" / f"azure-0.3-rep{rep}-alpha", [_run("alpha", 1, 1, fixed)])
         _summary(tmp_path / "real" / f"azure-0.3-rep{rep}-adaptive",

@@ -447,6 +447,8 @@ fn sampling(body: &Fields, max_tokens: i128, limits: &RequestLimits) -> Result<S
     let stop = stop_entries(body)?;
     let ignore_eos = flag(body, "ignore_eos")?;
     let priority = integer(body, "priority", I64_LO, I64_HI)?.unwrap_or(0);
+    // Every field named, deliberately, as at each SamplingFields literal (python/sampling.rs,
+    // the tests): positional arguments would let its two floats or its integers swap places.
     let normalised = check_sampling(&SamplingFields {
         temperature,
         top_p,

@@ -406,6 +406,8 @@ mod tests {
         assert_eq!(cache.num_blocks(), 0, "a failed generation caches nothing");
     }
 
+    // Deliberately spelled out like the test above: the two faults end differently (an error
+    // status vs an "abort" chunk), and each test reads as its fault's whole story.
     #[tokio::test]
     async fn gives_up_with_abort_after_the_configured_tokens() {
         let config = MockEngineConfig {

@@ -30,6 +30,7 @@ fn sampling_error(
         .map(|s| s.extract().ok())
         .collect();
     let stop: Vec<Option<&str>> = stop.iter().map(Option::as_deref).collect();
+    // Every field named, deliberately, as in the front's literal (front/openai_request.rs).
     let fields = SamplingFields {
         temperature,
         top_p,
