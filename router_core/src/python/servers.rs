@@ -49,6 +49,47 @@ impl Running {
     }
 }
 
+/// Writes a server class's one `#[pymethods]` block: its own constructor, then the lifecycle
+/// methods both classes share over their `running` field (PyO3 has no method inheritance short
+/// of a Python base class, which would change the classes' published shape).
+macro_rules! server_pymethods {
+    ($class:ty { $($constructor:tt)* }) => {
+        #[pymethods]
+        impl $class {
+            $($constructor)*
+
+            /// The bound port (the one picked when 0 was asked for).
+            #[getter]
+            fn port(&self) -> u16 {
+                self.running.port
+            }
+
+            fn is_running(&self) -> bool {
+                self.running.lock().is_running()
+            }
+
+            /// Health goes NOT_SERVING, new connections are refused, open streams get `grace_s`.
+            #[pyo3(signature = (grace_s = 1.0))]
+            fn shutdown(&self, py: Python<'_>, grace_s: f64) -> PyResult<()> {
+                self.running.shutdown(py, grace_s)
+            }
+
+            fn __enter__(slf: Py<Self>) -> Py<Self> {
+                slf
+            }
+
+            #[pyo3(signature = (*_exc))]
+            fn __exit__(
+                &self,
+                py: Python<'_>,
+                _exc: &Bound<'_, pyo3::types::PyTuple>,
+            ) -> PyResult<()> {
+                self.running.shutdown(py, 0.0)
+            }
+        }
+    };
+}
+
 /// The mock engine (synthetic tokens over the real proto, no model): ONLY for router-overhead
 /// benchmarks and fault-injection tests.
 #[pyclass(name = "MockEngineServer", module = "router_core._router_core", frozen)]
@@ -56,8 +97,7 @@ pub struct PyMockEngineServer {
     running: Running,
 }
 
-#[pymethods]
-impl PyMockEngineServer {
+server_pymethods!(PyMockEngineServer {
     #[new]
     #[pyo3(signature = (port, host = "127.0.0.1", *, threads = 1, engine_id = "mock",
                         role = "any", served_model = "", tokens_per_chunk = 1,
@@ -111,32 +151,7 @@ impl PyMockEngineServer {
             running: Running::new(server),
         })
     }
-
-    /// The bound port (the one picked when 0 was asked for).
-    #[getter]
-    fn port(&self) -> u16 {
-        self.running.port
-    }
-
-    fn is_running(&self) -> bool {
-        self.running.lock().is_running()
-    }
-
-    /// Health goes NOT_SERVING, new connections are refused, open streams get `grace_s`.
-    #[pyo3(signature = (grace_s = 1.0))]
-    fn shutdown(&self, py: Python<'_>, grace_s: f64) -> PyResult<()> {
-        self.running.shutdown(py, grace_s)
-    }
-
-    fn __enter__(slf: Py<Self>) -> Py<Self> {
-        slf
-    }
-
-    #[pyo3(signature = (*_exc))]
-    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<()> {
-        self.running.shutdown(py, 0.0)
-    }
-}
+});
 
 /// An OpenAI-style HTTP worker streaming synthetic tokens: ONLY for the router benchmark's
 /// anchors.
@@ -145,8 +160,7 @@ pub struct PyMockOpenAIWorker {
     running: Running,
 }
 
-#[pymethods]
-impl PyMockOpenAIWorker {
+server_pymethods!(PyMockOpenAIWorker {
     #[new]
     #[pyo3(signature = (port, host = "127.0.0.1", *, threads = 1))]
     fn new(py: Python<'_>, port: u16, host: &str, threads: usize) -> PyResult<Self> {
@@ -155,27 +169,4 @@ impl PyMockOpenAIWorker {
             running: Running::new(server),
         })
     }
-
-    #[getter]
-    fn port(&self) -> u16 {
-        self.running.port
-    }
-
-    fn is_running(&self) -> bool {
-        self.running.lock().is_running()
-    }
-
-    #[pyo3(signature = (grace_s = 1.0))]
-    fn shutdown(&self, py: Python<'_>, grace_s: f64) -> PyResult<()> {
-        self.running.shutdown(py, grace_s)
-    }
-
-    fn __enter__(slf: Py<Self>) -> Py<Self> {
-        slf
-    }
-
-    #[pyo3(signature = (*_exc))]
-    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<()> {
-        self.running.shutdown(py, 0.0)
-    }
-}
+});
