@@ -18,14 +18,9 @@ from typing import Any
 
 import uvloop
 
+from switchyard_bench.result_dir import make_result_dir
 from switchyard_bench.serve.client import ClientConfig
-from switchyard_bench.serve.report import (
-    header_lines,
-    make_result_dir,
-    slo_capacity,
-    table,
-    write_summary,
-)
+from switchyard_bench.serve.report import header_lines, slo_capacity, table, write_summary
 from switchyard_bench.serve.request_body import Slo
 from switchyard_bench.serve.sweep import SweepConfig, SweepResult, run_sweep
 from switchyard_bench.workloads import (

@@ -3,10 +3,8 @@ shape them, compute each policy's SLO capacity (DistServe's goodput: the highest
 attainment reaches the target), and write the JSON summary file `switchyard bench plot` reads."""
 from __future__ import annotations
 
-import datetime
 import json
 import math
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -72,15 +70,6 @@ def slo_capacity(runs: Sequence[dict[str, Any]], target: float) -> dict[str, flo
                 out[r["policy"]] is None or rate > (out[r["policy"]] or 0.0)):
             out[r["policy"]] = rate
     return out
-
-
-def make_result_dir(chosen: str | None, bench: str) -> str:
-    """The run's --result-dir, made if it is missing; by default bench_results/BENCH-<local time>,
-    a new one per run."""
-    path = chosen or os.path.join(
-        "bench_results", datetime.datetime.now().strftime(f"{bench}-%Y%m%d-%H%M%S"))
-    os.makedirs(path, exist_ok=True)
-    return path
 
 
 def write_summary(path: str, meta: dict[str, Any], runs: Sequence[dict[str, Any]]) -> None:

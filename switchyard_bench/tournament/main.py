@@ -27,8 +27,8 @@ from typing import Any
 from engine.server.cpu_affinity import usable_cores
 from pyrouter.errors import BadRequest
 from pyrouter.policy_registry import BUILTIN_NAMES, get_policy, load_policy_source
+from switchyard_bench.result_dir import make_result_dir
 from switchyard_bench.serve.main import _names, _rates
-from switchyard_bench.serve.report import make_result_dir
 from switchyard_bench.serve.request_body import Slo
 from switchyard_bench.tournament.cells import (
     DEFAULT_SETTINGS,
