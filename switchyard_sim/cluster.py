@@ -34,6 +34,9 @@ class SimCluster(LocalEngines):
         if not roles:
             raise ValueError("a simulated cluster needs at least one engine")
         self.profile = profile
+        # The router in front of these engines is configured for their model's context (as
+        # `switchyard router --max-context`), not the router's SmolLM2 default.
+        self.max_context = profile.model.max_context
         seed = router_core.model_seed(profile.model.model_id or profile.name)
         super().__init__(RouterCore(profile.page_size, seed))
         self.tokens = TokenLog()

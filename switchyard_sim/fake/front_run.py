@@ -116,7 +116,13 @@ def in_process_front(engines: EngineMembership, dispatcher: Dispatcher, counters
     bridge's state, and the engines' router core for the admission gate to read (off until
     `router_core.set_admission` turns it on)."""
     engine_tokenizer, tokenizer, vocab = fake_tokenizers()
-    state = RouterState(RouterConfig(FAKE_MODEL), engine_tokenizer, engines, dispatcher.slot,
+    # A cluster that knows its engines' context (a simulated profile's) is fronted by a router
+    # configured for it; the others (FakeCluster: SmolLM2-sized, or 0: not known) by the
+    # router's default.
+    max_context = getattr(engines, "max_context", None)
+    config = (RouterConfig(FAKE_MODEL) if not max_context
+              else RouterConfig(FAKE_MODEL, max_context=int(max_context)))
+    state = RouterState(config, engine_tokenizer, engines, dispatcher.slot,
                         dispatcher, vocab, counters=counters, tracer=tracer)
     bridge = _Bridge(state)
     front = InProcessFront(bridge, tokenizer, vocab, served_model=FAKE_MODEL,

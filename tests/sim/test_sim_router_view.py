@@ -63,3 +63,18 @@ def test_the_routers_own_time_delays_every_verb() -> None:
     out = run_requests(tiny_profile(router_ms=1.0), "pd", [PROMPT], max_tokens=2)
     assert out.token_times_ms[0] == pytest.approx([85.24, 97.25])
     assert_clean(out)
+
+
+def test_the_router_takes_the_simulated_models_context() -> None:
+    # A profile's model with a long context (the H100 70B one's is 128k): the simulated router
+    # accepts a prompt past the router's SmolLM2-sized default (8192), as `switchyard router
+    # --max-context` set for that model does, and still refuses one past the model's context.
+    profile = tiny_profile(kv_pages=2048, model={
+        "model_id": "sim-test", "num_layers": 4, "num_kv_heads": 2, "head_dim": 8,
+        "kv_dtype_bytes": 2, "max_context": 16384})
+    long_prompt = [1000 + i % 5000 for i in range(9000)]
+    past_it = [1000 + i % 5000 for i in range(16384)]
+    out = run_requests(profile, "round_robin", [long_prompt, past_it], max_tokens=2)
+    assert out.runs[0].error is None and len(out.runs[0].tokens) == 2
+    assert out.runs[1].error is not None and "16384" in str(out.runs[1].error)
+    assert_clean(out)
