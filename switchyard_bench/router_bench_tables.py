@@ -93,6 +93,6 @@ def issue_table(results: list[Row]) -> str:
 
 def load_line(before: tuple[float, float, float], after: tuple[float, float, float],
               cpus: int | None) -> str:
-    """The load averages around a run and the machine's CPU count (DESIGN.md, "Measuring")."""
+    """The load averages around a run and the machine's CPU count (docs/benchmarking.md, "Quiet runs")."""
     return (f"load average before {before[0]:.2f} {before[1]:.2f} {before[2]:.2f}, "
             f"after {after[0]:.2f} {after[1]:.2f} {after[2]:.2f}; {cpus} CPUs")

@@ -1,5 +1,5 @@
-"""Issue 26's priority target, as a benchmark for a quiet machine (DESIGN.md "Measuring"): one
-engine saturated by N long prompts at priority 10 (all sent at once, streaming), then one
+"""Issue 26's priority target, as a benchmark for a quiet machine (docs/benchmarking.md "Quiet
+runs"): one engine saturated by N long prompts at priority 10 (all sent at once, streaming), then one
 priority-0 request; each request's TTFT (send -> first token chunk). Target: the priority-0
 TTFT <= 0.5x the median of the priority-10 ones. Repeat with --reps and report every run.
 
