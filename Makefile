@@ -48,7 +48,7 @@ $(EXT_STAMP): $(RUST_SRC) $(PROTO_OUT) $(DEPS_STAMP) router_core/__init__.py
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release -q
 	touch $@
 
-# The fast CPU mode's kernels (C++ against torch's headers; portable + AVX-512 at run time).
+# The fast CPU mode's kernels (C++ against torch's headers; portable, AVX2 and AVX-512 chosen at run time).
 $(KERNELS_SO): $(KERNELS_SRC) $(DEPS_STAMP)
 	$(PY) -m engine.kernels.build
 

@@ -5,6 +5,7 @@ activations, all batch-invariant (see the sources). Built by `make install`
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ def ops() -> Any:
                         "`make install` (or `python -m engine.kernels.build`), or start the "
                         "engine with --mode exact")
                 torch.ops.load_library(str(LIBRARY))
+                pin_isa_from_env(torch.ops.switchyard_cpu)
                 _loaded = True
     return torch.ops.switchyard_cpu
 
@@ -53,6 +55,28 @@ def keep_freed_memory() -> bool:
             libc.mallopt(_M_TRIM_THRESHOLD, 4 * _KEEP_BYTES))
     except (OSError, AttributeError):
         return False
+
+
+ISA_NAMES = {1: "portable", 2: "avx2", 3: "avx512"}  # csrc/common.h IsaLevel
+# Pins the kernels to one level (capped at what the CPU has), e.g. to time the vector code
+# against the portable loops; unset: the best the CPU has.
+ISA_ENV = "SWITCHYARD_KERNEL_ISA"
+
+
+def pin_isa_from_env(kernels: Any) -> None:
+    name = os.environ.get(ISA_ENV, "")
+    if not name:
+        return
+    levels = {v: k for k, v in ISA_NAMES.items()}
+    if name not in levels:
+        raise ValueError(f"{ISA_ENV}={name!r}: expected one of {', '.join(levels)}")
+    kernels.set_isa(levels[name])
+
+
+def isa_name() -> str:
+    """The instruction set the kernels run on this CPU: avx512 (F/BW/VNNI), avx2 (with FMA and
+    F16C) or portable loops (10-35x slower; every level gives the same bits)."""
+    return ISA_NAMES[int(ops().isa())]
 
 
 def available() -> bool:

@@ -2,9 +2,10 @@
 
 Run by `make install` (python -m engine.kernels.build). A plain compiler call against torch's
 headers and libraries: no ninja, no pybind, so it takes seconds per file. The code picks
-AVX-512 VNNI or portable loops at run time, so the library is built for the baseline x86-64
-ISA and works on any machine. -ffp-contract=off keeps every float operation the one written
-(no silent fusing), which the batch-invariance argument in the sources relies on.
+AVX-512 VNNI, AVX2 or portable loops at run time (the best the CPU has; all give the same
+bits), so the library is built for the baseline x86-64 ISA and works on any machine.
+-ffp-contract=off keeps every float operation the one written (no silent fusing), which the
+batch-invariance argument in the sources relies on.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The fast CPU mode: batch-invariant (bit-identical results whatever the batch, chunking or
-page layout), the AVX-512 kernels equal to the portable ones, and within a stated tolerance of
-the float32 reference.
+page layout), the vector kernels (AVX2, AVX-512: each this CPU has) equal to the portable ones,
+and within a stated tolerance of the float32 reference.
 
 Tolerance (teacher-forced on the five chat prompts, 25 positions each, the exact model's greedy
 tokens fed to both): greedy agreement >= 90% (measured 121/125), max |logit error| <= 2.5 and
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from engine.core.batch import ScheduledChunk
-from engine.kernels import ops
+from engine.kernels import ISA_ENV, isa_name, ops, pin_isa_from_env
 from engine.kvcache.kv_storage import KVStorage
 from engine.model.loader import LoadedModel
 from engine.model.quant_weights import Q4_1, RawBlocks, dequantize, pack, quantize_q8_0
@@ -24,16 +24,40 @@ pytestmark = pytest.mark.model
 FORCED_STEPS = 24
 
 
-def _both_paths(fn):  # type: ignore[no-untyped-def]
+PORTABLE, AVX2, AVX512 = 1, 2, 3  # the kernels' instruction-set levels (csrc/common.h)
+
+
+def _vector_levels() -> list[int]:
+    """Every vector level this CPU can run (none on a machine without AVX2)."""
+    return [level for level in (AVX2, AVX512) if level <= ops().isa_best()]
+
+
+def _at_level(level: int, fn):  # type: ignore[no-untyped-def]
     kernels = ops()
-    kernels.set_portable(False)
-    fast = fn()
-    kernels.set_portable(True)
+    kernels.set_isa(level)
     try:
-        slow = fn()
+        assert kernels.isa() == level
+        return fn()
     finally:
-        kernels.set_portable(False)
-    return fast, slow
+        kernels.set_isa(0)  # the best again
+
+
+def _each_level_and_portable(fn):  # type: ignore[no-untyped-def]
+    """[(level, its result)] for each vector level, and the portable result."""
+    return [(level, _at_level(level, fn)) for level in _vector_levels()], _at_level(PORTABLE, fn)
+
+
+def test_levels_are_capped_at_what_the_cpu_has() -> None:
+    kernels = ops()
+    best = kernels.isa_best()
+    assert best in (PORTABLE, AVX2, AVX512)
+    assert _at_level(PORTABLE, kernels.isa) == PORTABLE
+    kernels.set_isa(AVX512)
+    try:
+        assert kernels.isa() == min(AVX512, best)
+    finally:
+        kernels.set_isa(0)
+    assert kernels.isa() == best
 
 
 def _random_q4(n: int, k: int, rng: np.random.Generator) -> RawBlocks:
@@ -50,8 +74,9 @@ def test_qmatmul_exact_blocks_batch_invariant_and_portable(fmt: str) -> None:
            else quantize_q8_0(rng.standard_normal((n, k)).astype(np.float32)))
     weight = pack(raw)
     x = ops().quantize_rows(torch.randn(rows, k, generator=torch.Generator().manual_seed(1)))
-    out, out_portable = _both_paths(lambda: weight.matmul(x))
-    assert torch.equal(out, out_portable)
+    vector, out = _each_level_and_portable(lambda: weight.matmul(x))
+    for level, out_vector in vector:
+        assert torch.equal(out_vector, out), level
     one_by_one = torch.cat([weight.matmul(tuple(t[i:i + 1].contiguous() for t in x))
                             for i in range(rows)])
     assert torch.equal(out, one_by_one)  # a row's result does not depend on the batch
@@ -68,8 +93,9 @@ def test_activation_kernels_match_portable_and_reference() -> None:
     kernels = ops()
     for fn in (lambda: kernels.quantize_rows(x), lambda: kernels.rmsnorm_quantize(x, w, 1e-5),
                lambda: kernels.silu_mul_quantize(x)):
-        fast, slow = _both_paths(fn)
-        assert all(torch.equal(a, b) for a, b in zip(fast, slow, strict=True))
+        vector, slow = _each_level_and_portable(fn)
+        for level, fast in vector:
+            assert all(torch.equal(a, b) for a, b in zip(fast, slow, strict=True)), level
     q, d, _ = kernels.rmsnorm_quantize(x, w, 1e-5)
     normed = torch.nn.functional.rms_norm(x, (1536,), w, 1e-5)
     assert (q.float().view(9, -1, 32) * d[..., None]).view(9, -1).sub(normed).abs().max() < (
@@ -94,7 +120,7 @@ def test_fast_mode_is_batch_and_chunk_invariant(loaded_model_fast: LoadedModel,
                                                 chat_prompt_ids: list[list[int]],
                                                 run_staggered) -> None:  # type: ignore[no-untyped-def]
     """Bit-identical logits at every step whatever shares the step, how the prompt is chunked
-    and where its pages are; the AVX-512 and portable attention agree too."""
+    and where its pages are; every vector level's attention agrees with the portable one."""
     reference = _logits_per_step(run_staggered(loaded_model_fast, chat_prompt_ids, 1000, 0))
     for chunk, seed in ((7, 1), (16, 2), (33, 3)):
         other = _logits_per_step(run_staggered(loaded_model_fast, chat_prompt_ids, chunk, seed))
@@ -105,13 +131,12 @@ def test_fast_mode_is_batch_and_chunk_invariant(loaded_model_fast: LoadedModel,
     for i, prompt in enumerate(chat_prompt_ids):
         alone = run_staggered(loaded_model_fast, [prompt], 64, 4)[0].logits
         assert all(torch.equal(a, b) for a, b in zip(alone, reference[f"s{i}"], strict=True))
-    ops().set_portable(True)
-    try:
-        portable = _logits_per_step(run_staggered(loaded_model_fast, chat_prompt_ids[:2], 16, 5))
-    finally:
-        ops().set_portable(False)
-    for key, steps in portable.items():
-        assert all(torch.equal(a, b) for a, b in zip(steps, reference[key], strict=True))
+    for level in [PORTABLE, *_vector_levels()]:
+        other = _at_level(level, lambda: _logits_per_step(
+            run_staggered(loaded_model_fast, chat_prompt_ids[:2], 16, 5)))
+        for key, steps in other.items():
+            assert all(torch.equal(a, b) for a, b in zip(steps, reference[key], strict=True)), (
+                level, key)
 
 
 def _forced_logits(loaded: LoadedModel, prompt: list[int],
@@ -150,3 +175,16 @@ def test_fast_mode_within_tolerance_of_fp32(loaded_model_fast: LoadedModel,
     assert agree >= 0.9 * total, f"greedy agreement {agree}/{total}"
     assert max_err <= 2.5, max_err
     assert sum(errors) / len(errors) <= 0.3, sum(errors) / len(errors)
+
+
+def test_the_level_can_be_pinned_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    kernels = ops()
+    monkeypatch.setenv(ISA_ENV, "portable")
+    try:
+        pin_isa_from_env(kernels)
+        assert isa_name() == "portable"
+    finally:
+        kernels.set_isa(0)
+    monkeypatch.setenv(ISA_ENV, "sse9")
+    with pytest.raises(ValueError, match="SWITCHYARD_KERNEL_ISA='sse9': expected one of"):
+        pin_isa_from_env(kernels)

@@ -100,18 +100,97 @@ void silu_mul_row_avx512(const float* gate, const float* up, int64_t k, float* y
   }
 }
 
+// ---- AVX2: the same operations, 8 elements at a time (k is a multiple of 32) -------------
+
+__attribute__((target("avx2,fma")))
+void quantize_row_avx2(const float* x, int64_t k, int8_t* q, float* d, float* s) {
+  const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+  const __m256 sign_bit = _mm256_set1_ps(-0.0f);
+  // packs interleaves 128-bit lanes; this puts the 32 codes back in order
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t b = 0; b < k / kBlock; ++b) {
+    __m256 v[4];
+    __m256 amax8 = _mm256_setzero_ps();
+    for (int i = 0; i < 4; ++i) {
+      v[i] = _mm256_loadu_ps(x + b * kBlock + 8 * i);
+      amax8 = _mm256_max_ps(amax8, _mm256_andnot_ps(sign_bit, v[i]));
+    }
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, amax8);
+    float amax = 0.0f;
+    for (int i = 0; i < 8; ++i) amax = std::fmax(amax, lanes[i]);
+    const float scale = amax / 127.0f;
+    const __m256 inv = _mm256_set1_ps(scale != 0.0f ? 1.0f / scale : 0.0f);
+    __m256i c[4];
+    __m256i sum = _mm256_setzero_si256();
+    for (int i = 0; i < 4; ++i) {
+      const __m256 r = _mm256_min_ps(_mm256_max_ps(_mm256_round_ps(
+          _mm256_mul_ps(v[i], inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), lo), hi);
+      c[i] = _mm256_cvtps_epi32(r);
+      sum = _mm256_add_epi32(sum, c[i]);
+    }
+    const __m256i bytes = _mm256_permutevar8x32_epi32(
+        _mm256_packs_epi16(_mm256_packs_epi32(c[0], c[1]), _mm256_packs_epi32(c[2], c[3])),
+        order);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b * kBlock), bytes);
+    alignas(32) int32_t parts[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(parts), sum);
+    int32_t total = 0;
+    for (int i = 0; i < 8; ++i) total += parts[i];
+    d[b] = scale;
+    s[b] = scale * static_cast<float>(total);
+  }
+}
+
+__attribute__((target("avx2,fma")))
+void rmsnorm_row_avx2(const float* x, const float* w, int64_t k, float eps, float* y) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();  // lanes 0-7, 8-15
+  for (int64_t i = 0; i < k; i += kLanes) {
+    const __m256 v0 = _mm256_loadu_ps(x + i), v1 = _mm256_loadu_ps(x + i + 8);
+    acc0 = _mm256_add_ps(acc0, _mm256_mul_ps(v0, v0));
+    acc1 = _mm256_add_ps(acc1, _mm256_mul_ps(v1, v1));
+  }
+  alignas(32) float partial[kLanes];
+  _mm256_store_ps(partial, acc0);
+  _mm256_store_ps(partial + 8, acc1);
+  const float mean = tree_sum16(partial) / static_cast<float>(k);
+  const __m256 inv = _mm256_set1_ps(1.0f / std::sqrt(mean + eps));
+  for (int64_t i = 0; i < k; i += 8) {
+    _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), inv),
+                                          _mm256_loadu_ps(w + i)));
+  }
+}
+
+__attribute__((target("avx2,fma")))
+void silu_mul_row_avx2(const float* gate, const float* up, int64_t k, float* y) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 zero = _mm256_setzero_ps();
+  for (int64_t i = 0; i < k; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 e = exp_neg_avx2(_mm256_min_ps(_mm256_sub_ps(zero, g), _mm256_set1_ps(88.0f)));
+    const __m256 sig = _mm256_div_ps(g, _mm256_add_ps(one, e));
+    _mm256_storeu_ps(y + i, _mm256_mul_ps(sig, _mm256_loadu_ps(up + i)));
+  }
+}
+
 void quantize_row(const float* x, int64_t k, int8_t* q, float* d, float* s) {
-  if (isa_level() == 2) return quantize_row_avx512(x, k, q, d, s);
+  const int isa = isa_level();
+  if (isa == kIsaAvx512) return quantize_row_avx512(x, k, q, d, s);
+  if (isa == kIsaAvx2) return quantize_row_avx2(x, k, q, d, s);
   quantize_row_portable(x, k, q, d, s);
 }
 
 void rmsnorm_row(const float* x, const float* w, int64_t k, float eps, float* y) {
-  if (isa_level() == 2 && k % kLanes == 0) return rmsnorm_row_avx512(x, w, k, eps, y);
+  const int isa = isa_level();
+  if (isa == kIsaAvx512 && k % kLanes == 0) return rmsnorm_row_avx512(x, w, k, eps, y);
+  if (isa == kIsaAvx2 && k % kLanes == 0) return rmsnorm_row_avx2(x, w, k, eps, y);
   rmsnorm_row_portable(x, w, k, eps, y);
 }
 
 void silu_mul_row(const float* gate, const float* up, int64_t k, float* y) {
-  if (isa_level() == 2 && k % kLanes == 0) return silu_mul_row_avx512(gate, up, k, y);
+  const int isa = isa_level();
+  if (isa == kIsaAvx512 && k % kLanes == 0) return silu_mul_row_avx512(gate, up, k, y);
+  if (isa == kIsaAvx2 && k % 8 == 0) return silu_mul_row_avx2(gate, up, k, y);
   silu_mul_row_portable(gate, up, k, y);
 }
 

@@ -3,8 +3,8 @@
 // Every kernel here computes each output element with a sequence of float operations that
 // depends only on that element's own inputs, never on how many rows are in the call, how the
 // prompt was chunked or how the work is split between threads. The AVX-512 paths and the
-// portable paths perform the same operations in the same order (explicit fma, no contraction:
-// the library is built with -ffp-contract=off), so they agree bit for bit.
+// AVX2 paths and the portable paths perform the same operations in the same order (explicit
+// fma, no contraction: the library is built with -ffp-contract=off), so they agree bit for bit.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -26,9 +26,15 @@ enum WeightFormat : int64_t { kQ4_1 = 0, kQ8_0 = 1 };
 constexpr int64_t kQ4TileBlockBytes = 320;  // 256 code bytes, 16 fp16 d, 16 fp16 m
 constexpr int64_t kQ8TileBlockBytes = 576;  // 512 code bytes, 16 fp16 d, 16 int16 sums
 
-// 0 = not decided yet, 1 = portable code only, 2 = AVX-512 (F, BW, VNNI).
+// The instruction sets a kernel may use, best last. Every level computes the same bits; a
+// machine gets the best it supports (AVX2 machines run 10-35x slower on the portable loops).
+enum IsaLevel : int { kIsaUndecided = 0, kIsaPortable = 1, kIsaAvx2 = 2, kIsaAvx512 = 3 };
 int isa_level();
-void force_portable(bool on);
+// The best level this CPU supports, whatever was forced.
+int isa_supported();
+// Use `level` (capped at what the CPU supports); kIsaUndecided: the best again (tests compare
+// each level against the portable one).
+void force_isa(int level);
 
 inline float bf16_to_f32(uint16_t h) {
   uint32_t bits = static_cast<uint32_t>(h) << 16;
@@ -107,7 +113,25 @@ inline __m512 exp_neg_avx512(__m512 x) {
   return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(p), e));
 }
 
-// Sum of 16 lanes in a fixed tree order (the AVX-512 code reduces in the same order).
+__attribute__((target("avx2,fma")))
+inline __m256 exp_neg_avx2(__m256 x) {
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-0.693359375f), x);
+  r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_add_ps(_mm256_fmadd_ps(_mm256_mul_ps(p, r), r, r), _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23);
+  return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
+}
+
+// Sum of 16 lanes in a fixed tree order (the vector code reduces in the same order).
 inline float tree_sum16(const float* v) {
   float a[8], b[4], c[2];
   for (int i = 0; i < 8; ++i) a[i] = v[i] + v[i + 8];

@@ -132,6 +132,71 @@ void tile_avx512_any(const float* const* q, const float* kt, const float* vt, co
   }
 }
 
+// The same tile for N queries with AVX2: 16 keys as two vectors of 8 (keys 0-7, 8-15), each
+// query's operations again exactly the portable ones.
+template <int N>
+__attribute__((target("avx2,fma")))
+void tile_avx2(const float* const* q, const float* kt, const float* vt, const int* valid,
+               float scale, int64_t dim, QueryState* const* st) {
+  __m256 s[2 * N];
+  for (int n = 0; n < 2 * N; ++n) s[n] = _mm256_setzero_ps();
+  for (int64_t d = 0; d < dim; ++d) {
+    const __m256 k0 = _mm256_loadu_ps(kt + d * kLanes);
+    const __m256 k1 = _mm256_loadu_ps(kt + d * kLanes + 8);
+    for (int n = 0; n < N; ++n) {
+      const __m256 qd = _mm256_set1_ps(q[n][d]);
+      s[2 * n] = _mm256_fmadd_ps(qd, k0, s[2 * n]);
+      s[2 * n + 1] = _mm256_fmadd_ps(qd, k1, s[2 * n + 1]);
+    }
+  }
+  const __m256i lane0 = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i lane8 = _mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15);
+  alignas(32) float p[N][kLanes];
+  float alpha[N];
+  for (int n = 0; n < N; ++n) {
+    const __m256 sc0 = _mm256_mul_ps(s[2 * n], _mm256_set1_ps(scale));
+    const __m256 sc1 = _mm256_mul_ps(s[2 * n + 1], _mm256_set1_ps(scale));
+    alignas(32) float sc[kLanes];
+    _mm256_store_ps(sc, sc0);
+    _mm256_store_ps(sc + 8, sc1);
+    float tmax = -INFINITY;
+    for (int j = 0; j < valid[n]; ++j) tmax = std::fmax(tmax, sc[j]);
+    const float m_new = std::fmax(st[n]->m, tmax);
+    alpha[n] = st[n]->m == -INFINITY ? 0.0f : exp_neg(st[n]->m - m_new);
+    const __m256 m = _mm256_set1_ps(m_new);
+    const __m256i count = _mm256_set1_epi32(valid[n]);
+    const __m256 keep0 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(count, lane0));
+    const __m256 keep1 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(count, lane8));
+    _mm256_store_ps(p[n], _mm256_and_ps(keep0, exp_neg_avx2(_mm256_sub_ps(sc0, m))));
+    _mm256_store_ps(p[n] + 8, _mm256_and_ps(keep1, exp_neg_avx2(_mm256_sub_ps(sc1, m))));
+    st[n]->l = st[n]->l * alpha[n] + tree_sum16(p[n]);
+    st[n]->m = m_new;
+  }
+  for (int64_t d0 = 0; d0 < dim; d0 += 8) {
+    __m256 acc[N];
+    for (int n = 0; n < N; ++n)
+      acc[n] = _mm256_mul_ps(_mm256_loadu_ps(st[n]->o + d0), _mm256_set1_ps(alpha[n]));
+    for (int j = 0; j < kLanes; ++j) {
+      const __m256 v = _mm256_loadu_ps(vt + j * dim + d0);
+      for (int n = 0; n < N; ++n)
+        if (j < valid[n]) acc[n] = _mm256_fmadd_ps(_mm256_set1_ps(p[n][j]), v, acc[n]);
+    }
+    for (int n = 0; n < N; ++n) _mm256_storeu_ps(st[n]->o + d0, acc[n]);
+  }
+}
+
+void tile_avx2_any(const float* const* q, const float* kt, const float* vt, const int* valid,
+                   float scale, int64_t dim, QueryState* const* st, int count) {
+  switch (count) {
+    case 6: return tile_avx2<6>(q, kt, vt, valid, scale, dim, st);
+    case 5: return tile_avx2<5>(q, kt, vt, valid, scale, dim, st);
+    case 4: return tile_avx2<4>(q, kt, vt, valid, scale, dim, st);
+    case 3: return tile_avx2<3>(q, kt, vt, valid, scale, dim, st);
+    case 2: return tile_avx2<2>(q, kt, vt, valid, scale, dim, st);
+    default: return tile_avx2<1>(q, kt, vt, valid, scale, dim, st);
+  }
+}
+
 // 16 keys (transposed to [dim][16]) and 16 values ([16][dim]) of one tile as float32. A tile
 // never crosses a page (page_size is a multiple of 16), so all 16 rows exist; rows past the
 // last query's position are loaded but masked. Same floats as the portable loop.
@@ -168,10 +233,59 @@ void load_tile_avx512(const float* k, const float* v, int64_t stride, int64_t di
       _mm512_storeu_ps(vt + j * dim + d, _mm512_loadu_ps(v + j * stride + d));
 }
 
+void tile_vector(int isa, const float* const* q, const float* kt, const float* vt,
+                 const int* valid, float scale, int64_t dim, QueryState* const* st, int count) {
+  if (isa == kIsaAvx512) return tile_avx512_any(q, kt, vt, valid, scale, dim, st, count);
+  tile_avx2_any(q, kt, vt, valid, scale, dim, st, count);
+}
+
+__attribute__((target("avx2")))
+void load_tile_avx2(const uint16_t* k, const uint16_t* v, int64_t stride, int64_t dim, float* kt,
+                    float* vt) {
+  const __m256i step = _mm256_set1_epi32(static_cast<int32_t>(stride * 2));
+  const __m256i rows0 = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), step);
+  const __m256i rows8 = _mm256_mullo_epi32(_mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15), step);
+  const __m256i high = _mm256_set1_epi32(static_cast<int32_t>(0xffff0000u));
+  for (int64_t d = 0; d < dim; d += 2) {  // one 32-bit gather brings elements d and d + 1
+    const int* at = reinterpret_cast<const int*>(k + d);
+    const __m256i pair0 = _mm256_i32gather_epi32(at, rows0, 1);
+    const __m256i pair8 = _mm256_i32gather_epi32(at, rows8, 1);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(kt + d * kLanes), _mm256_slli_epi32(pair0, 16));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(kt + d * kLanes + 8),
+                        _mm256_slli_epi32(pair8, 16));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(kt + (d + 1) * kLanes),
+                        _mm256_and_si256(pair0, high));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(kt + (d + 1) * kLanes + 8),
+                        _mm256_and_si256(pair8, high));
+  }
+  for (int64_t j = 0; j < kLanes; ++j) {
+    for (int64_t d = 0; d < dim; d += 8) {
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(v + j * stride + d));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(vt + j * dim + d),
+                          _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+  }
+}
+
+__attribute__((target("avx2")))
+void load_tile_avx2(const float* k, const float* v, int64_t stride, int64_t dim, float* kt,
+                    float* vt) {
+  const __m256i step = _mm256_set1_epi32(static_cast<int32_t>(stride));
+  const __m256i rows0 = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), step);
+  const __m256i rows8 = _mm256_mullo_epi32(_mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15), step);
+  for (int64_t d = 0; d < dim; ++d) {
+    _mm256_storeu_ps(kt + d * kLanes, _mm256_i32gather_ps(k + d, rows0, 4));
+    _mm256_storeu_ps(kt + d * kLanes + 8, _mm256_i32gather_ps(k + d, rows8, 4));
+  }
+  for (int64_t j = 0; j < kLanes; ++j)
+    for (int64_t d = 0; d < dim; d += 8)
+      _mm256_storeu_ps(vt + j * dim + d, _mm256_loadu_ps(v + j * stride + d));
+}
+
 template <typename T>
 void run_item(const Item& item, const Geometry& g, const float* q_roped, const int64_t* pos,
               const int32_t* token_seq, const int32_t* table, int64_t table_stride,
-              const T* cache, float scale, bool avx512, float* out) {
+              const T* cache, float scale, int isa, float* out) {
   const int64_t group = g.heads / g.kv_heads;
   const int64_t nq = item.count * group;
   std::vector<QueryState> states(nq);
@@ -191,8 +305,10 @@ void run_item(const Item& item, const Geometry& g, const float* q_roped, const i
     const T* kbase = cache + ((page * 2 + 0) * g.page_size + offset) * token_stride +
                      item.kv_head * g.dim;
     const T* vbase = kbase + g.page_size * token_stride;
-    if (avx512) {
+    if (isa == kIsaAvx512) {
       load_tile_avx512(kbase, vbase, token_stride, g.dim, kt, vt);
+    } else if (isa == kIsaAvx2) {
+      load_tile_avx2(kbase, vbase, token_stride, g.dim, kt, vt);
     } else {
       for (int64_t j = 0; j < kLanes; ++j) {
         for (int64_t d = 0; d < g.dim; ++d) {
@@ -212,7 +328,7 @@ void run_item(const Item& item, const Geometry& g, const float* q_roped, const i
       for (int64_t h = 0; h < group; ++h) {
         const float* q = q_roped + (token * g.heads + item.kv_head * group + h) * g.dim;
         QueryState& st = states[t * group + h];
-        if (!avx512) {
+        if (isa == kIsaPortable) {
           tile_portable(q, kt, vt, static_cast<int>(valid), scale, g.dim, st);
           continue;
         }
@@ -220,12 +336,12 @@ void run_item(const Item& item, const Geometry& g, const float* q_roped, const i
         sts[pending] = &st;
         valids[pending] = static_cast<int>(valid);
         if (++pending == kQueriesPerPass) {
-          tile_avx512_any(qs, kt, vt, valids, scale, g.dim, sts, pending);
+          tile_vector(isa, qs, kt, vt, valids, scale, g.dim, sts, pending);
           pending = 0;
         }
       }
     }
-    if (pending > 0) tile_avx512_any(qs, kt, vt, valids, scale, g.dim, sts, pending);
+    if (pending > 0) tile_vector(isa, qs, kt, vt, valids, scale, g.dim, sts, pending);
   }
   for (int64_t t = 0; t < item.count; ++t) {
     for (int64_t h = 0; h < group; ++h) {
@@ -291,13 +407,13 @@ void attend(const at::Tensor& qkv, const int64_t* pos, const int32_t* token_seq,
   // 2. Attention, items handed out dynamically (results do not depend on who runs what).
   const std::vector<Item> items = make_items(pos, token_seq, tokens, g.kv_heads);
   std::atomic<int64_t> next{0};
-  const bool avx512 = isa_level() == 2;
+  const int isa = isa_level();
   float* o = out.data_ptr<float>();
   const int64_t workers = std::min<int64_t>(at::get_num_threads(), items.size());
   at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
     for (int64_t i = next.fetch_add(1); i < static_cast<int64_t>(items.size());
          i = next.fetch_add(1)) {
-      run_item<T>(items[i], g, qr, pos, token_seq, table, table_stride, c, scale, avx512, o);
+      run_item<T>(items[i], g, qr, pos, token_seq, table, table_stride, c, scale, isa, o);
     }
   });
 }

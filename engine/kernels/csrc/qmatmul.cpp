@@ -5,8 +5,9 @@
 // acc) [; acc = fma(mw, sx, acc)]; acc + residual`, where isum is the block's exact integer dot
 // product. Nothing in that sequence depends on how many rows the call has or which thread
 // computes the element, so a token's result is the same at batch 1, batch 32 or inside a
-// 2048-token prefill. The AVX-512 VNNI path computes isum with vpdpbusd (exact) and performs
-// the same float operations lane by lane, so it agrees with the portable path bit for bit.
+// 2048-token prefill. The AVX-512 VNNI path computes isum with vpdpbusd (exact), the AVX2 path
+// with vpmaddubsw/vpmaddwd (exact: no pair sum can saturate, see tile_avx2), and both perform the
+// same float operations lane by lane, so they agree with the portable path bit for bit.
 //
 // Packed layout, per tile of 16 output columns and per block of 32 inputs ("tile-block"),
 // tiles outermost, blocks in order:
@@ -27,18 +28,28 @@
 namespace switchyard {
 
 namespace {
-std::atomic<int> g_isa{0};
+std::atomic<int> g_isa{kIsaUndecided};
 }
 
-void force_portable(bool on) { g_isa.store(on ? 1 : 0); }
+int isa_supported() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vnni"))
+    return kIsaAvx512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("f16c"))
+    return kIsaAvx2;
+  return kIsaPortable;
+}
+
+void force_isa(int level) {
+  g_isa.store(level == kIsaUndecided ? kIsaUndecided : std::min(level, isa_supported()));
+}
 
 int isa_level() {
   int level = g_isa.load();
-  if (level == 0) {
-    __builtin_cpu_init();
-    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                        __builtin_cpu_supports("avx512vnni");
-    level = avx512 ? 2 : 1;
+  if (level == kIsaUndecided) {
+    level = isa_supported();
     g_isa.store(level);
   }
   return level;
@@ -178,6 +189,122 @@ void rows_avx512(const Activations& x, int64_t row, const uint8_t* tile, const u
   }
 }
 
+// ---- AVX2 path: R rows x one tile of 16 columns, as two halves of 8 ----------------------
+//
+// Without VNNI the integer dot product is vpmaddubsw (unsigned x signed bytes, adjacent pairs
+// summed into saturating int16) then vpmaddwd against ones (int16 pairs into int32). Exact here:
+// x codes are within [-127, 127] (the quantize ops clamp them), so a Q4_1 pair is at most
+// 2 * 15 * 127 = 3810 and the four planes' sum 30480; a Q8_0 pair, |w| times sign-adjusted x,
+// at most 2 * 128 * 127 = 32512 — all below int16's 32767.
+
+template <int R, int64_t fmt>
+__attribute__((target("avx2,fma,f16c")))
+void tile_avx2(const Activations& x, int64_t row, const uint8_t* tile, const uint8_t* next,
+               __m256* acc) {
+  constexpr int64_t tb_bytes = fmt == kQ4_1 ? kQ4TileBlockBytes : kQ8TileBlockBytes;
+  const int64_t blocks = x.k / kBlock;
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int r = 0; r < 2 * R; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    if (next != nullptr) {  // the next tile streams in while this one computes
+      for (int64_t line = 0; line < tb_bytes; line += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(next + b * tb_bytes + line), _MM_HINT_T0);
+    }
+    __m256i isum[2 * R];  // [row][half]: columns 0-7, 8-15
+    __m256 dw[2], mw[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    if constexpr (fmt == kQ4_1) {
+      const uint8_t* tb = tile + b * kQ4TileBlockBytes;
+      __m256i pairs[2 * R];
+      for (int r = 0; r < 2 * R; ++r) pairs[r] = _mm256_setzero_si256();
+      for (int p = 0; p < 4; ++p) {
+        for (int h = 0; h < 2; ++h) {
+          const __m256i w =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tb + p * 64 + h * 32));
+          const __m256i lo = _mm256_and_si256(w, low4);
+          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), low4);
+          for (int r = 0; r < R; ++r) {
+            const int8_t* xb = x.q + (row + r) * x.k + b * kBlock + 8 * p;
+            int32_t x0, x1;
+            std::memcpy(&x0, xb, 4);
+            std::memcpy(&x1, xb + 4, 4);
+            const __m256i both =
+                _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_set1_epi32(x0)),
+                                 _mm256_maddubs_epi16(hi, _mm256_set1_epi32(x1)));
+            pairs[2 * r + h] = _mm256_add_epi16(pairs[2 * r + h], both);
+          }
+        }
+      }
+      for (int r = 0; r < 2 * R; ++r) isum[r] = _mm256_madd_epi16(pairs[r], ones);
+      for (int h = 0; h < 2; ++h) {
+        dw[h] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tb + 256 + 16 * h)));
+        mw[h] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tb + 288 + 16 * h)));
+      }
+    } else {
+      const uint8_t* tb = tile + b * kQ8TileBlockBytes;
+      for (int r = 0; r < 2 * R; ++r) isum[r] = _mm256_setzero_si256();
+      for (int g = 0; g < 8; ++g) {
+        for (int h = 0; h < 2; ++h) {
+          const __m256i w =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tb + g * 64 + h * 32));
+          const __m256i magnitude = _mm256_sign_epi8(w, w);  // |w| as unsigned (-128 -> 128)
+          for (int r = 0; r < R; ++r) {
+            int32_t x0;
+            std::memcpy(&x0, x.q + (row + r) * x.k + b * kBlock + 4 * g, 4);
+            const __m256i signed_x = _mm256_sign_epi8(_mm256_set1_epi32(x0), w);
+            const __m256i pair = _mm256_maddubs_epi16(magnitude, signed_x);
+            isum[2 * r + h] = _mm256_add_epi32(isum[2 * r + h], _mm256_madd_epi16(pair, ones));
+          }
+        }
+      }
+      for (int h = 0; h < 2; ++h)
+        dw[h] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tb + 512 + 16 * h)));
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m256 dx = _mm256_set1_ps(x.d[(row + r) * blocks + b]);
+      for (int h = 0; h < 2; ++h) {
+        const __m256 scale = _mm256_mul_ps(dw[h], dx);
+        acc[2 * r + h] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(isum[2 * r + h]), acc[2 * r + h]);
+        if constexpr (fmt == kQ4_1) {
+          acc[2 * r + h] = _mm256_fmadd_ps(
+              mw[h], _mm256_set1_ps(x.s[(row + r) * blocks + b]), acc[2 * r + h]);
+        }
+      }
+    }
+  }
+}
+
+template <int R, int64_t fmt>
+__attribute__((target("avx2,fma,f16c")))
+void rows_avx2(const Activations& x, int64_t row, const uint8_t* tile, const uint8_t* next,
+               int64_t n0, int64_t n, const float* residual, float* out) {
+  __m256 acc[2 * R];
+  tile_avx2<R, fmt>(x, row, tile, next, acc);
+  const int64_t valid = std::min<int64_t>(kLanes, n - n0);
+  for (int r = 0; r < R; ++r) {
+    alignas(32) float v[kLanes];
+    _mm256_store_ps(v, acc[2 * r]);
+    _mm256_store_ps(v + 8, acc[2 * r + 1]);
+    for (int64_t j = 0; j < valid; ++j) {
+      float value = v[j];
+      if (residual != nullptr) value = value + residual[(row + r) * n + n0 + j];
+      out[(row + r) * n + n0 + j] = value;
+    }
+  }
+}
+
+template <int64_t fmt>
+void rows_dispatch_avx2(int64_t rows, const Activations& x, int64_t row, const uint8_t* tile,
+                        const uint8_t* next, int64_t n0, int64_t n, const float* residual,
+                        float* out) {
+  switch (rows) {
+    case 4: return rows_avx2<4, fmt>(x, row, tile, next, n0, n, residual, out);
+    case 3: return rows_avx2<3, fmt>(x, row, tile, next, n0, n, residual, out);
+    case 2: return rows_avx2<2, fmt>(x, row, tile, next, n0, n, residual, out);
+    default: return rows_avx2<1, fmt>(x, row, tile, next, n0, n, residual, out);
+  }
+}
+
 void rows_portable(const Activations& x, int64_t row, const uint8_t* tile, int64_t fmt,
                    int64_t n0, int64_t n, const float* residual, float* out) {
   float acc[kLanes];
@@ -235,7 +362,8 @@ at::Tensor qmatmul(const at::Tensor& xq, const at::Tensor& xd, const at::Tensor&
   const Activations x{xq.data_ptr<int8_t>(), xd.data_ptr<float>(), xs.data_ptr<float>(), k};
   const uint8_t* w = packed.data_ptr<uint8_t>();
   float* o = out.data_ptr<float>();
-  const bool avx512 = isa_level() == 2;
+  const int isa = isa_level();
+  const bool avx512 = isa == kIsaAvx512;
   // The Q8_0 kernel multiplies unsigned bytes: give it x + 128 (x ^ 0x80), once per call.
   at::Tensor shifted;
   Activations xa = x;
@@ -255,9 +383,14 @@ at::Tensor qmatmul(const at::Tensor& xq, const at::Tensor& xd, const at::Tensor&
       const uint8_t* next = t + 1 < tiles ? tile + tile_bytes : nullptr;
       for (int64_t row = (unit / tiles) * kRowChunk; row < chunk_end; row += kRowBlock) {
         const int64_t rows = std::min(kRowBlock, chunk_end - row);
-        if (!avx512) {
+        if (isa == kIsaPortable) {
           for (int64_t r = 0; r < rows; ++r)
             rows_portable(x, row + r, tile, fmt, t * kLanes, n, res, o);
+        } else if (isa == kIsaAvx2) {
+          if (fmt == kQ4_1)
+            rows_dispatch_avx2<kQ4_1>(rows, x, row, tile, next, t * kLanes, n, res, o);
+          else
+            rows_dispatch_avx2<kQ8_0>(rows, x, row, tile, next, t * kLanes, n, res, o);
         } else if (fmt == kQ4_1) {
           rows_dispatch<kQ4_1>(rows, xa, row, tile, next, t * kLanes, n, res, o);
         } else {
@@ -270,8 +403,9 @@ at::Tensor qmatmul(const at::Tensor& xq, const at::Tensor& xd, const at::Tensor&
   return out;
 }
 
-void set_portable(bool on) { force_portable(on); }
+void set_isa(int64_t level) { force_isa(static_cast<int>(level)); }
 int64_t isa() { return isa_level(); }
+int64_t isa_best() { return isa_supported(); }
 
 }  // namespace
 
@@ -279,8 +413,9 @@ TORCH_LIBRARY_FRAGMENT(switchyard_cpu, m) {
   m.def("qmatmul(Tensor xq, Tensor xd, Tensor xs, Tensor packed, int fmt, int n, "
         "Tensor? residual=None) -> Tensor",
         &qmatmul);
-  m.def("set_portable(bool on) -> ()", &set_portable);
+  m.def("set_isa(int level) -> ()", &set_isa);
   m.def("isa() -> int", &isa);
+  m.def("isa_best() -> int", &isa_best);
 }
 
 }  // namespace switchyard
