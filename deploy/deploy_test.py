@@ -243,6 +243,10 @@ def check_two_routers(stack: Stack) -> None:
     """HAProxy takes turns over both replicas; each serves pd directly too; a killed replica
     costs no request (HAProxy retries a refused connection on the other, then its checks take
     the replica out); restarted, it is back in the rotation."""
+    # A replica ready on its own port may still be out of HAProxy's rotation: one that was not
+    # ready at HAProxy's first checks needs two good ones (`rise 2`, 2 s apart) to come back.
+    wait_for("HAProxy to have both replicas in its rotation",
+             lambda: set(answered_by(stack, 2)) == set(REPLICAS), timeout_s=60, every_s=1)
     names = answered_by(stack, 4)
     assert sorted(set(names)) == sorted(REPLICAS), names
     for name, base in stack.replicas.items():
