@@ -157,8 +157,9 @@ async def serve_async(args: argparse.Namespace) -> None:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     log.info("engine %s serving on %s:%d (KV transfers on %s:%d)", config.engine_id, args.host,
              args.port, listener.host, listener.port)
-    kernels = f", kernels {isa_name()}" if core.config.mode == "fast" else ""
-    if kernels.endswith("portable"):
+    isa = isa_name() if core.config.mode == "fast" else None
+    kernels = f", kernels {isa}" if isa else ""
+    if isa == "portable":
         log.warning("this CPU has no AVX2 (with FMA and F16C): the fast mode runs its portable "
                     "loops, 10-35x slower than on an AVX2 or AVX-512 machine")
     print(f"switchyard engine {config.engine_id} ready on {args.host}:{args.port} (mode "

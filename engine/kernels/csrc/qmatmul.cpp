@@ -189,6 +189,17 @@ void rows_avx512(const Activations& x, int64_t row, const uint8_t* tile, const u
   }
 }
 
+// One row's 16 sums (the columns that exist past n0), plus the residual when there is one.
+void store_row(const float* acc, int64_t row, int64_t n0, int64_t n, const float* residual,
+               float* out) {
+  const int64_t valid = std::min<int64_t>(kLanes, n - n0);
+  for (int64_t j = 0; j < valid; ++j) {
+    float v = acc[j];
+    if (residual != nullptr) v = v + residual[row * n + n0 + j];
+    out[row * n + n0 + j] = v;
+  }
+}
+
 // ---- AVX2 path: R rows x one tile of 16 columns, as two halves of 8 ----------------------
 //
 // Without VNNI the integer dot product is vpmaddubsw (unsigned x signed bytes, adjacent pairs
@@ -280,16 +291,11 @@ void rows_avx2(const Activations& x, int64_t row, const uint8_t* tile, const uin
                int64_t n0, int64_t n, const float* residual, float* out) {
   __m256 acc[2 * R];
   tile_avx2<R, fmt>(x, row, tile, next, acc);
-  const int64_t valid = std::min<int64_t>(kLanes, n - n0);
   for (int r = 0; r < R; ++r) {
     alignas(32) float v[kLanes];
     _mm256_store_ps(v, acc[2 * r]);
     _mm256_store_ps(v + 8, acc[2 * r + 1]);
-    for (int64_t j = 0; j < valid; ++j) {
-      float value = v[j];
-      if (residual != nullptr) value = value + residual[(row + r) * n + n0 + j];
-      out[(row + r) * n + n0 + j] = value;
-    }
+    store_row(v, row + r, n0, n, residual, out);
   }
 }
 
@@ -309,12 +315,7 @@ void rows_portable(const Activations& x, int64_t row, const uint8_t* tile, int64
                    int64_t n0, int64_t n, const float* residual, float* out) {
   float acc[kLanes];
   tile_portable(x, row, tile, fmt, acc);
-  const int64_t valid = std::min<int64_t>(kLanes, n - n0);
-  for (int64_t j = 0; j < valid; ++j) {
-    float v = acc[j];
-    if (residual != nullptr) v = v + residual[row * n + n0 + j];
-    out[row * n + n0 + j] = v;
-  }
+  store_row(acc, row, n0, n, residual, out);
 }
 
 template <int64_t fmt>
