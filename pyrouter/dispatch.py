@@ -383,7 +383,7 @@ class Dispatcher:
         self.record_outcome(time.monotonic(), req.route.label(), ok, ttft, tpot,
                             req.slo.ttft_ms, req.slo.tpot_ms)
         if ok and req.predicted is not None:
-            self.feedback.observe(req.predicted, ttft, tpot)
+            self.feedback.observe(req.predicted, ttft, tpot, max(0, n - 1))
 
     def record_outcome(self, at: float, pattern: str, ok: bool, ttft_s: float | None,
                        tpot_s: float | None, slo_ttft_ms: float | None,

@@ -33,7 +33,7 @@ SLO, the KV watermark and measured costs.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pyrouter.planning.interference import PrefillShare, prefill_extra_ms, tpot_under
 from pyrouter.planning.prediction_feedback import TPOT, TTFT, PredictedOutcome, PredictionFeedback
@@ -128,8 +128,8 @@ def _evaluate(p: EngineState, d: EngineState, prompt_len: int, max_tokens: int, 
         sent = max(0, prompt_len - 1 - int(dp_.matched_tokens))
         landed = _finite(pp.ttft_ms) + transfer.ms_per_token * sent
         raw_ttft = max(landed, _finite(dp_.queue_ms)) + _finite(dp_.decode_step_ms)
-    raw_tpot = _own_tpot(d, share.share(d.id, now), max_tokens,
-                         0.0 if pattern == DP else raw_ttft)
+    d_share = share.share(d.id, now)
+    raw_tpot = _own_tpot(d, d_share, max_tokens, 0.0 if pattern == DP else raw_ttft)
     ttft = raw_ttft * feedback.correction(p.id, pattern, TTFT)
     tpot = raw_tpot * feedback.correction(d.id, pattern, TPOT)
     meets = ttft <= slo.ttft_ms and (max_tokens <= 1 or tpot <= slo.tpot_ms)
@@ -142,7 +142,8 @@ def _evaluate(p: EngineState, d: EngineState, prompt_len: int, max_tokens: int, 
     if pattern == PD:
         harm += _pushed_over(d, share, now, 0.0, 0.0, _finite(dp_.decode_step_ms)
                              - _finite(dp_.decode_step_now_ms), slo, feedback)
-    outcome = PredictedOutcome(pattern, p.id, d.id, ttft, tpot, raw_ttft, raw_tpot)
+    outcome = PredictedOutcome(pattern, p.id, d.id, ttft, tpot, raw_ttft, raw_tpot,
+                               _foreseen_prefill(d, d_share))
     return Placement(pattern, p.id, d.id, ttft, tpot, meets, harm, bool(dp_.kv_ok),
                      _finite(pp.queue_ms), outcome, extra,
                      _finite(dp_.decode_step_now_ms) * feedback.correction(d.id, pattern, TPOT))
@@ -157,6 +158,15 @@ def _own_tpot(d: EngineState, share: float, max_tokens: int, starts_after_ms: fl
     backlog_ms = max(0.0, _finite(pred.queue_ms) - starts_after_ms)
     return _blended_tpot(_finite(pred.decode_step_ms), _finite(pred.backlog_step_ms), share,
                          backlog_ms, float(max_tokens))
+
+
+def _foreseen_prefill(d: EngineState, share: float) -> float:
+    """Per decoded token, the prefill work `_own_tpot` expects from prefills placed on `d` later
+    (its share; the backlog was placed already) — what the closed loop does not count as
+    unforeseen (prediction_feedback.py)."""
+    step, backlog_step = _finite(d.pred.decode_step_ms), _finite(d.pred.backlog_step_ms)
+    cap = backlog_step if backlog_step > 0 else math.inf
+    return max(0.0, min(tpot_under(step, share), cap) - step)
 
 
 def _blended_tpot(step_ms: float, backlog_step_ms: float, share: float, backlog_ms: float,
@@ -223,7 +233,12 @@ def choose(placements: list[Placement], slo: Slo) -> Placement:
     return min(top, key=lambda p: (-p.prefill_queue_ms, p.pattern != DP, p.prefill, p.decode))
 
 
-def commit(chosen: Placement, share: PrefillShare, now: float, max_tokens: int) -> None:
-    """Record the chosen placement's prefill and its decode horizon."""
+def commit(chosen: Placement, share: PrefillShare, feedback: PredictionFeedback, now: float,
+           max_tokens: int) -> PredictedOutcome:
+    """Record the chosen placement's prefill and its decode horizon; the prediction to attach
+    to the request, stamped with the prefill work placed on its decode engine so far (its own
+    included: the closed loop counts only what is placed after it)."""
     share.add(chosen.prefill, now, chosen.prefill_extra_ms)
     share.note_decode_time(max_tokens * chosen.tpot_ms / 1000.0)
+    feedback.note_prefill(chosen.prefill, chosen.prefill_extra_ms)
+    return replace(chosen.outcome, placed_ms=feedback.placed(chosen.decode))

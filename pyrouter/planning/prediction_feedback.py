@@ -2,12 +2,22 @@
 predicted for it, and a correction for later predictions of the same kind on the same engine.
 
 router_core predicts from the engines' fitted step models and the queues it can see; what it
-cannot see (a transfer's real cost, co-located engines slowing each other, prefills that arrive
-while a request decodes, a model fitted on another load) shows up as a steady ratio between
-what happened and what was predicted. The correction is that ratio, smoothed in log space — per
-(engine, pattern) for TPOT, per pattern across engines for TTFT (see `correction`) — so one
-outlier moves it little and over- and under-prediction weigh the same, clamped so a burst of
-odd requests cannot make the router believe anything absurd.
+cannot see (a transfer's real cost, co-located engines slowing each other, a model fitted on
+another load) shows up as a steady ratio between what happened and what was predicted. The
+correction is that ratio, smoothed in log space — per (engine, pattern) for TPOT, per pattern
+across engines for TTFT (see `correction`) — so one outlier moves it little and over- and
+under-prediction weigh the same, clamped so a burst of odd requests cannot make the router
+believe anything absurd.
+
+One thing a TPOT prediction cannot see is not the model's error: prefills the router places on
+the decode engine after the request was placed, beyond the share of them the prediction
+foresaw. In a burst those are the whole burst; a correction learned from the burst's first
+completions (which decoded beside every later prefill) scaled every later prediction by up to
+the clamp, and no placement fitted any more (docs/experiments.md "The closed loop's TPOT
+correction in a burst"). So the router tells the loop what it places (`note_prefill`), each
+prediction carries the decode engine's total at placement (`placed`), and TPOT learns against
+the prediction in hindsight: the raw one plus, per decoded token, the placed prefill work it
+did not foresee.
 
 A policy attaches its prediction to the request (`req.predicted`); the dispatcher observes the
 outcome when the request ends (Dispatcher.record), `/metrics` exports every ratio
@@ -41,6 +51,11 @@ class PredictedOutcome:
     tpot_ms: float
     raw_ttft_ms: float   # router_core's prediction before the correction
     raw_tpot_ms: float
+    # Per decoded token, the prefill work raw_tpot_ms counts on from prefills placed later (the
+    # share it expects); and the prefill work placed on decode_engine up to this placement
+    # (PredictionFeedback.placed; None: the policy does not report what it places).
+    foreseen_prefill_ms: float = 0.0
+    placed_ms: float | None = None
 
 
 class PredictionFeedback:
@@ -48,7 +63,17 @@ class PredictionFeedback:
         self._log_ratio: dict[tuple[str, str, str], float] = {}
         self._seen: dict[tuple[str, str, str], int] = {}
         self._recent: dict[tuple[str, str], list[float]] = {}
+        self._placed_ms: dict[str, float] = {}
         self.sink = sink
+
+    def note_prefill(self, engine: str, extra_ms: float) -> None:
+        """A prefill that adds `extra_ms` to `engine`'s decode steps was placed there."""
+        if extra_ms > 0 and math.isfinite(extra_ms):
+            self._placed_ms[engine] = self._placed_ms.get(engine, 0.0) + extra_ms
+
+    def placed(self, engine: str) -> float:
+        """The prefill work placed on `engine` so far (ms beyond its decode steps)."""
+        return self._placed_ms.get(engine, 0.0)
 
     def correction(self, engine: str, pattern: str, kind: str) -> float:
         """Factor to multiply a fresh prediction by (1.0 until something was observed). TTFT's is
@@ -68,16 +93,18 @@ class PredictionFeedback:
         return min(_CLAMP[1], max(_CLAMP[0], math.exp(value)))
 
     def observe(self, predicted: PredictedOutcome, ttft_s: float | None,
-                tpot_s: float | None) -> None:
+                tpot_s: float | None, decoded_tokens: int = 0) -> None:
         """A request ended: compare what happened with what was predicted. The correction
         learns from the raw prediction (a plain average of actual / raw, stable however many
-        requests were predicted with the old correction); the error reported is the corrected
-        prediction's, the one the policy decided with."""
+        requests were predicted with the old correction) — for TPOT, the raw prediction in
+        hindsight of the prefills placed after it (`_tpot_in_hindsight`); the error reported is
+        the corrected prediction's, the one the policy decided with. `decoded_tokens`: the
+        tokens after the first (what tpot_s is the mean over)."""
+        hindsight_tpot = self._tpot_in_hindsight(predicted, tpot_s, decoded_tokens)
         for kind, engine, used_ms, raw_ms, got_s in (
                 (TTFT, predicted.prefill_engine, predicted.ttft_ms, predicted.raw_ttft_ms,
                  ttft_s),
-                (TPOT, predicted.decode_engine, predicted.tpot_ms, predicted.raw_tpot_ms,
-                 tpot_s)):
+                (TPOT, predicted.decode_engine, predicted.tpot_ms, hindsight_tpot, tpot_s)):
             if got_s is None or got_s <= 0 or not (_usable(used_ms) and _usable(raw_ms)):
                 continue
             for key in ((engine, predicted.pattern, kind), (_ALL, predicted.pattern, kind),
@@ -96,6 +123,20 @@ class PredictionFeedback:
                 del recent[: len(recent) - _KEEP]
             if self.sink is not None:
                 self.sink(kind, predicted.pattern, ratio)
+
+    def _tpot_in_hindsight(self, predicted: PredictedOutcome, tpot_s: float | None,
+                           decoded_tokens: int) -> float:
+        """The raw TPOT prediction plus the prefill work placed on the decode engine since,
+        per decoded token, beyond what it foresaw — at most the request's whole decode time
+        (work placed while it decoded but run after it ended did not slow it)."""
+        raw = predicted.raw_tpot_ms
+        if predicted.placed_ms is None or tpot_s is None or decoded_tokens <= 0 \
+                or not _usable(raw):
+            return raw
+        decode_ms = tpot_s * 1000.0 * decoded_tokens
+        since = min(decode_ms, max(0.0, self.placed(predicted.decode_engine)
+                                   - predicted.placed_ms))
+        return raw + max(0.0, since / decoded_tokens - predicted.foreseen_prefill_ms)
 
     def summary(self) -> dict[str, dict[str, float | int]]:
         """Per "kind/pattern": requests observed and the median |error| as a ratio - 1 (0.2 =

@@ -17,8 +17,16 @@ tournament it wins past capacity where a prefill chunk costs the decodes a lot (
 CPU profile) and loses where steps are cheap and the TTFT SLO tight (the H100 profile: smaller
 chunks add steps to every prefill) — docs/experiments.md "Chunk control for adaptive".
 
+With `tpot_hindsight` on, the closed loop's TPOT correction learns against the prediction in
+hindsight of the prefills placed on the decode engine after it (prediction_feedback.py), not
+the plain ratio. Off by default: it wins where a burst is absorbed at moderate load (H100
+profile, sonnet-short @0.9-1.5: regret +6.2/+10.8/+7.8 -> +0.2/+0.0/+3.0) and loses past
+capacity, where the pessimistic plain ratio makes the overload rules concentrate the load
+(local profile, sonnet-short @1.5-2 and sonnet-long @2: -9 points) — docs/experiments.md
+"The closed loop's TPOT correction learns in hindsight".
+
 Parameters are the SLO (a request's own `slo` wins), the KV watermark, `patterns` (which
-placements may run: "dp,pd") and `chunk_control`. Every response says what ran and why:
+placements may run: "dp,pd"), `chunk_control` and `tpot_hindsight`. Every response says what ran and why:
 `adaptive chose=pd prefill=e0 decode=e1 ttft_ms=812 tpot_ms=41 fits=1 harm=0`.
 """
 from __future__ import annotations
@@ -52,7 +60,7 @@ PARAMS = {"ttft_ms": Param(2000.0, gt=0), "tpot_ms": Param(200.0, gt=0),
           "kv_watermark": Param(0.9, gt=0, le=1),
           "patterns": Param("dp,pd", check=comma_names((DP, PD))), "chunk_control": False,
           "chunk_min": Param(32, ge=1), "chunk_max": Param(2048, ge=1),
-          "chunk_interval_s": Param(1.0, gt=0)}
+          "chunk_interval_s": Param(1.0, gt=0), "tpot_hindsight": False}
 
 
 def _patterns(cluster: ClusterView) -> set[str]:
@@ -106,10 +114,12 @@ async def route(req: RouterRequest, cluster: ClusterView) -> GenerationStream:
         req.route.degraded.append(degraded_note(
             role, chosen.prefill if role == "prefill" else chosen.decode))
     by_id = {e.id: e for e in engines}
-    commit(chosen, share, now, req.sampling.max_tokens)
+    predicted = commit(chosen, share, cluster.feedback, now, req.sampling.max_tokens)
+    # Without tpot_hindsight the closed loop learns TPOT's plain ratio (no placed total).
+    req.predicted = predicted if cluster.params["tpot_hindsight"] else replace(
+        predicted, placed_ms=None)
     if cluster.params["chunk_control"] and math.isfinite(slo.tpot_ms):
         _control_chunks(req, cluster, slo, [by_id[chosen.prefill], by_id[chosen.decode]])
-    req.predicted = chosen.outcome
     return await _run(req, chosen, by_id[chosen.prefill], by_id[chosen.decode], transfer)
 
 

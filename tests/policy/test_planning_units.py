@@ -3,6 +3,7 @@ the closed loop."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -86,6 +87,36 @@ def test_feedback_learns_the_ratio_per_engine_pattern_and_kind() -> None:
         fb.observe(_outcome(1.0, 10.0), ttft_s=100.0, tpot_s=None)
     fb.observe(_outcome(math.nan, 10.0), ttft_s=1.0, tpot_s=None)
     assert fb.correction("e0", "dp", "ttft") == 4.0
+
+
+def test_tpot_correction_does_not_learn_the_prefills_placed_after_the_prediction() -> None:
+    """A burst: each request decodes beside prefills the router placed on its engine after it
+    (unforeseen by its raw prediction). That is not the step model's error: the correction
+    stays at 1. The same TPOT with no prefill placed since is the model's error: learned."""
+    fb = PredictionFeedback()
+    for _ in range(5):
+        outcome = replace(_outcome(100.0, 10.0), placed_ms=fb.placed("e1"))
+        fb.note_prefill("e1", 400.0)   # 20 more ms per token over the 20 decoded tokens
+        fb.note_prefill("e0", 900.0)   # another engine's prefills slow nothing on e1
+        fb.observe(outcome, ttft_s=0.1, tpot_s=0.030, decoded_tokens=20)
+    assert math.isclose(fb.correction("e1", "dp", "tpot"), 1.0)
+    # the share of later prefills the prediction foresaw is not unforeseen: with all of them
+    # foreseen, the same TPOT is 3x the raw prediction (the 6th observation weighs 1/6)
+    foreseen = replace(_outcome(100.0, 10.0), foreseen_prefill_ms=20.0, placed_ms=fb.placed("e1"))
+    fb.note_prefill("e1", 400.0)
+    fb.observe(foreseen, ttft_s=0.1, tpot_s=0.030, decoded_tokens=20)
+    assert math.isclose(fb.correction("e1", "dp", "tpot"), 3.0 ** (1 / 6))
+    # prefill work placed while it decoded counts at most as its whole decode time
+    fresh = PredictionFeedback()
+    capped = replace(_outcome(100.0, 10.0), placed_ms=0.0)
+    fresh.note_prefill("e1", 10_000.0)
+    fresh.observe(capped, ttft_s=0.1, tpot_s=0.030, decoded_tokens=20)
+    assert math.isclose(fresh.correction("e1", "dp", "tpot"), 30.0 / 40.0)
+    # a policy that does not say what it places (placed_ms None) learns the plain ratio
+    plain = PredictionFeedback()
+    plain.note_prefill("e1", 400.0)
+    plain.observe(_outcome(100.0, 10.0), ttft_s=0.1, tpot_s=0.030, decoded_tokens=20)
+    assert math.isclose(plain.correction("e1", "dp", "tpot"), 3.0)
 
 
 def test_feedback_reports_each_ratio_to_its_sink() -> None:

@@ -73,3 +73,25 @@ def test_adaptive_places_each_request_and_learns_from_its_predictions(
     for run, prompt in zip(out.runs, prompts, strict=True):
         assert run.tokens == FakeCluster.reference(prompt, 2)
     assert_clean(out)
+
+
+def test_adaptive_tpot_hindsight_keeps_a_burst_out_of_the_tpot_correction(
+        tiny: HardwareProfile) -> None:
+    # 16 prompts at once, 8 tokens out: the first to finish decoded beside every later prefill.
+    # The plain ratio (default) counts that against the engines' step model; with
+    # tpot_hindsight the prefills placed after each request are added to its prediction before
+    # the ratio is taken, so the correction learned is lower (the parameter is live, both ways
+    # give one engine's tokens, and the router's placed totals are kept either way).
+    rng = random.Random(2)
+    prompts = [[rng.randrange(1, 40000) for _ in range(300)] for _ in range(16)]
+    corrections = {}
+    for hindsight in (False, True):
+        out = run_requests(tiny, "adaptive", prompts, 8, [0.0] * 16, coalesce=4,
+                           params={"tpot_hindsight": hindsight})
+        feedback = out.dispatcher.feedback
+        assert feedback.placed("e0") > 0 and feedback.placed("e1") > 0
+        corrections[hindsight] = max(feedback.correction(e, "dp", "tpot") for e in ("e0", "e1"))
+        for run, prompt in zip(out.runs, prompts, strict=True):
+            assert run.tokens == FakeCluster.reference(prompt, 8)
+        assert_clean(out)
+    assert corrections[True] < corrections[False] * 0.9, corrections
