@@ -164,9 +164,15 @@ def _foreseen_prefill(d: EngineState, share: float) -> float:
     """Per decoded token, the prefill work `_own_tpot` expects from prefills placed on `d` later
     (its share; the backlog was placed already) — what the closed loop does not count as
     unforeseen (prediction_feedback.py)."""
-    step, backlog_step = _finite(d.pred.decode_step_ms), _finite(d.pred.backlog_step_ms)
-    cap = backlog_step if backlog_step > 0 else math.inf
-    return max(0.0, min(tpot_under(step, share), cap) - step)
+    step = _finite(d.pred.decode_step_ms)
+    return max(0.0, _amortized_tpot(step, _finite(d.pred.backlog_step_ms), share) - step)
+
+
+def _amortized_tpot(step_ms: float, backlog_step_ms: float, share: float) -> float:
+    """Time per token while `share` of the engine's time goes to prefills as they come, at most
+    a step that carries a full chunk every time."""
+    cap = backlog_step_ms if backlog_step_ms > 0 else math.inf
+    return min(tpot_under(step_ms, share), cap)
 
 
 def _blended_tpot(step_ms: float, backlog_step_ms: float, share: float, backlog_ms: float,
@@ -174,8 +180,7 @@ def _blended_tpot(step_ms: float, backlog_step_ms: float, share: float, backlog_
     """Mean time per token over `tokens` decode steps on an engine that first works off
     `backlog_ms` of queued prefill (every step then carries a full chunk: `backlog_step_ms`)
     and then spends `share` of its time on prefills as they come (interference.py)."""
-    cap = backlog_step_ms if backlog_step_ms > 0 else math.inf
-    amortized = min(tpot_under(step_ms, share), cap)
+    amortized = _amortized_tpot(step_ms, backlog_step_ms, share)
     if not (backlog_ms > 0 and backlog_step_ms > 0 and tokens > 1):
         return amortized
     in_backlog = min(tokens, backlog_ms / backlog_step_ms)
@@ -234,11 +239,14 @@ def choose(placements: list[Placement], slo: Slo) -> Placement:
 
 
 def commit(chosen: Placement, share: PrefillShare, feedback: PredictionFeedback, now: float,
-           max_tokens: int) -> PredictedOutcome:
+           max_tokens: int, hindsight: bool) -> PredictedOutcome:
     """Record the chosen placement's prefill and its decode horizon; the prediction to attach
-    to the request, stamped with the prefill work placed on its decode engine so far (its own
-    included: the closed loop counts only what is placed after it)."""
+    to the request — with `hindsight`, stamped with the prefill work placed on its decode engine
+    so far (its own included: the closed loop counts only what is placed after it); without,
+    unstamped, so the loop learns TPOT's plain ratio."""
     share.add(chosen.prefill, now, chosen.prefill_extra_ms)
     share.note_decode_time(max_tokens * chosen.tpot_ms / 1000.0)
     feedback.note_prefill(chosen.prefill, chosen.prefill_extra_ms)
+    if not hindsight:
+        return chosen.outcome
     return replace(chosen.outcome, placed_ms=feedback.placed(chosen.decode))

@@ -114,10 +114,8 @@ async def route(req: RouterRequest, cluster: ClusterView) -> GenerationStream:
         req.route.degraded.append(degraded_note(
             role, chosen.prefill if role == "prefill" else chosen.decode))
     by_id = {e.id: e for e in engines}
-    predicted = commit(chosen, share, cluster.feedback, now, req.sampling.max_tokens)
-    # Without tpot_hindsight the closed loop learns TPOT's plain ratio (no placed total).
-    req.predicted = predicted if cluster.params["tpot_hindsight"] else replace(
-        predicted, placed_ms=None)
+    req.predicted = commit(chosen, share, cluster.feedback, now, req.sampling.max_tokens,
+                           bool(cluster.params["tpot_hindsight"]))
     if cluster.params["chunk_control"] and math.isfinite(slo.tpot_ms):
         _control_chunks(req, cluster, slo, [by_id[chosen.prefill], by_id[chosen.decode]])
     return await _run(req, chosen, by_id[chosen.prefill], by_id[chosen.decode], transfer)
