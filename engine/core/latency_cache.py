@@ -1,9 +1,10 @@
 """On-disk cache of latency profiles, beside the dequantized weights (engine/model/weight_cache.py),
 so an engine profiles once per machine and configuration and later starts just load the samples.
 
-A profile is valid for one model, dtype, device, torch thread count, CPU (or GPU) model,
-attention backend, KV page size, profile grid and version of the profiling code; the key hashes
-all of them. Engines starting together take a file lock on the key, so one profiles and the
+A profile is valid for one model, numerics (fast mode or the exact mode's dtype), KV dtype,
+device, torch thread count, CPU (or GPU) model and the instruction set torch and the fast
+kernels run on (with the kernel library's build), attention backend, KV page size, profile grid
+and version of the profiling code; the key hashes all of them. Engines starting together take a file lock on the key, so one profiles and the
 others wait and load its result instead of profiling on a machine the first one keeps busy.
 `prepare_latency_model` is what an engine calls at start (`--latency-profile off|auto|force`).
 """
@@ -54,12 +55,37 @@ def hardware_model(device: str) -> str:
     return platform.processor() or platform.machine()
 
 
+def compute_identity(device: str, mode: str) -> dict[str, str]:
+    """What decides how fast the same step runs on this machine beyond the model and the CPU's
+    name: the instruction set torch's CPU kernels dispatch to and, in fast mode, the compiled
+    kernels' level and build. One CPU name covers machines with and without AVX-512 (the same
+    "AMD EPYC" on both kinds of VM here), and a rebuilt kernel library can be 10x faster (the
+    AVX2 kernels over the portable loops), so a profile from either is not this engine's."""
+    out = {"torch_cpu": "" if device.startswith("cuda") else torch.backends.cpu.get_cpu_capability()}
+    if mode == "fast":
+        from engine.kernels import LIBRARY, isa_name
+
+        out["kernels"] = isa_name()
+        out["kernels_build"] = _file_digest(str(LIBRARY))
+    return out
+
+
+def _file_digest(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            return hashlib.file_digest(f, "sha256").hexdigest()[:16]
+    except OSError:
+        return ""
+
+
 def profile_identity(core: EngineCore, grid: ProfileGrid) -> dict[str, Any]:
     config = core.config
     return {
-        "model_id": core.model_config.model_id, "dtype": config.dtype, "device": config.device,
+        "model_id": core.model_config.model_id, "numerics": config.numerics,
+        "dtype": config.dtype, "kv_dtype": config.resolved_kv_dtype, "device": config.device,
         "torch_threads": torch.get_num_threads(), "hardware": hardware_model(config.device),
-        "attention_backend": config.attention_backend, "page_size": config.page_size,
+        **compute_identity(config.device, config.mode),
+        "attention_backend": config.resolved_backend, "page_size": config.page_size,
         "terms": list(core.latency.terms), "knee": core.latency.knee,
         "grid": dataclasses.asdict(grid), "model_version": MODEL_VERSION,
         "profile_code_version": PROFILE_CODE_VERSION,

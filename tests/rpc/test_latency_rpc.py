@@ -36,7 +36,7 @@ def _write_profile(cache: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, fl
     torch.set_num_threads(1)
     try:
         loaded = load_model(default_model_path(), torch.float32, torch.device("cpu"))
-        core = EngineCore(EngineConfig(num_pages=NUM_PAGES, dtype="float32"), loaded)
+        core = EngineCore(EngineConfig(num_pages=NUM_PAGES, mode="exact", dtype="float32"), loaded)
         grid = grid_for(core)
         identity = profile_identity(core, grid)
     finally:
@@ -60,7 +60,7 @@ def engine(engine_logs: Path, tmp_path_factory: pytest.TempPathFactory
     with pytest.MonkeyPatch.context() as monkeypatch:
         expected = _write_profile(cache, monkeypatch)
     (proc,) = start_engines([EngineSpec(
-        "latency", dtype="float32", num_pages=NUM_PAGES, threads=1,
+        "latency", mode="exact", dtype="float32", num_pages=NUM_PAGES, threads=1,
         env={"SWITCHYARD_CACHE_DIR": str(cache), "SWITCHYARD_LATENCY_PROFILE": "auto"})],
         engine_logs)
     try:
