@@ -6,7 +6,8 @@ real sweep can be run at multiples of it on exactly the prompts the search used.
   python loadtest/experiments/sim_capacity.py --profile PROFILE.json --engines 2 \
       --slo-ttft-ms 2000 --slo-tpot-ms 200 --num-prompts 120 --workload sonnet ...
 
-Prints the search's probes and, on its last line, the capacity in requests/s alone.
+Prints the search's probes and, on its last line, the capacity in requests/s alone; exits 1 when
+the search reaches its limit (the requests are a burst, so there is no edge to find).
 """
 from __future__ import annotations
 
@@ -66,6 +67,12 @@ def main() -> int:
     found = find_capacity(attainment, start, LIGHT_UTILISATION * start, a.target, a.tolerance)
     print(f"capacity {found.rate:.4g} req/s ({found.basis}; light-load attainment "
           f"{found.light_attainment:.1%} at {found.light_rate:.4g} req/s)", file=sys.stderr)
+    if not found.bounded:
+        # A run at a multiple of a bound measures nothing: every request would arrive at once.
+        print(f"no capacity: attainment stayed above {found.threshold:.0%} up to the search "
+              f"limit ({found.rate:.4g} req/s): {a.num_prompts} requests are a burst these "
+              "engines absorb; raise --num-prompts", file=sys.stderr)
+        return 1
     print(f"{found.rate:.4g}")
     return 0
 

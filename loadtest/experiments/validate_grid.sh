@@ -84,7 +84,8 @@ for workload in "${workloads[@]}"; do
   # shellcheck disable=SC2086
   CAPACITY[$workload]=$("$PY" "$ROOT/loadtest/experiments/sim_capacity.py" \
     --profile "$DIR/profile.json" --engines 2 "${SLO[@]}" --num-prompts "$(n_of "$workload")" \
-    ${WORKLOAD[$workload]} 2>>"$DIR/capacity.log" | tail -1)
+    ${WORKLOAD[$workload]} 2>>"$DIR/capacity.log" | tail -1) ||
+    { tail -1 "$DIR/capacity.log" >&2; exit 1; }
   echo "$workload ${CAPACITY[$workload]}" >>"$DIR/capacity.txt"
   echo "capacity $workload: ${CAPACITY[$workload]} req/s" | tee -a "$DIR/capacity.log"
 done
