@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -15,25 +14,11 @@ from pathlib import Path
 
 import requests
 
+from engine.server.launcher import free_port, port_bindable
 from pyrouter.cli import DEFAULT_PEER_PORT_OFFSET
 
 Procs = list[subprocess.Popen[bytes]]
 SWITCHYARD = [sys.executable, "-m", "pyrouter.cli"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 @contextlib.contextmanager
@@ -74,7 +59,7 @@ def replica_ports(count: int) -> list[int]:
     while len(ports) < count:
         port = free_port()
         peer = port + DEFAULT_PEER_PORT_OFFSET
-        if {port, peer} & taken or not _bindable(peer):
+        if {port, peer} & taken or not port_bindable("127.0.0.1", peer):
             continue
         taken |= {port, peer}
         ports.append(port)

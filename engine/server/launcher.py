@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -28,10 +29,50 @@ START_TIMEOUT_S = 300.0
 _STOP_GRACE_S = 15.0
 
 
-def free_port(host: str = "127.0.0.1") -> int:
+_PORT_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_LOWEST_PORT = 10000
+# Kept clear below the ephemeral range: a router replica also listens on --port + 1000 for its
+# peers (pyrouter/cli.py DEFAULT_PEER_PORT_OFFSET).
+_HEADROOM = 1100
+
+
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands to sockets bound to port 0 and to outgoing connections."""
+    try:
+        return int(_PORT_RANGE_FILE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+def port_bindable(host: str, port: int) -> bool:
+    """Whether a socket could bind `port` on `host` now."""
     with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = "127.0.0.1", count: int = 1) -> int:
+    """A port nobody listens on now, and the `count - 1` after it (`serve --routers N` takes
+    --port and the N-1 after it). Chosen below the kernel's ephemeral range: a port in that range
+    can go to any socket bound to port 0 or any outgoing connection between this call and the
+    bind that wants it (a test's router once lost its port that way to a neighbour)."""
+    low = _ephemeral_low()
+    rng = random.SystemRandom()
+    if low - count - _HEADROOM > _LOWEST_PORT:
+        for _ in range(200):
+            base = rng.randrange(_LOWEST_PORT, low - count - _HEADROOM)
+            if all(port_bindable(host, base + i) for i in range(count)):
+                return base
+    for _ in range(200):  # no room below the range: what the kernel picks, checked
+        with socket.socket() as s:
+            s.bind((host, 0))
+            base = int(s.getsockname()[1])
+        if all(port_bindable(host, base + i) for i in range(1, count)):
+            return base
+    raise OSError(f"no {count} consecutive free ports on {host}")
 
 
 @dataclass(slots=True)

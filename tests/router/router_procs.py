@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -17,19 +16,13 @@ from pathlib import Path
 
 import requests
 
-from engine.server.launcher import EngineProcess, EngineSpec, launch
+from engine.server.launcher import EngineProcess, EngineSpec, free_port, launch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # The router samples one request in ten by default (router_core's default_sampler); tests that
 # read every request's spans ask for all of them.
 EVERY_REQUEST = {"OTEL_TRACES_SAMPLER": "parentbased_always_on"}
 SWITCHYARD = [sys.executable, "-m", "pyrouter.cli"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 LOG_DIR = Path(tempfile.mkdtemp(prefix="switchyard-test-engines-"))
@@ -93,7 +86,8 @@ def wait_ready(base: str, proc: Proc, want_engines: int = 1, timeout_s: float = 
 
 def start_serve(*args: str, env: dict[str, str] | None = None) -> tuple[Proc, str]:
     """`switchyard serve` as a user runs it (one torch thread per engine on this small box)."""
-    port = free_port()
+    routers = int(args[args.index("--routers") + 1]) if "--routers" in args else 1
+    port = free_port(count=routers)  # replica k listens on --port + k
     proc = Proc([*SWITCHYARD, "serve", "--port", str(port), *args],
                 env={"SWITCHYARD_TORCH_THREADS": "1", **(env or {})}, log_name=f"serve{port}")
     return proc, f"http://127.0.0.1:{port}"
