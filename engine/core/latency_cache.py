@@ -4,8 +4,9 @@ so an engine profiles once per machine and configuration and later starts just l
 A profile is valid for one model, numerics (fast mode or the exact mode's dtype), KV dtype,
 device, torch thread count, CPU (or GPU) model and the instruction set torch and the fast
 kernels run on (with the kernel library's build), attention backend, KV page size, profile grid
-and version of the profiling code; the key hashes all of them. Engines starting together take a file lock on the key, so one profiles and the
-others wait and load its result instead of profiling on a machine the first one keeps busy.
+and version of the profiling code; the key hashes all of them. Engines starting together take a
+file lock on the key, so one profiles and the others wait and load its result instead of
+profiling on a machine the first one keeps busy.
 `prepare_latency_model` is what an engine calls at start (`--latency-profile off|auto|force`).
 """
 from __future__ import annotations

@@ -7,13 +7,14 @@ import socket
 
 from engine.server import launcher
 from engine.server.launcher import free_port, port_bindable
+from pyrouter.cli import DEFAULT_PEER_PORT_OFFSET
 
 
 def test_ports_are_below_the_ephemeral_range_and_consecutive_ones_are_free() -> None:
     low = launcher._ephemeral_low()
     for _ in range(20):
         base = free_port(count=3)
-        assert base + 3 + 1000 < low
+        assert base + 3 + DEFAULT_PEER_PORT_OFFSET < low  # a replica's peer port too
         assert all(port_bindable("127.0.0.1", base + i) for i in range(3))
 
 
