@@ -9,6 +9,7 @@ are the policy's own parameters (`prefill_weight`, `queue_weight`, `decode_weigh
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
@@ -64,7 +65,8 @@ class EngineDirectory(Protocol):
 class ClusterView:
     def __init__(self, engines: EngineDirectory, active: ActivePolicy,
                  outcomes: RecentOutcomes | None = None, events: EventSink | None = None,
-                 feedback: PredictionFeedback | None = None) -> None:
+                 feedback: PredictionFeedback | None = None,
+                 first_output_timeout_s: float = math.inf) -> None:
         self._engines = engines
         self.policy = active
         # Recently finished requests (latency, SLO met, pattern): feedback for adaptive policies.
@@ -72,12 +74,16 @@ class ClusterView:
         # The latency model's closed loop: how far predictions were off, per engine and pattern.
         self.feedback = feedback if feedback is not None else PredictionFeedback()
         self._events = events
+        # The router fails a request whose first output takes longer than this (its
+        # --policy-timeout-s): a placement predicted past it is an error, not a late answer.
+        self.first_output_timeout_s = first_output_timeout_s
         weights = {k: float(v) for k, v in active.params.items() if k in _WEIGHTS}
         self.weights: ScoreWeights | None = ScoreWeights(**weights) if weights else None
 
     def sub(self, active: ActivePolicy) -> ClusterView:
         """A view for another policy run on this one's behalf (adaptive's sub-policies)."""
-        return ClusterView(self._engines, active, self.outcomes, self._events, self.feedback)
+        return ClusterView(self._engines, active, self.outcomes, self._events, self.feedback,
+                           self.first_output_timeout_s)
 
     def note_event(self, kind: str, detail: str) -> None:
         """Record a decision worth counting (a role switch, a pattern switch)."""

@@ -443,7 +443,8 @@ class Dispatcher:
     async def _attempt(self, req: RouterRequest, active: ActivePolicy, retries: int
                        ) -> RequestRun:
         started_at = len(req.scope.verbs)
-        view = ClusterView(self.engines, active, self.outcomes, self.events, self.feedback)
+        view = ClusterView(self.engines, active, self.outcomes, self.events, self.feedback,
+                           self.policy_timeout_s)
         session = PolicySession(active, req, view, self.policy_timeout_s)
         try:
             stream = await session.first()

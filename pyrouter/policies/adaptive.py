@@ -25,6 +25,11 @@ capacity, where the pessimistic plain ratio makes the overload rules concentrate
 (local profile, sonnet-short @1.5-2 and sonnet-long @2: -9 points) — docs/experiments.md
 "The closed loop's TPOT correction learns in hindsight".
 
+A request whose chosen placement would give its first output only past the router's
+first-output timeout (`--policy-timeout-s`) is refused at once, 503 `overloaded` with
+Retry-After, instead of failing after that wait: under sustained overload the queue late
+requests join would otherwise grow without bound.
+
 Parameters are the SLO (a request's own `slo` wins), the KV watermark, `patterns` (which
 placements may run: "dp,pd"), `chunk_control` and `tpot_hindsight`. Every response says what ran and why:
 `adaptive chose=pd prefill=e0 decode=e1 ttft_ms=812 tpot_ms=41 fits=1 harm=0`.
@@ -110,6 +115,7 @@ async def route(req: RouterRequest, cluster: ClusterView) -> GenerationStream:
         placements = candidates(states, len(req.tokens), req.sampling.max_tokens, slo, share,
                                 transfer, cluster.feedback, now)
     chosen = choose(placements, slo)
+    _refuse_past_timeout(chosen, placements, cluster.first_output_timeout_s)
     for role in missing:
         req.route.degraded.append(degraded_note(
             role, chosen.prefill if role == "prefill" else chosen.decode))
@@ -119,6 +125,22 @@ async def route(req: RouterRequest, cluster: ClusterView) -> GenerationStream:
     if cluster.params["chunk_control"] and math.isfinite(slo.tpot_ms):
         _control_chunks(req, cluster, slo, [by_id[chosen.prefill], by_id[chosen.decode]])
     return await _run(req, chosen, by_id[chosen.prefill], by_id[chosen.decode], transfer)
+
+
+def _refuse_past_timeout(chosen: Placement, placements: list[Placement],
+                         timeout_s: float) -> None:
+    """Under sustained overload `choose` sends a request late anyway to the longest queue, so
+    that the other engines stay within SLO; once that queue is so long that its first output
+    would come past the router's first-output timeout, the request would fail there after
+    waiting it out. Refuse it now instead (503 `overloaded`, Retry-After: when the soonest
+    placement would answer): the client learns at once, and the queue stops growing."""
+    timeout_ms = timeout_s * 1000.0
+    if chosen.ttft_ms < timeout_ms:
+        return
+    soonest_ms = min(p.ttft_ms for p in placements)
+    raise NoCapacity(f"overloaded: first output predicted in {chosen.ttft_ms / 1000:.0f} s, "
+                     f"past the router's {timeout_s:g} s first-output timeout",
+                     code="overloaded", retry_after_s=max(1.0, math.ceil(soonest_ms / 1000.0)))
 
 
 def _control_chunks(req: RouterRequest, cluster: ClusterView, slo: Slo,

@@ -163,9 +163,17 @@ async def test_adaptive_under_overload_keeps_the_shorter_queue_for_requests_that
     # Neither engine can give this request its 1 s TTFT (~10 s and ~4 s of queue): it joins
     # the longer queue, so the other engine drains for requests that can still meet theirs.
     cluster = FakeCluster([_engine(queued_prefill_tokens=20_000),
-                           _engine(queued_prefill_tokens=8_000)])
+                           _engine(queued_prefill_tokens=8_000)], policy_timeout_s=60.0)
     _, p, _ = await _run(cluster, "adaptive", ttft_ms=1000.0)
     assert (p["chose"], p["engine"], p["fits"]) == ("dp", "e0", "0")
+    # ...but not past the router's first-output timeout (5 s here), where it would fail after
+    # waiting: refused at once, and nothing was sent to an engine
+    short = FakeCluster([_engine(queued_prefill_tokens=20_000),
+                         _engine(queued_prefill_tokens=8_000)], policy_timeout_s=5.0)
+    run = await short.run("adaptive", PROMPT, params={"ttft_ms": 1000.0})
+    assert run.error is not None and (run.error.status, run.error.code) == (503, "overloaded")
+    assert run.verbs == []
+    short.assert_clean()
     # ...while a request that fits somewhere goes there
     fits = FakeCluster([_engine(queued_prefill_tokens=20_000),
                         _engine(queued_prefill_tokens=1_000)])

@@ -47,7 +47,8 @@ class Outcome:
 def run_requests(profile: HardwareProfile, policy: str, prompts: Sequence[Sequence[int]],
                  max_tokens: int | Sequence[int] = 3, arrivals_ms: Sequence[float] | None = None,
                  roles: Sequence[str] | None = None, engines: int = 2,
-                 params: dict[str, Any] | None = None, coalesce: int = 1) -> Outcome:
+                 params: dict[str, Any] | None = None, coalesce: int = 1,
+                 policy_timeout_s: float = 300.0) -> Outcome:
     """Each prompt arrives at its time, is sent through the router's front; returns what
     every client got, when each token left its engine, and the cluster after everything ended."""
     spec = get_policy(policy)
@@ -60,7 +61,7 @@ def run_requests(profile: HardwareProfile, policy: str, prompts: Sequence[Sequen
         cluster = SimCluster(profile, roles, coalesce)
         await cluster.start()
         dispatcher = Dispatcher(cluster, PolicySlot(ActivePolicy(spec, spec.check_params(
-            params or {}))))
+            params or {}))), policy_timeout_s=policy_timeout_s)
         counters = RouterCounters()
         start = loop.time()
 

@@ -4,6 +4,7 @@ the tokens one engine alone produces, with nothing left held anywhere afterwards
 from __future__ import annotations
 
 import random
+from collections import Counter
 
 import pytest
 
@@ -95,3 +96,27 @@ def test_adaptive_tpot_hindsight_keeps_a_burst_out_of_the_tpot_correction(
             assert run.tokens == FakeCluster.reference(prompt, 8)
         assert_clean(out)
     assert corrections[True] < corrections[False] * 0.9, corrections
+
+
+def test_adaptive_sheds_a_request_it_would_queue_past_the_first_output_timeout(
+        tiny: HardwareProfile) -> None:
+    # 600-token prompts (~420 ms of prefill each) every 100 ms on two engines: twice what they
+    # serve, for 12 s. Late requests join the longest queue (the other engine stays short for
+    # requests that can still meet their SLO), but one whose first output would come past the
+    # router's first-output timeout (5 s here) would fail after waiting it out: it is refused
+    # at once instead (503 overloaded, Retry-After). Without the rule 67 of the 120 time out
+    # and 53 are served; with it 47 are refused, 71 served, and 2 still time out (predicted
+    # just under 5 s: the predictions' own error).
+    rng = random.Random(4)
+    prompts = [[rng.randrange(1, 40000) for _ in range(600)] for _ in range(120)]
+    out = run_requests(tiny, "adaptive", prompts, 2, [i * 100.0 for i in range(120)],
+                       coalesce=4, policy_timeout_s=5.0)
+    codes = Counter(run.error.code for run in out.runs if run.error is not None)
+    assert codes["overloaded"] >= 30 and codes["engine_timeout"] <= 3, codes
+    assert {run.error.status for run in out.runs if run.error is not None} <= {503, 502}
+    served = [(run, prompt) for run, prompt in zip(out.runs, prompts, strict=True)
+              if run.error is None]
+    assert len(served) >= 65
+    for run, prompt in served:
+        assert run.tokens == FakeCluster.reference(prompt, 2)
+    assert_clean(out)
