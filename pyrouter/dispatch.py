@@ -98,6 +98,12 @@ def _engine_error(req: RouterRequest, policy_name: str, exc: grpc.aio.AioRpcErro
     if exc.code() == grpc.StatusCode.UNAVAILABLE:
         return EngineUnavailable(f"engine unavailable during {stage}: {detail}",
                                  code="engine_unavailable").on(failed_on)
+    if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        # The engine is well and full: no KV pages for a PrepRecv reservation. Taking it out of
+        # rotation (as a failure) would move its load onto the others; the client is told to
+        # come back instead, and the engine stays in rotation.
+        return NoCapacity(f"engine {failed_on or '?'} is full ({stage}): {detail}",
+                          code="engine_full", retry_after_s=1.0)
     # Any other status before output — UNKNOWN "transport error", CANCELLED by a dying peer, a
     # reset stream — is an engine that is unwell, not a request that is wrong: retryable too.
     return EngineFailed(f"engine error during {stage}: {detail}",

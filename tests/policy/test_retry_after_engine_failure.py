@@ -133,3 +133,16 @@ def test_a_retry_that_finds_no_engine_waits_for_one_to_come_back() -> None:
     assert run.error is None, run.error
     assert run.tokens == cluster.reference(PROMPT, MAX_TOKENS)
     cluster.assert_clean()
+
+
+def test_a_full_engine_refusing_a_reservation_stays_in_rotation() -> None:
+    # No KV pages for pd's PrepRecv (RESOURCE_EXHAUSTED): the engine is well and full. The client
+    # gets a 503 with Retry-After; neither engine leaves rotation, nothing is left held.
+    faults = {i: [Fault("prep_recv", 0, code=grpc.StatusCode.RESOURCE_EXHAUSTED)]
+              for i in range(2)}
+    cluster = _cluster(faults)
+    run = _run(cluster, "pd")
+    assert run.error is not None and (run.error.status, run.error.code) == (503, "engine_full")
+    assert "RESOURCE_EXHAUSTED" in run.error.message
+    assert all(cluster.engines[e].healthy for e in ("e0", "e1"))
+    cluster.assert_clean()
