@@ -97,6 +97,7 @@ class EngineLoad:
     healthy: bool
     queued_prefill_tokens: int    # prefill tokens not computed yet (waiting + still prefilling)
     running_decodes: int          # sequences decoding (one token per step)
+    queued_requests: int          # requests waiting to be admitted (from Stats; 0 = not reported)
     decode_context_tokens: int    # KV positions those decodes read per step, summed
     unfinished_tokens: int
     kv_pages_used: int
@@ -125,9 +126,10 @@ class EngineTable:
                      unfinished_tokens: int, kv_pages_used: int, kv_pages_total: int,
                      decode_step_ms: float, *, latency_model: dict[str, float] | None = None,
                      prefill_chunk_size: int = 0, decode_context_tokens: int = 0,
-                     kv_pages_evictable: int = 0) -> None:
+                     kv_pages_evictable: int = 0, queued_requests: int = 0) -> None:
         """From an engine's Stats: latency_model = dict(stats.latency_model.coeffs_ms) (None or {}
-        = no model yet: predicted times are NaN). ValueError for an unknown or repeated term or a
+        = no model yet: predicted times are NaN); queued_requests = stats.queued_requests (the
+        requests waiting to be admitted; 0 = not reported). ValueError for an unknown or repeated term or a
         non-finite coefficient, or a non-finite/negative decode_step_ms."""
     def on_dispatch(self, engine_id: int, prefill_tokens: int, decode_tokens: int) -> int:
         """inflight += 1, router_tokens += prefill + decode, router_prefill_tokens += prefill,
@@ -213,7 +215,8 @@ class EnginePrediction:
     prefill_ms: float             # this request's prefill, chunked, running decodes riding along
     prefill_step_ms: float        # its longest step: the step time running decodes see meanwhile
     queued_prefill_tokens: int    # prefill tokens ahead of it on the engine (from Stats)
-    queue_ms: float               # time to get through those (chunked, decodes riding along)
+    kv_wait_ms: float             # KV full: until running requests have freed room for the waiting ones and this one
+    queue_ms: float               # time to get through those (chunked, decodes riding along), or kv_wait_ms if longer
     ttft_ms: float                # queue_ms + prefill_ms
     decode_step_ms: float         # one decode step with this request added to the running decodes
     decode_step_now_ms: float     # one decode step of the running decodes alone

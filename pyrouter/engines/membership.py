@@ -36,7 +36,7 @@ def apply_stats(core: RouterCore, handle: EngineHandle, s: pb.StatsResponse) -> 
         float(s.decode_step_ms), latency_model=dict(s.latency_model.coeffs_ms),
         prefill_chunk_size=int(s.prefill_chunk_size),
         decode_context_tokens=int(s.decode_context_tokens),
-        kv_pages_evictable=int(s.kv_pages_evictable))
+        kv_pages_evictable=int(s.kv_pages_evictable), queued_requests=int(s.queued_requests))
 
 
 def _check_address(address: str) -> None:

@@ -54,6 +54,8 @@ pub struct EngineLoad {
     pub queued_prefill_tokens: u64,
     /// Sequences decoding (one token per step).
     pub running_decodes: u64,
+    /// Requests waiting for the engine to admit them (0 = not reported).
+    pub queued_requests: u64,
     /// KV positions the running decodes read per step (their context lengths summed).
     pub decode_context_tokens: u64,
     pub unfinished_tokens: u64,
@@ -112,6 +114,7 @@ impl EngineLoad {
             healthy: true,
             queued_prefill_tokens: 0,
             running_decodes: 0,
+            queued_requests: 0,
             decode_context_tokens: 0,
             unfinished_tokens: 0,
             kv_pages_used: 0,
@@ -192,10 +195,12 @@ impl EngineLoad {
 }
 
 /// A Stats poll's numbers for one engine.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct StatsUpdate {
     pub queued_prefill_tokens: u64,
     pub running_decodes: u64,
+    /// Requests waiting to be admitted (0 = not reported).
+    pub queued_requests: u64,
     pub unfinished_tokens: u64,
     pub kv_pages_used: u64,
     /// Of kv_pages_used, pages only the prefix cache holds (0 = not reported).
@@ -255,6 +260,7 @@ impl EngineTable {
         let row = self.row_mut(engine_id)?;
         row.queued_prefill_tokens = stats.queued_prefill_tokens;
         row.running_decodes = stats.running_decodes;
+        row.queued_requests = stats.queued_requests;
         row.unfinished_tokens = stats.unfinished_tokens;
         row.kv_pages_used = stats.kv_pages_used;
         row.kv_pages_evictable = stats.kv_pages_evictable.min(stats.kv_pages_used);
@@ -449,6 +455,7 @@ mod tests {
         StatsUpdate {
             queued_prefill_tokens: 10,
             running_decodes: running,
+            queued_requests: 0,
             unfinished_tokens: 100,
             kv_pages_used: 5,
             kv_pages_evictable: 0,

@@ -7,6 +7,7 @@ fn quiet_stats() -> StatsUpdate {
     StatsUpdate {
         queued_prefill_tokens: 0,
         running_decodes: 0,
+        queued_requests: 0,
         unfinished_tokens: 0,
         kv_pages_used: 0,
         kv_pages_evictable: 0,

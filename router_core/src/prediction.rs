@@ -6,8 +6,11 @@
 //!
 //! ```text
 //! prefill_tokens = L - min(M, L - 1)          (the engine always computes the last token)
+//! kv_wait_ms     = on an engine whose KV is full, the time until enough running requests
+//!                  have finished to admit the waiting ones and this one (`kv_wait_steps`);
+//!                  0 while it has room
 //! queue_ms       = the engine's queued prefill tokens (its Stats plus what the router sent
-//!                  since), chunked, decodes riding along
+//!                  since), chunked, decodes riding along — or kv_wait_ms, if longer
 //! prefill_ms     = this request's prefill after the queue, chunked at the engine's chunk
 //!                  size on top of its cached prefix, decodes riding along
 //! ttft_ms        = queue_ms + prefill_ms
@@ -74,6 +77,7 @@ pub struct EnginePrediction {
     pub prefill_ms: f64,
     pub prefill_step_ms: f64,
     pub queued_prefill_tokens: u64,
+    pub kv_wait_ms: f64,
     pub queue_ms: f64,
     pub ttft_ms: f64,
     pub decode_step_ms: f64,
@@ -105,7 +109,15 @@ pub fn predict_engine(
     let model = &load.latency;
 
     let (queue_steps, queue_work) = queued_prefill(queued_prefill_tokens, chunk, decode);
-    let queue_ms = model.time_ms(&queue_work);
+    let prefill_queue_ms = model.time_ms(&queue_work);
+    let kv_wait_ms =
+        kv_wait_steps(load, page_size) * model.time_ms(&StepWork::one_step(&[], &decode));
+    // NaN (no model) stays NaN: the comparison is false.
+    let queue_ms = if kv_wait_ms > prefill_queue_ms {
+        kv_wait_ms
+    } else {
+        prefill_queue_ms
+    };
     let run = chunked_prefill(cached, prefill_tokens, chunk, decode, queue_steps);
     let prefill_ms = model.time_ms(&run.total);
     let prefill_step_ms = [run.last_full, run.tail]
@@ -151,6 +163,7 @@ pub fn predict_engine(
             f64::NAN
         },
         queued_prefill_tokens,
+        kv_wait_ms,
         queue_ms,
         ttft_ms: queue_ms + prefill_ms,
         decode_step_ms,
@@ -160,6 +173,52 @@ pub fn predict_engine(
         new_pages,
         kv_use,
         kv_ok: kv_use <= params.kv_watermark,
+    }
+}
+
+/// Decode steps before a request sent now could be admitted on `load`'s engine, whose KV may
+/// be full. An engine admits a waiting request only while its pages have room (and preempts
+/// the newest when a running one needs a page and none is free), so once its KV is full the
+/// requests waiting there — and one sent now, behind them — start only as running ones finish
+/// and free theirs: a wait that counts decode steps, not the queued prefill's compute. At a
+/// full KV the running requests are the engine's concurrency, and each of their places turns
+/// over once per request's output (Little's law), so `need` admissions take
+/// `need x output / running` steps, where
+///
+/// ```text
+/// output    = the decode tokens still owed (Stats' unfinished less queued prefill tokens)
+///             over the waiting requests (all of theirs to go) and half the running ones
+///             (half done, on average): a request's output
+/// footprint = the running requests' mean context now (pages held / running) plus the half
+///             of their output still to come: the KV one request holds by its end
+/// need      = waiting + 1 (this one) - free KV / footprint
+/// ```
+///
+/// 0 while the free KV fits them all, or when the engine reports no pages, no running decode
+/// or no waiting count (older engines: `queued_requests` 0 leaves only this request's own
+/// need, at most one turnover).
+pub fn kv_wait_steps(load: &EngineLoad, page_size: u64) -> f64 {
+    let page = page_size.max(1) as f64;
+    let running = load.running_decodes as f64;
+    if load.kv_pages_total == 0 || running <= 0.0 {
+        return 0.0;
+    }
+    let total = load.kv_pages_total as f64 * page;
+    let held = load.kv_pages_used.saturating_sub(load.kv_pages_evictable) as f64 * page;
+    let waiting = load.queued_requests.saturating_add(load.router_seqs) as f64;
+    let owed = load
+        .unfinished_tokens
+        .saturating_sub(load.queued_prefill_tokens) as f64;
+    let output = owed / (waiting + running / 2.0);
+    let footprint = held / running + output / 2.0;
+    if footprint <= 0.0 {
+        return 0.0;
+    }
+    let need = waiting + 1.0 - (total - held).max(0.0) / footprint;
+    if need <= 0.0 {
+        0.0
+    } else {
+        need * output / running
     }
 }
 
@@ -187,6 +246,7 @@ mod tests {
         let stats = StatsUpdate {
             queued_prefill_tokens: queued,
             running_decodes: decodes,
+            queued_requests: 0,
             unfinished_tokens: 0,
             kv_pages_used: 60,
             kv_pages_evictable: 0,
@@ -288,6 +348,43 @@ mod tests {
         let p = predict_engine(&load, 16 * 40, 0, 16, &params);
         assert_eq!(p.new_pages, 41);
         assert!(!p.kv_ok, "60 + 41 pages of 100 is over 0.8");
+    }
+
+    #[test]
+    fn a_full_kv_makes_waiting_requests_wait_for_running_ones_to_finish() {
+        let params = PredictParams::new(None, 1.0).unwrap();
+        // 32 decoding, 1417 of 1456 16-token pages held, 52 requests waiting with 13,765
+        // prompt tokens, 39,564 tokens owed in all: each output is 25,799 / (52 + 16) = 379.4
+        // tokens, a request ends holding 22,672 / 32 + 379.4 / 2 = 898.2 tokens of KV, 624
+        // tokens are free, so 53 - 0.69 admissions wait 52.3 x 379.4 / 32 = 620 steps.
+        let mut load = engine(13_765, 32, 20_000, 512);
+        load.kv_pages_total = 1456;
+        load.kv_pages_used = 1456;
+        load.kv_pages_evictable = 39;
+        load.queued_requests = 52;
+        load.unfinished_tokens = 39_564;
+        let steps = kv_wait_steps(&load, 16);
+        assert!((steps - 620.0).abs() < 1.0, "{steps}");
+        let p = predict_engine(&load, 100, 0, 16, &params);
+        let step = load
+            .latency
+            .time_ms(&StepWork::one_step(&[], &load.pending_decode_batch()));
+        assert!((p.kv_wait_ms - steps * step).abs() < 1e-6 * p.kv_wait_ms);
+        assert!(p.queue_ms == p.kv_wait_ms && p.ttft_ms == p.queue_ms + p.prefill_ms);
+        // Room for them all (half the pages free): no wait; the queue is the prefill's again.
+        load.kv_pages_used = 700;
+        load.kv_pages_evictable = 0;
+        load.queued_requests = 5;
+        let p = predict_engine(&load, 100, 0, 16, &params);
+        assert_eq!(p.kv_wait_ms, 0.0);
+        let (queue, ..) = naive(&load, 100, 0);
+        assert!((p.queue_ms - queue).abs() <= 1e-9 * queue);
+        // Nothing decoding, or no pages reported: nothing to wait for.
+        load.running_decodes = 0;
+        assert_eq!(kv_wait_steps(&load, 16), 0.0);
+        load.running_decodes = 32;
+        load.kv_pages_total = 0;
+        assert_eq!(kv_wait_steps(&load, 16), 0.0);
     }
 
     #[test]

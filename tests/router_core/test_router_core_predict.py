@@ -89,6 +89,33 @@ def test_predictions_match_a_step_by_step_reference(slo: float | None) -> None:
         assert pred.has_latency_model and pred.healthy and pred.role == "any"
 
 
+def test_a_full_kv_queues_a_request_behind_the_waiting_ones_until_running_ones_finish() -> None:
+    # 20 decoding (context 8000), 98 of 100 16-token pages held, 30 requests waiting with 3000
+    # prompt tokens, 9000 tokens owed: outputs (9000 - 3000) / (30 + 10) = 150 tokens, a
+    # request ends holding 1568 / 20 + 75 = 153.4 tokens, 32 tokens free, so 31 - 0.21
+    # admissions wait 30.79 x 150 / 20 = 230.9 decode steps of the 20 running.
+    core = router_core.RouterCore(BLOCK, router_core.model_seed("m"))
+    core.table.upsert(0, "any")
+    core.table.update_stats(0, 3000, 20, 9000, 98, 100, 0.0, latency_model=MODEL,
+                            prefill_chunk_size=512, decode_context_tokens=8000,
+                            queued_requests=30)
+    assert core.table.get(0).queued_requests == 30
+    (pred,) = core.predict(list(range(100)))
+    steps = (31 - 32 / (1568 / 20 + 75)) * 150 / 20
+    assert pred.kv_wait_ms == pytest.approx(steps * _step_ms([], 20, 8000), rel=1e-9)
+    assert pred.queue_ms == pred.kv_wait_ms
+    assert pred.ttft_ms == pytest.approx(pred.queue_ms + pred.prefill_ms, rel=1e-12)
+    # With room for them all (950 of 1000 pages free: 132 requests of 115 tokens), no wait:
+    # the queue is the prefill's again.
+    core.table.update_stats(0, 3000, 20, 9000, 50, 1000, 0.0, latency_model=MODEL,
+                            prefill_chunk_size=512, decode_context_tokens=8000,
+                            queued_requests=30)
+    (pred,) = core.predict(list(range(100)))
+    assert pred.kv_wait_ms == 0.0
+    assert pred.queue_ms == pytest.approx(_reference(100, 0, 3000, 20, 8000, 512, None)
+                                          ["queue_ms"], rel=1e-9)
+
+
 def test_without_a_model_times_are_nan_and_the_rest_holds() -> None:
     core = router_core.RouterCore(BLOCK, 0)
     core.table.upsert(0, "decode")

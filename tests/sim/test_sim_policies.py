@@ -120,3 +120,23 @@ def test_adaptive_sheds_a_request_it_would_queue_past_the_first_output_timeout(
     for run, prompt in served:
         assert run.tokens == FakeCluster.reference(prompt, 2)
     assert_clean(out)
+
+
+def test_adaptive_sees_a_full_kv_and_refuses_instead_of_timing_out(tiny: HardwareProfile) -> None:
+    # 100-token prompts, 200 tokens out, every 125 ms: the tiny engines' 4096 tokens of KV hold
+    # about 13 such requests each, each lives ~200 steps, so they serve ~3 a second together
+    # and the rest wait for running ones to finish — a wait in decode steps, not in queued
+    # prefill compute. router_core predicts it (kv_wait_ms), so adaptive refuses the requests
+    # it would queue past the 10 s first-output timeout. Counting only the queued prefill (as
+    # before kv_wait_ms), 43 of the 120 timed out and 4 more failed as policy errors.
+    rng = random.Random(5)
+    prompts = [[rng.randrange(1, 40000) for _ in range(100)] for _ in range(120)]
+    out = run_requests(tiny, "adaptive", prompts, 200, [i * 125.0 for i in range(120)],
+                       coalesce=4, policy_timeout_s=10.0)
+    codes = Counter(run.error.code if run.error else "ok" for run in out.runs)
+    assert codes["overloaded"] >= 40 and codes["engine_timeout"] <= 3, codes
+    assert set(codes) <= {"ok", "overloaded", "engine_timeout"}, codes
+    for run, prompt in zip(out.runs, prompts, strict=True):
+        if run.error is None:
+            assert run.tokens == FakeCluster.reference(prompt, 200)
+    assert_clean(out)

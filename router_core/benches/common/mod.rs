@@ -49,6 +49,7 @@ pub fn populated_core(engines: u32, total_blocks: usize) -> (RouterCore, u64) {
             let stats = StatsUpdate {
                 queued_prefill_tokens: u64::from(e % 7) * 100,
                 running_decodes: u64::from(e % 5),
+                queued_requests: 0,
                 unfinished_tokens: u64::from(e % 11) * 50,
                 kv_pages_used: u64::from(e % 13) * 100,
                 kv_pages_evictable: 0,

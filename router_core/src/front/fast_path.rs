@@ -171,6 +171,7 @@ mod tests {
                     &StatsUpdate {
                         queued_prefill_tokens: 0,
                         running_decodes: 0,
+                        queued_requests: 0,
                         unfinished_tokens: *unfinished,
                         kv_pages_used: 0,
                         kv_pages_evictable: 0,

@@ -87,6 +87,7 @@ fn a_peers_dispatch_reaches_this_table_before_any_stats() {
     let quiet = crate::engine_table::StatsUpdate {
         queued_prefill_tokens: 0,
         running_decodes: 0,
+        queued_requests: 0,
         unfinished_tokens: 0,
         kv_pages_used: 0,
         kv_pages_evictable: 0,

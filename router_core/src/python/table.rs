@@ -20,6 +20,7 @@ pub struct PyEngineLoad {
     healthy: bool,
     queued_prefill_tokens: u64,
     running_decodes: u64,
+    queued_requests: u64,
     decode_context_tokens: u64,
     unfinished_tokens: u64,
     kv_pages_used: u64,
@@ -46,6 +47,7 @@ impl From<&EngineLoad> for PyEngineLoad {
             healthy: row.healthy,
             queued_prefill_tokens: row.queued_prefill_tokens,
             running_decodes: row.running_decodes,
+            queued_requests: row.queued_requests,
             decode_context_tokens: row.decode_context_tokens,
             unfinished_tokens: row.unfinished_tokens,
             kv_pages_used: row.kv_pages_used,
@@ -114,7 +116,7 @@ impl PyEngineTable {
     #[pyo3(signature = (engine_id, queued_prefill_tokens, running_decodes, unfinished_tokens,
                         kv_pages_used, kv_pages_total, decode_step_ms, *, latency_model = None,
                         prefill_chunk_size = 0, decode_context_tokens = 0,
-                        kv_pages_evictable = 0))]
+                        kv_pages_evictable = 0, queued_requests = 0))]
     #[allow(clippy::too_many_arguments)]
     fn update_stats(
         &self,
@@ -130,10 +132,12 @@ impl PyEngineTable {
         prefill_chunk_size: u64,
         decode_context_tokens: u64,
         kv_pages_evictable: u64,
+        queued_requests: u64,
     ) -> PyResult<()> {
         let stats = StatsUpdate {
             queued_prefill_tokens,
             running_decodes,
+            queued_requests,
             unfinished_tokens,
             kv_pages_used,
             kv_pages_evictable,
