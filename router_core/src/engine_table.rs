@@ -195,7 +195,7 @@ impl EngineLoad {
 }
 
 /// A Stats poll's numbers for one engine.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct StatsUpdate {
     pub queued_prefill_tokens: u64,
     pub running_decodes: u64,

@@ -110,8 +110,8 @@ pub fn predict_engine(
 
     let (queue_steps, queue_work) = queued_prefill(queued_prefill_tokens, chunk, decode);
     let prefill_queue_ms = model.time_ms(&queue_work);
-    let kv_wait_ms =
-        kv_wait_steps(load, page_size) * model.time_ms(&StepWork::one_step(&[], &decode));
+    let decode_step_now_ms = model.time_ms(&StepWork::one_step(&[], &decode));
+    let kv_wait_ms = kv_wait_steps(load, page_size) * decode_step_now_ms;
     // NaN (no model) stays NaN: the comparison is false.
     let queue_ms = if kv_wait_ms > prefill_queue_ms {
         kv_wait_ms
@@ -138,7 +138,6 @@ pub fn predict_engine(
         &[(0, backlog_chunk)],
         &with_request_batch,
     ));
-    let decode_step_now_ms = model.time_ms(&StepWork::one_step(&[], &decode));
     let tpot_slack_ms = params
         .tpot_slo_ms
         .map_or(f64::INFINITY, |slo| slo - decode_step_ms);
