@@ -93,6 +93,10 @@ class RequestScope:
     def add_stream(self, stream: GenerationStream) -> None:
         self._streams.append(stream)
 
+    def waiting_on(self) -> tuple[str, str] | None:
+        """(verb, engine id) of the newest verb call still unanswered, or None."""
+        return next(((t[0], t[1]) for t in reversed(self.verb_times) if not t[3]), None)
+
     @property
     def touched(self) -> list[EngineHandle]:
         return list(self._engines.values())

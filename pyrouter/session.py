@@ -16,7 +16,7 @@ from typing import Any, cast
 
 from pyrouter.cluster import ClusterView
 from pyrouter.engines.handle import EngineHandle, GenerationStream
-from pyrouter.errors import PolicyFailed
+from pyrouter.errors import EngineFailed, PolicyFailed
 from pyrouter.policy_registry import ActivePolicy
 from pyrouter.request import RouterRequest
 
@@ -85,11 +85,33 @@ class PolicySession:
     async def _decide(self, decision: Awaitable[GenerationStream]) -> GenerationStream | None:
         timeline = self.req.timeline
         segment = timeline.begin_segment("policy")
+        loop = asyncio.get_running_loop()
+        waiting: list[tuple[str, str] | None] = []
         try:
-            # asyncio.timeout, not wait_for: no extra task (and loop turn) per decision.
-            async with asyncio.timeout(self.timeout_s):
-                result = await decision
+            # asyncio.timeout, not wait_for: no extra task (and loop turn) per decision. The
+            # deadline is our own timer, so that it can see, before the policy is cancelled,
+            # whether the policy was waiting on an engine's verb then (cancelling ends the
+            # verb's timing).
+            async with asyncio.timeout(None) as deadline:
+                def expire() -> None:
+                    waiting.append(self.req.scope.waiting_on())
+                    deadline.reschedule(loop.time())
+
+                timer = loop.call_later(self.timeout_s, expire)
+                try:
+                    result = await decision
+                finally:
+                    timer.cancel()
         except TimeoutError:
+            if waiting and waiting[0] is not None:
+                # The policy was waiting on an engine (a RemoteSend behind a long prefill
+                # queue): the engine's slowness under load, reported as the first-output
+                # timeout is, not as a policy bug (which counts towards falling back to the
+                # previous policy).
+                verb, engine_id = waiting[0]
+                raise EngineFailed(f"engine {engine_id} did not answer {verb} within "
+                                   f"{self.timeout_s:g} s (policy {self.name!r} waited on it)",
+                                   code="engine_timeout") from None
             raise PolicyFailed(self.name, f"did not return a stream within "
                                f"{self.timeout_s:g} s") from None
         except StopAsyncIteration:

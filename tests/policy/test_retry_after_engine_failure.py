@@ -146,3 +146,35 @@ def test_a_full_engine_refusing_a_reservation_stays_in_rotation() -> None:
     assert "RESOURCE_EXHAUSTED" in run.error.message
     assert all(cluster.engines[e].healthy for e in ("e0", "e1"))
     cluster.assert_clean()
+
+
+def test_a_policy_waiting_on_a_slow_engine_past_the_timeout_is_an_engine_timeout() -> None:
+    # pd's RemoteSend waits for the prefill engine's queue; an engine that does not answer
+    # within the policy timeout is an overloaded engine, reported as the first-output timeout
+    # is (502 engine_timeout, naming the engine and verb) — not as a policy bug (500), which
+    # would count towards the router falling back to the previous policy. Nothing stays held.
+    faults = {i: [Fault("remote_send", 0, kind="hang")] for i in range(2)}
+    cluster = _cluster(faults)
+    run = _run(cluster, "pd")
+    assert run.error is not None
+    assert (run.error.status, run.error.code) == (502, "engine_timeout"), run.error
+    assert "did not answer remote_send within 1 s" in run.error.message
+    assert all(cluster.engines[e].healthy for e in ("e0", "e1"))
+    cluster.assert_clean()
+
+
+def test_a_policy_that_hangs_by_itself_is_still_a_policy_failure() -> None:
+    # The same timeout with no engine verb outstanding: the policy's own doing (500).
+    from pyrouter.policy_registry import policy
+
+    @policy("sleeps_then_generates")
+    async def sleeps(req: Any, cluster: Any) -> Any:
+        await asyncio.sleep(3600)
+        return cluster.engines("any")[0].start_generate(req)
+
+    cluster = _cluster()
+    run = _run(cluster, "sleeps_then_generates")
+    assert run.error is not None
+    assert (run.error.status, run.error.code) == (500, "policy_error"), run.error
+    assert "did not return a stream within 1 s" in run.error.message
+    cluster.assert_clean()
