@@ -44,6 +44,7 @@ from pyrouter.cluster import ClusterView
 from pyrouter.degrade import degraded_note, serves
 from pyrouter.engines.handle import EngineHandle, GenerationStream
 from pyrouter.errors import NoCapacity
+from pyrouter.planning.admission import refuse_past_timeout
 from pyrouter.planning.chunk_control import ChunkController
 from pyrouter.planning.disaggregate import disaggregate
 from pyrouter.planning.interference import PrefillShare
@@ -115,7 +116,11 @@ async def route(req: RouterRequest, cluster: ClusterView) -> GenerationStream:
         placements = candidates(states, len(req.tokens), req.sampling.max_tokens, slo, share,
                                 transfer, cluster.feedback, now)
     chosen = choose(placements, slo)
-    _refuse_past_timeout(chosen, placements, cluster.first_output_timeout_s)
+    # Under sustained overload `choose` sends a request late anyway to the longest queue, so
+    # that the other engines stay within SLO; once that queue would answer only past the
+    # router's first-output timeout, the request is refused now instead of failing then.
+    refuse_past_timeout(chosen.ttft_ms, [p.ttft_ms for p in placements],
+                        cluster.first_output_timeout_s)
     for role in missing:
         req.route.degraded.append(degraded_note(
             role, chosen.prefill if role == "prefill" else chosen.decode))
@@ -125,22 +130,6 @@ async def route(req: RouterRequest, cluster: ClusterView) -> GenerationStream:
     if cluster.params["chunk_control"] and math.isfinite(slo.tpot_ms):
         _control_chunks(req, cluster, slo, [by_id[chosen.prefill], by_id[chosen.decode]])
     return await _run(req, chosen, by_id[chosen.prefill], by_id[chosen.decode], transfer)
-
-
-def _refuse_past_timeout(chosen: Placement, placements: list[Placement],
-                         timeout_s: float) -> None:
-    """Under sustained overload `choose` sends a request late anyway to the longest queue, so
-    that the other engines stay within SLO; once that queue is so long that its first output
-    would come past the router's first-output timeout, the request would fail there after
-    waiting it out. Refuse it now instead (503 `overloaded`, Retry-After: when the soonest
-    placement would answer): the client learns at once, and the queue stops growing."""
-    timeout_ms = timeout_s * 1000.0
-    if chosen.ttft_ms < timeout_ms:
-        return
-    soonest_ms = min(p.ttft_ms for p in placements)
-    raise NoCapacity(f"overloaded: first output predicted in {chosen.ttft_ms / 1000:.0f} s, "
-                     f"past the router's {timeout_s:g} s first-output timeout",
-                     code="overloaded", retry_after_s=max(1.0, math.ceil(soonest_ms / 1000.0)))
 
 
 def _control_chunks(req: RouterRequest, cluster: ClusterView, slo: Slo,

@@ -7,7 +7,9 @@ so that where decodes have slack slo_mux runs as data parallel; otherwise a pref
 prefills it and a multiplexing engine decodes it (KV crosses, as in pd). Roles switch at run time: a prefill engine turns
 multiplexing when every multiplexing engine is over the KV watermark, a multiplexing engine
 turns prefill when prefills keep waiting past their TTFT slack. The request's own `slo` wins
-over the `ttft_ms` / `tpot_ms` parameters.
+over the `ttft_ms` / `tpot_ms` parameters. A request whose prefill engine would give its first
+output only past the router's first-output timeout is refused at once, 503 `overloaded`
+(pyrouter/planning/admission.py).
 
 Several router replicas keep one set of roles: a replica that switches a role publishes them and
 the others adopt them (pyrouter/shared_policy_state.py), so the newest switch holds everywhere.
@@ -20,6 +22,7 @@ from pyrouter.cluster import ClusterView
 from pyrouter.degrade import serves
 from pyrouter.engines.handle import GenerationStream
 from pyrouter.errors import NoCapacity
+from pyrouter.planning.admission import refuse_past_timeout
 from pyrouter.planning.disaggregate import disaggregate
 from pyrouter.planning.slo_fit import MUX, PREFILL, MuxRoles, dp_fit, mux_fit
 from pyrouter.policy_registry import Param, policy
@@ -90,11 +93,21 @@ async def route(req: RouterRequest, cluster: ClusterView) -> GenerationStream:
                                           -e.num))
     candidates = [e for e in prefill_engines if e is not decode]
     why = ",".join(sorted({str(r) for r in fits.values()})) or "no_mux_engine"
+    every_ttft_ms = [p.ttft_ms for p in preds.values()]
     if not candidates:
+        refuse_past_timeout(preds[decode.id].ttft_ms, every_ttft_ms, cluster.first_output_timeout_s)
         req.note_route("slo_mux", path="mux_forced", engine=decode.id, reason=why)
         return decode.start_generate(req)
     prefill = min(candidates, key=lambda e: (preds[e.id].ttft_ms, e.num))
     roles.late.append(preds[prefill.id].ttft_ms > ttft_ms)
+    try:
+        # Every prefill engine's queue is past the router's first-output timeout (sustained
+        # overload): refused now rather than failing after that wait (planning/admission.py).
+        refuse_past_timeout(preds[prefill.id].ttft_ms, every_ttft_ms,
+                            cluster.first_output_timeout_s)
+    except NoCapacity:
+        _switch_roles(cluster, roles, req)  # its lateness still counts towards a role switch
+        raise
     begin = (await disaggregate(req, prefill, decode)).begin
     req.note_route("slo_mux", path="pd", prefill=prefill.id, decode=decode.id,
                    decode_start=begin, reason=why)

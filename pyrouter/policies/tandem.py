@@ -6,7 +6,9 @@ The split point and the pair come per request from the latency model and live lo
 (pyrouter/planning/tandem_split.py); each engine's prefill chunk is kept at its latency-
 constrained utilisation point for the ITL SLO (pyrouter/planning/chunk_control.py). `tpot_ms`
 is the ITL SLO (a request's own `slo.tpot_ms` wins); `k_default` tokens come from the lead when
-that does not delay the first token, `k_max` when the follow's batch is over the SLO.
+that does not delay the first token, `k_max` when the follow's batch is over the SLO. A plan
+whose first output would come only past the router's first-output timeout is refused at once,
+503 `overloaded` (pyrouter/planning/admission.py).
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from dataclasses import replace
 from pyrouter.cluster import ClusterView
 from pyrouter.engines.handle import EngineHandle, GenerationStream
 from pyrouter.errors import BadRequest, NoCapacity, TransferFailed
+from pyrouter.planning.admission import refuse_past_timeout
 from pyrouter.planning.chunk_control import ChunkController
 from pyrouter.planning.tandem_split import TandemPlan, plan_tandem
 from pyrouter.policy_registry import Param, policy
@@ -72,7 +75,8 @@ async def route(req: RouterRequest, cluster: ClusterView) -> AsyncIterator[Gener
         return
     params = cluster.params
     itl_ms = float(cluster.slo(req).tpot_ms or params["tpot_ms"])
-    plan = plan_tandem(len(req.tokens), req.sampling.max_tokens, engines, cluster.predict(req),
+    preds = cluster.predict(req)
+    plan = plan_tandem(len(req.tokens), req.sampling.max_tokens, engines, preds,
                        cluster.core.table,
                        itl_ms, int(params["k_default"]), int(params["k_max"]),
                        int(params["align"]))
@@ -83,6 +87,10 @@ async def route(req: RouterRequest, cluster: ClusterView) -> AsyncIterator[Gener
             chunks.update(engine, cluster.core.table, itl_ms, len(req.tokens) // 2,
                           int(params["chunk_min"]), int(params["chunk_max"]))
     plan = _fixed(plan, params, len(req.tokens))
+    # Sustained overload: a plan whose first output comes only past the router's first-output
+    # timeout is refused now rather than failing after that wait (planning/admission.py).
+    refuse_past_timeout(plan.ttft_ms, [plan.ttft_ms, *(p.ttft_ms for p in preds.values())],
+                        cluster.first_output_timeout_s)
     req.note_route("tandem", lead=plan.lead.id, follow=plan.follow.id, s=plan.split,
                    k=plan.lead_tokens, ttft_ms=round(plan.ttft_ms, 1), reason=plan.reason)
     if plan.lead_tokens:

@@ -117,10 +117,11 @@ async def test_slo_mux_kv_watermark_and_the_role_switch_it_triggers() -> None:
     assert p["path"] == "mux" and p["engine"] == "e0"  # the new multiplexing engine
 
 
+
 async def test_slo_mux_prefills_waiting_turn_a_multiplexing_engine_into_prefill() -> None:
     mux = dict(role="decode", running_decodes=6, queued_prefill_tokens=20_000)
     cluster = FakeCluster([_engine(role="prefill", queued_prefill_tokens=20_000),
-                           _engine(**mux), _engine(**mux)])
+                           _engine(**mux), _engine(**mux)], policy_timeout_s=60.0)
     switched = []
     for i in range(12):
         _, p, _ = await _run(cluster, "slo_mux", [7] + PROMPT[:60] + [i], switch_interval_s=0.0,

@@ -109,7 +109,9 @@ class Replica:
               for _ in range(2))])
         spec = get_policy("slo_mux")
         self.slot = PolicySlot(ActivePolicy(spec, spec.check_params(SLO_MUX)))
-        self.dispatcher = Dispatcher(self.cluster, self.slot, policy_timeout_s=5.0)
+        # 20k queued prefill tokens are ~10 s of wait: under the timeout, so slo_mux places
+        # (late) rather than refusing, and its lateness turns a role.
+        self.dispatcher = Dispatcher(self.cluster, self.slot, policy_timeout_s=60.0)
         self.group = ModelGroup(ModelSpec("m", None), self.cluster, self.slot, self.dispatcher)
         self.peers: list[Replica] = []
         self.replication = AdminPropagation(RouterPeers(("127.0.0.1:1",)), self._apply)
