@@ -358,7 +358,8 @@ class EngineCore:
                 kv_pages_evictable=self.cache.num_evictable(),
                 kv_pages_reserved=self.reservations.num_pages,
                 kv_page_audits=self.page_check.audits,
-                kv_page_audit_failures=self.page_check.failures)
+                kv_page_audit_failures=self.page_check.failures,
+                longest_queued_prefill_tokens=self.scheduler.longest_queued_prefill_tokens())
 
     def _forget(self, request: Request) -> None:
         self._requests.pop(request.request_id, None)

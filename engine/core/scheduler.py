@@ -71,6 +71,11 @@ class Scheduler:
         return (sum(r.pending for r in self.waiting)
                 + sum(r.pending for r in self.running if not r.is_decode))
 
+    def longest_queued_prefill_tokens(self) -> int:
+        """The most prefill tokens one waiting or still-prefilling request has left."""
+        return max([r.pending for r in self.waiting]
+                   + [r.pending for r in self.running if not r.is_decode], default=0)
+
     def decode_load(self) -> tuple[int, int]:
         """(decoding requests, KV positions their next step reads in all)."""
         decodes = [r for r in self.running if r.is_decode]

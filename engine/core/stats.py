@@ -34,3 +34,5 @@ class EngineStats:
     # Page-ownership audits run and those that found a problem (0, 0 unless check_pages).
     kv_page_audits: int = 0
     kv_page_audit_failures: int = 0
+    # Of queued_prefill_tokens, the most one request has left to prefill.
+    longest_queued_prefill_tokens: int = 0

@@ -47,6 +47,7 @@ def stats_to_proto(stats: EngineStats, bytes_received: int, bytes_sent: int) -> 
         kv_pages_reserved=stats.kv_pages_reserved,
         kv_page_audits=stats.kv_page_audits,
         kv_page_audit_failures=stats.kv_page_audit_failures,
+        longest_queued_prefill_tokens=stats.longest_queued_prefill_tokens,
         recent_step_ms=stats.recent_step_ms,
         decode_step_ms=stats.decode_step_ms,
         page_size=stats.page_size,

@@ -68,6 +68,9 @@ class EngineHandle:
     # The served model whose requests it takes (pyrouter/model_groups.py); None: not known yet.
     model: str | None = None
     cached_blocks: int = 0  # from the engine's last Stats
+    # The most prefill tokens one queued request has left: the engine's last Stats, or a larger
+    # prefill the router has sent it since (slo_mux tells one long prompt from a long queue).
+    longest_queued_prefill: int = 0
     active: set[str] = field(default_factory=set)  # engine request ids with work on this engine
 
     async def prep_recv(self, req: RouterRequest, end: int | None = None) -> KvReservation:
@@ -104,6 +107,7 @@ class EngineHandle:
         # The send's prefill is queued work on this engine until it answers (then done: the
         # K/V was computed) or its next Stats says so.
         stamp = self.core.table.on_prefill_dispatch(self.num, end - begin)
+        self.longest_queued_prefill = max(self.longest_queued_prefill, end - begin)
         try:
             resp = await self.client.remote_send(req.engine_request_id, req.tokens, kv.kv_addr,
                                                  kv.dst_address, begin, end,
@@ -188,6 +192,7 @@ class GenerationStream:
         self.delivered = False  # the engine sent its finish chunk: it holds nothing for us
         self._prefilled = True  # (nothing to release until the dispatch is counted)
         self._stamp = engine.core.table.on_dispatch(engine.num, self._prefill, self._decode)
+        engine.longest_queued_prefill = max(engine.longest_queued_prefill, self._prefill)
         self._prefilled = False
 
     async def next_chunk(self) -> pb.GenerateChunk | None:

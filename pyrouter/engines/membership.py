@@ -30,6 +30,7 @@ def apply_stats(core: RouterCore, handle: EngineHandle, s: pb.StatsResponse) -> 
     """An engine's Stats answer into router_core's table (and the handle's cached blocks): the
     one mapping, for real engines' polls and the simulator's."""
     handle.cached_blocks = int(s.cached_blocks)
+    handle.longest_queued_prefill = int(s.longest_queued_prefill_tokens)
     core.table.update_stats(
         handle.num, int(s.queued_prefill_tokens), int(s.decode_requests),
         int(s.unfinished_tokens), int(s.kv_pages_used), int(s.kv_pages_total),
@@ -159,6 +160,7 @@ class EngineMembership:
                 or load.queued_prefill_tokens:
             self.core.table.update_stats(handle.num, 0, 0, 0, 0, int(load.kv_pages_total), 0.0)
         handle.cached_blocks = 0
+        handle.longest_queued_prefill = 0
 
     def healthy(self) -> list[EngineHandle]:
         return [e for e in self.engines.values() if e.healthy and not e.draining]

@@ -15,6 +15,7 @@ keep waiting past their TTFT slack (most recent disaggregated prefills predicted
 """
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -54,6 +55,22 @@ def dp_fit(pred: EnginePrediction, running_decodes: int, ttft_ms: float, tokens:
         return False
     extra = prefill_extra_ms(pred.prefill_ms, int(pred.prefill_steps), pred.decode_step_now_ms)
     return not running_decodes or extra <= pred.tpot_slack_ms * max(1, tokens)
+
+
+def queue_saturated(pred: EnginePrediction, longest_queued_prefill: int, ttft_ms: float) -> bool:
+    """The engine's queue alone is past the TTFT SLO, even without its longest prefill: a queue
+    that is one long prompt (a 12k-token conversation on an engine that keeps up) would make
+    every request behind it miss anyway, but it is not an engine falling behind — the queue
+    behind it, which the requests after it wait for, is what says so. The longest prefill's
+    time is taken as its share of the queued tokens; 0 (not reported) leaves the whole queue.
+    A wait for KV (a full engine admitting requests only as running ones finish) is not one
+    prompt's and is never discounted."""
+    if not pred.queue_ms > ttft_ms:
+        return False
+    queued = int(pred.queued_prefill_tokens)
+    share = min(1.0, longest_queued_prefill / queued) if queued > 0 else 0.0
+    kv_wait_ms = pred.kv_wait_ms if math.isfinite(pred.kv_wait_ms) else 0.0
+    return max(kv_wait_ms, pred.queue_ms * (1.0 - share)) > ttft_ms
 
 
 @dataclass(slots=True)

@@ -24,7 +24,7 @@ from pyrouter.engines.handle import GenerationStream
 from pyrouter.errors import NoCapacity
 from pyrouter.planning.admission import refuse_past_timeout
 from pyrouter.planning.disaggregate import disaggregate
-from pyrouter.planning.slo_fit import MUX, PREFILL, MuxRoles, dp_fit, mux_fit
+from pyrouter.planning.slo_fit import MUX, PREFILL, MuxRoles, dp_fit, mux_fit, queue_saturated
 from pyrouter.policy_registry import Param, policy
 from pyrouter.request import RouterRequest
 from pyrouter.shared_policy_state import share_state
@@ -74,7 +74,9 @@ async def route(req: RouterRequest, cluster: ClusterView) -> GenerationStream:
     # colocated prefill costs its engine's decodes are spread over their life and their slack
     # absorbs them. Once saturated, the multiplexing rules below (every step within the TPOT SLO,
     # or a prefill engine) keep the decodes within SLO while the queues are long.
-    saturated = any(p.queue_ms > ttft_ms for p in preds.values())
+    # A queue that is one long prompt does not count (slo_fit.queue_saturated).
+    saturated = any(queue_saturated(preds[e.id], e.longest_queued_prefill, ttft_ms)
+                    for e in engines.values())
     direct = [] if saturated else [
         e for e in colocate if dp_fit(preds[e.id], cluster.load(e).running_decodes, ttft_ms,
                                       req.sampling.max_tokens)]

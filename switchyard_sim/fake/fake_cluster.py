@@ -50,6 +50,7 @@ class FakeEngine:
     healthy: bool = True
     cached: Sequence[Sequence[int]] = ()  # token sequences whose full blocks it holds
     queued_prefill_tokens: int = 0
+    longest_queued_prefill_tokens: int = 0  # of those, one request's (0: not reported)
     running_decodes: int = 0
     unfinished_tokens: int = 0
     kv_pages_used: int = 0
@@ -97,6 +98,7 @@ class FakeCluster(LocalEngines):
         """Set an engine's health and load as its Stats would."""
         handle = self.engines[engine_id]
         handle.healthy = spec.healthy
+        handle.longest_queued_prefill = spec.longest_queued_prefill_tokens
         self.core.table.set_health(handle.num, spec.healthy)
         self.core.table.update_stats(
             handle.num, spec.queued_prefill_tokens, spec.running_decodes, spec.unfinished_tokens,

@@ -116,12 +116,15 @@ def test_step_shape_and_load_for_the_latency_model() -> None:
     sched.add(_req("short", 3))
     _advance(sched.schedule())  # "short" now decodes: 3 positions computed, 1 token to go
     sched.add(_req("long", 30, first=50))
-    assert sched.queued_prefill_tokens() == 30
+    sched.add(_req("next", 12, first=90))
+    assert sched.queued_prefill_tokens() == 42
+    assert sched.longest_queued_prefill_tokens() == 30, "one request's prefill, not the sum"
     assert sched.decode_load() == (1, 4)
     out = sched.schedule()
     assert out.shape() == StepShape(prefill_chunks=((0, 8),), decode_seqs=1, decode_context=4)
     _advance(out)
-    assert sched.queued_prefill_tokens() == 22, "a running prefill's rest still counts"
+    assert sched.queued_prefill_tokens() == 34, "a running prefill's rest still counts"
+    assert sched.longest_queued_prefill_tokens() == 22
     assert sched.decode_load() == (1, 5)
     out = sched.schedule()
     assert out.shape() == StepShape(((8, 8),), 1, 5)

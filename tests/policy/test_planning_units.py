@@ -7,12 +7,13 @@ from dataclasses import replace
 
 import pytest
 
+import router_core
 from pyrouter.outcomes import Outcome, RecentOutcomes, slo_met
 from pyrouter.planning.chunk_control import lcu_chunk
 from pyrouter.planning.interference import PrefillShare, prefill_extra_ms, tpot_under
 from pyrouter.planning.placement import DP, PD, Placement, Slo, choose
 from pyrouter.planning.prediction_feedback import PredictedOutcome, PredictionFeedback
-from pyrouter.planning.slo_fit import MUX, PREFILL, MuxRoles
+from pyrouter.planning.slo_fit import MUX, PREFILL, MuxRoles, queue_saturated
 from router_core import EngineTable
 
 
@@ -52,6 +53,29 @@ def test_role_switch_rules_and_interval() -> None:
     undeclared.sync({"e0": "any", "e1": "any", "e2": "any"})  # someone must prefill
     assert undeclared.of(PREFILL) == ["e0"] and undeclared.of(MUX) == ["e1", "e2"]
 
+
+
+def test_a_queue_is_saturated_net_of_its_longest_prefill_but_not_of_a_kv_wait() -> None:
+    model = {"const": 5.0, "prefill_tokens": 0.5, "decode_seqs": 2.0, "decode_context": 0.001}
+    core = router_core.RouterCore(16, router_core.model_seed("m"))
+    core.table.upsert(0, "any")
+    # 6000 prefill tokens queued (~3 s at 0.5 ms a token), KV with room: no KV wait.
+    core.table.update_stats(0, 6000, 0, 6000, 10, 1000, 0.0, latency_model=model,
+                            prefill_chunk_size=512, queued_requests=3)
+    (pred,) = core.predict(list(range(100)))
+    assert pred.kv_wait_ms == 0.0 and pred.queue_ms > 2000.0
+    assert queue_saturated(pred, 0, 2000.0)         # not reported: the whole queue
+    assert queue_saturated(pred, 2000, 2000.0)      # three prompts: 2 s behind the longest
+    assert not queue_saturated(pred, 6000, 2000.0)  # one prompt: the engine keeps up
+    assert not queue_saturated(pred, 0, 5000.0)     # within the SLO
+    # The same queue on an engine whose KV is full, 30 decoding: requests wait for running
+    # ones to finish, however long the longest prompt is.
+    core.table.update_stats(0, 6000, 30, 12000, 99, 100, 0.0, latency_model=model,
+                            prefill_chunk_size=512, decode_context_tokens=9000,
+                            queued_requests=3)
+    (pred,) = core.predict(list(range(100)))
+    assert pred.kv_wait_ms > 2000.0
+    assert queue_saturated(pred, 6000, 2000.0)
 
 # ---- the closed loop ----
 def _outcome(ttft: float, tpot: float, raw_ttft: float | None = None,

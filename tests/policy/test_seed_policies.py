@@ -107,6 +107,26 @@ async def test_slo_mux_is_data_parallel_where_decodes_have_slack() -> None:
     assert p["path"] == "mux" and p["engine"] == "e0" and verbs == [("start_generate", "e0")]
 
 
+@pytest.mark.parametrize("longest, path", [(0, "pd"), (1_000, "pd"), (6_000, "dp")])
+async def test_slo_mux_tells_one_long_prompt_from_a_saturated_queue(longest: int, path: str) -> None:
+    # The prefill engine has 6000 tokens queued (~3 s, past the 2 s TTFT SLO). As six 1000-token
+    # prompts (or not reported: 0) that is an engine falling behind, and slo_mux switches to
+    # Tropical's rules: the 1000-token prompt would break the decode engine's 60 ms TPOT in one
+    # step, so it is prefilled on e0 and sent (pd). As one 6000-token prompt it is not: the
+    # engines keep up, and the request runs whole on e1, whose decodes absorb its prefill within
+    # their slack over its 64 tokens (dp) — instead of waiting out e0's long prompt.
+    long_prompt = list(range(6000, 7000))
+    cluster = FakeCluster([_engine(role="prefill", queued_prefill_tokens=6_000,
+                                   longest_queued_prefill_tokens=longest),
+                           _engine(role="decode", running_decodes=6)], policy_timeout_s=60.0)
+    _, p, verbs = await _run(cluster, "slo_mux", long_prompt, max_tokens=64, tpot_ms=60.0)
+    assert p["path"] == path, p
+    if path == "dp":
+        assert p["engine"] == "e1" and verbs == [("start_generate", "e1")]
+    else:
+        assert (p["prefill"], p["decode"]) == ("e0", "e1")
+
+
 async def test_slo_mux_kv_watermark_and_the_role_switch_it_triggers() -> None:
     cluster = FakeCluster([_engine(role="prefill"),
                            _engine(role="decode", kv_pages_used=990, kv_pages_total=1000)])
