@@ -86,7 +86,7 @@ class PolicySession:
         timeline = self.req.timeline
         segment = timeline.begin_segment("policy")
         loop = asyncio.get_running_loop()
-        waiting: list[tuple[str, str] | None] = []
+        waiting: tuple[str, str] | None = None  # the verb outstanding at the deadline
         try:
             # asyncio.timeout, not wait_for: no extra task (and loop turn) per decision. The
             # deadline is our own timer, so that it can see, before the policy is cancelled,
@@ -94,7 +94,8 @@ class PolicySession:
             # verb's timing).
             async with asyncio.timeout(None) as deadline:
                 def expire() -> None:
-                    waiting.append(self.req.scope.waiting_on())
+                    nonlocal waiting
+                    waiting = self.req.scope.waiting_on()
                     deadline.reschedule(loop.time())
 
                 timer = loop.call_later(self.timeout_s, expire)
@@ -103,12 +104,12 @@ class PolicySession:
                 finally:
                     timer.cancel()
         except TimeoutError:
-            if waiting and waiting[0] is not None:
+            if waiting is not None:
                 # The policy was waiting on an engine (a RemoteSend behind a long prefill
                 # queue): the engine's slowness under load, reported as the first-output
                 # timeout is, not as a policy bug (which counts towards falling back to the
                 # previous policy).
-                verb, engine_id = waiting[0]
+                verb, engine_id = waiting
                 raise EngineFailed(f"engine {engine_id} did not answer {verb} within "
                                    f"{self.timeout_s:g} s (policy {self.name!r} waited on it)",
                                    code="engine_timeout") from None

@@ -15,7 +15,6 @@ keep waiting past their TTFT slack (most recent disaggregated prefills predicted
 """
 from __future__ import annotations
 
-import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -69,8 +68,8 @@ def queue_saturated(pred: EnginePrediction, longest_queued_prefill: int, ttft_ms
         return False
     queued = int(pred.queued_prefill_tokens)
     share = min(1.0, longest_queued_prefill / queued) if queued > 0 else 0.0
-    kv_wait_ms = pred.kv_wait_ms if math.isfinite(pred.kv_wait_ms) else 0.0
-    return max(kv_wait_ms, pred.queue_ms * (1.0 - share)) > ttft_ms
+    # queue_ms is past the SLO, so the model is known and kv_wait_ms finite.
+    return max(pred.kv_wait_ms, pred.queue_ms * (1.0 - share)) > ttft_ms
 
 
 @dataclass(slots=True)
