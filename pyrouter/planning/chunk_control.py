@@ -5,6 +5,15 @@ running decodes — still fits the inter-token latency SLO: bigger chunks prefil
 re-reads of earlier chunks' KV) until the decodes riding along would miss their ITL. The router
 sets it on each engine at run time (Configure), at most once per interval per engine, and only
 when it moves by more than a tenth.
+
+`backlog_chunk` (adaptive's rule) asks first whether the LCU chunk is needed at all. While an
+engine has queued prefill, every step carries a full chunk, so a decode's TPOT is the mean step
+over its life: the full-chunk step while the backlog lasts, the plain decode step after. Where
+decodes live long and the backlog is short (a burst on a GPU), that mean stays within the SLO at
+the largest chunk, and a smaller one would only slow the prefills (a step's fixed cost is paid
+per chunk); where decodes live few steps or the backlog lasts, the mean is the full-chunk step
+and only the LCU chunk keeps it within the SLO — for the batch the engine will run once the
+requests waiting for it join.
 """
 from __future__ import annotations
 
@@ -21,18 +30,22 @@ log = logging.getLogger("switchyard.router")
 
 
 def lcu_chunk(table: EngineTable, engine_num: int, itl_ms: float, context_tokens: int,
-              lo: int = 32, hi: int = 2048, idle_full: bool = False) -> int | None:
+              lo: int = 32, hi: int = 2048, idle_full: bool = False, joining_decodes: int = 0,
+              joining_context_tokens: int = 0) -> int | None:
     """Largest chunk in [lo, hi] (binary search on the predicted step) whose step with the
-    engine's running decodes fits `itl_ms`; `lo` when even that misses; None without a model.
+    engine's running decodes — and `joining_decodes` more, holding `joining_context_tokens` —
+    fits `itl_ms`; `lo` when even that misses; None without a model.
     `idle_full`: `hi` while the engine runs no decode — no step's ITL to keep, and a small chunk
     would only make the prefills it does run take more steps."""
     load = table.get(engine_num)
     if idle_full and not load.running_decodes:
         return hi
+    decodes = load.running_decodes + joining_decodes
+    decode_context = load.decode_context_tokens + joining_context_tokens
 
     def step(chunk: int) -> float:
-        return table.predict_step_ms(engine_num, [(context_tokens, chunk)],
-                                     load.running_decodes, load.decode_context_tokens)
+        return table.predict_step_ms(engine_num, [(context_tokens, chunk)], decodes,
+                                     decode_context)
 
     if math.isnan(step(lo)):
         return None
@@ -50,6 +63,30 @@ def lcu_chunk(table: EngineTable, engine_num: int, itl_ms: float, context_tokens
     return good
 
 
+def backlog_chunk(table: EngineTable, engine_num: int, itl_ms: float, prompt_tokens: int,
+                  life_steps: float, lo: int = 32, hi: int = 2048) -> int | None:
+    """adaptive's chunk for an engine about to take a `prompt_tokens` prefill (module
+    docstring): `hi` when a decode living `life_steps` more steps meets `itl_ms` on average
+    through the engine's backlog (its queued prefill and this prompt) cut into `hi`-token
+    chunks; otherwise the LCU chunk for the running decodes plus the waiting requests and this
+    one (each with a prompt's context). None without a model."""
+    load = table.get(engine_num)
+    context = prompt_tokens // 2
+    full = table.predict_step_ms(engine_num, [(context, hi)], load.running_decodes,
+                                 load.decode_context_tokens)
+    plain = table.predict_step_ms(engine_num, [], load.running_decodes,
+                                  load.decode_context_tokens)
+    if math.isnan(full) or math.isnan(plain):
+        return None
+    life = max(1.0, life_steps)
+    in_backlog = min(life, (load.pending_prefill_tokens + prompt_tokens) / hi)
+    if (in_backlog * full + (life - in_backlog) * plain) / life <= itl_ms:
+        return hi
+    joining = int(load.queued_requests) + 1
+    return lcu_chunk(table, engine_num, itl_ms, context, lo, hi, joining_decodes=joining,
+                     joining_context_tokens=joining * prompt_tokens)
+
+
 class ChunkController:
     """Applies LCU chunk sizes to engines, rate-limited; lives in a policy's private state."""
 
@@ -63,8 +100,12 @@ class ChunkController:
                context_tokens: int, lo: int, hi: int, idle_full: bool = False) -> int | None:
         """The LCU chunk for `engine`; sends it (in the background) when due and different."""
         chunk = lcu_chunk(table, engine.num, itl_ms, context_tokens, lo, hi, idle_full)
-        if chunk is None:
-            return None
+        if chunk is not None:
+            self.apply(engine, table, chunk)
+        return chunk
+
+    def apply(self, engine: EngineHandle, table: EngineTable, chunk: int) -> None:
+        """Sends `chunk` to `engine` (in the background) when due and different."""
         now = time.monotonic()
         current = table.get(engine.num).prefill_chunk_size or self.applied.get(engine.id, 0)
         due = now - self._last.get(engine.id, -math.inf) >= self.interval_s
@@ -74,7 +115,6 @@ class ChunkController:
             task = asyncio.get_running_loop().create_task(self._send(engine, chunk))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-        return chunk
 
     @staticmethod
     async def _send(engine: EngineHandle, chunk: int) -> None:

@@ -10,12 +10,14 @@ parallel (least predicted TTFT) while decodes have slack, disaggregates the requ
 prefill would push a decode engine's TPOT over its SLO, and under overload keeps some engines
 within SLO instead of letting every request miss.
 
-With `chunk_control` on, each engine a request runs on is kept at its LCU prefill chunk for the
-TPOT SLO (pyrouter/planning/chunk_control.py; the largest chunk while it runs no decode): a
-prefill then slows the decodes beside it only as far as the SLO allows. Off by default: in the
-tournament it wins past capacity where a prefill chunk costs the decodes a lot (this machine's
-CPU profile) and loses where steps are cheap and the TTFT SLO tight (the H100 profile: smaller
-chunks add steps to every prefill) — docs/experiments.md "Chunk control for adaptive".
+With `chunk_control` on (the default), each engine a request runs on gets the prefill chunk its
+decodes can bear (pyrouter/planning/chunk_control.py `backlog_chunk`): the largest while the
+running decodes' mean step over their life, through the engine's queued prefill in full chunks,
+stays within the TPOT SLO (long decodes absorb a short backlog: a GPU under a burst); otherwise
+the LCU chunk for the batch it will run once its waiting requests join, so that every step with
+a chunk stays within the SLO (decodes of a few tokens, or a backlog that lasts: this machine's
+CPU engines past capacity). docs/experiments.md "adaptive's chunk from the backlog its decodes
+can bear".
 
 With `tpot_hindsight` on, the closed loop's TPOT correction learns against the prediction in
 hindsight of the prefills placed on the decode engine after it (prediction_feedback.py), not
@@ -45,7 +47,7 @@ from pyrouter.degrade import degraded_note, serves
 from pyrouter.engines.handle import EngineHandle, GenerationStream
 from pyrouter.errors import NoCapacity
 from pyrouter.planning.admission import refuse_past_timeout
-from pyrouter.planning.chunk_control import ChunkController
+from pyrouter.planning.chunk_control import ChunkController, backlog_chunk
 from pyrouter.planning.disaggregate import disaggregate
 from pyrouter.planning.interference import PrefillShare
 from pyrouter.planning.placement import (
@@ -64,7 +66,7 @@ from pyrouter.request import RouterRequest
 
 PARAMS = {"ttft_ms": Param(2000.0, gt=0), "tpot_ms": Param(200.0, gt=0),
           "kv_watermark": Param(0.9, gt=0, le=1),
-          "patterns": Param("dp,pd", check=comma_names((DP, PD))), "chunk_control": False,
+          "patterns": Param("dp,pd", check=comma_names((DP, PD))), "chunk_control": True,
           "chunk_min": Param(32, ge=1), "chunk_max": Param(2048, ge=1),
           "chunk_interval_s": Param(1.0, gt=0), "tpot_hindsight": False}
 
@@ -128,22 +130,25 @@ async def route(req: RouterRequest, cluster: ClusterView) -> GenerationStream:
     req.predicted = commit(chosen, share, cluster.feedback, now, req.sampling.max_tokens,
                            bool(cluster.params["tpot_hindsight"]))
     if cluster.params["chunk_control"] and math.isfinite(slo.tpot_ms):
-        _control_chunks(req, cluster, slo, [by_id[chosen.prefill], by_id[chosen.decode]])
+        _control_chunks(req, cluster, slo, share, [by_id[chosen.prefill], by_id[chosen.decode]])
     return await _run(req, chosen, by_id[chosen.prefill], by_id[chosen.decode], transfer)
 
 
-def _control_chunks(req: RouterRequest, cluster: ClusterView, slo: Slo,
+def _control_chunks(req: RouterRequest, cluster: ClusterView, slo: Slo, share: PrefillShare,
                     engines: list[EngineHandle]) -> None:
-    """Keep each engine the request runs on at its LCU prefill chunk for the TPOT SLO
-    (chunk_control.py): the prefills placed beside running decodes then slow each of their steps
-    only as far as the SLO allows, instead of by a whole default chunk; an engine with no decode
-    running keeps the largest chunk."""
+    """Give each engine the request runs on the prefill chunk its decodes can bear
+    (chunk_control.py `backlog_chunk`); a decode's life in steps is the horizon recent requests
+    decode for, at the SLO's pace."""
     params = cluster.params
     chunks: ChunkController = cluster.state.setdefault(
         "chunks", ChunkController(float(params["chunk_interval_s"])))
+    table = cluster.core.table
+    life_steps = share.horizon_s * 1000.0 / slo.tpot_ms
     for engine in {e.id: e for e in engines}.values():
-        chunks.update(engine, cluster.core.table, slo.tpot_ms, len(req.tokens) // 2,
-                      int(params["chunk_min"]), int(params["chunk_max"]), idle_full=True)
+        chunk = backlog_chunk(table, engine.num, slo.tpot_ms, len(req.tokens), life_steps,
+                              int(params["chunk_min"]), int(params["chunk_max"]))
+        if chunk is not None:
+            chunks.apply(engine, table, chunk)
 
 
 async def _run(req: RouterRequest, chosen: Placement, prefill: EngineHandle,

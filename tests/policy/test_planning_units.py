@@ -9,7 +9,7 @@ import pytest
 
 import router_core
 from pyrouter.outcomes import Outcome, RecentOutcomes, slo_met
-from pyrouter.planning.chunk_control import lcu_chunk
+from pyrouter.planning.chunk_control import backlog_chunk, lcu_chunk
 from pyrouter.planning.interference import PrefillShare, prefill_extra_ms, tpot_under
 from pyrouter.planning.placement import DP, PD, Placement, Slo, choose
 from pyrouter.planning.prediction_feedback import PredictedOutcome, PredictionFeedback
@@ -219,3 +219,22 @@ def test_lcu_chunk_fits_the_itl_and_an_idle_engine_keeps_the_largest() -> None:
     table.update_stats(0, 0, 0, 0, 1, 10, 0.0, latency_model=model)
     assert lcu_chunk(table, 0, 50.0, 0, lo=16, hi=2048, idle_full=True) == 2048
     assert lcu_chunk(table, 0, 50.0, 0, lo=16, hi=2048) == pytest.approx(96, abs=6)
+
+
+def test_backlog_chunk_keeps_the_largest_only_where_decodes_absorb_the_backlog() -> None:
+    table = EngineTable()
+    table.upsert(0, "any")
+    model = {"const": 2.0, "prefill_tokens": 0.5, "decode_seqs": 1.0}
+    assert backlog_chunk(table, 0, 50.0, 100, 10.0, lo=16, hi=2048) is None  # no model yet
+    # 8 decodes running, 2 requests waiting behind 1000 queued prompt tokens
+    table.update_stats(0, 1000, 8, 100, 1, 10, 20.0, latency_model=model, queued_requests=2)
+    # decodes that live 4 more steps spend all of them in the backlog: a full 2048-token chunk's
+    # step (~1 s) is their TPOT, so the chunk is the LCU one — for the 8 running decodes and the
+    # 3 that join them (the waiting two and this request): 2 + 11 + 0.5 x chunk <= 50
+    short = backlog_chunk(table, 0, 50.0, 100, 4.0, lo=16, hi=2048)
+    assert short is not None and 68 <= short <= 74
+    plain_lcu = lcu_chunk(table, 0, 50.0, 50, lo=16, hi=2048)
+    assert plain_lcu is not None and short < plain_lcu  # the joining decodes count
+    # decodes that live 10,000 steps spend half a step's worth of them in the backlog: their
+    # mean step stays within the SLO at the largest chunk, which prefills fastest
+    assert backlog_chunk(table, 0, 50.0, 100, 10_000.0, lo=16, hi=2048) == 2048
