@@ -58,6 +58,7 @@ class PolicySlot:
     @current.setter
     def current(self, active: ActivePolicy) -> None:
         self.previous, self._current = self._current, active
+        self.previous.retire()
         for listener in self._listeners:
             listener(active)
 

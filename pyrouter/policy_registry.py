@@ -146,6 +146,15 @@ class ActivePolicy:
     def name(self) -> str:
         return self.spec.name
 
+    def retire(self) -> None:
+        """This policy is being replaced: any of its state that changed the engines (a
+        `retire()` method, as pyrouter/planning/chunk_control.py's ChunkController has) puts
+        them back, so the next policy starts from the engines as configured."""
+        for value in self.state.values():
+            retire = getattr(value, "retire", None)
+            if callable(retire):
+                retire()
+
 
 _REGISTRY: dict[str, PolicySpec] = {}
 

@@ -8,6 +8,8 @@
 # load average below 1 before starting, nothing else running.
 #   loadtest/experiments/policies_real.sh                       # 2 engines, ~10 minutes here
 #   ENGINES=3 RATES_AZURE=20,40 loadtest/experiments/policies_real.sh
+#   POLICIES=slo_mux,adaptive,my_variant SERVE_ARGS="--policy-file my_variants.py" \
+#     loadtest/experiments/policies_real.sh     # a policy file's policies beside the built-ins
 #   python loadtest/experiments/real_spread.py bench_results/experiments/policies-real-2
 source "$(dirname "$0")/common.sh"
 ENGINES=${ENGINES:-2}
@@ -20,7 +22,8 @@ SLO=(--slo-ttft-ms 2000 --slo-tpot-ms 200)  # the tournament's local-profile SLO
 NAME="policies-real-$ENGINES"
 DIR="$OUT/$NAME"
 mkdir -p "$DIR"
-start_serve "$DIR/serve.log" "$ENGINES" --cpu-affinity auto
+# shellcheck disable=SC2086  # SERVE_ARGS are words
+start_serve "$DIR/serve.log" "$ENGINES" --cpu-affinity auto ${SERVE_ARGS:-}
 url="http://127.0.0.1:$PORT"
 # workload name -> its arguments (the tournament's local sizes: docs/experiments.md)
 declare -A WORKLOAD=(

@@ -21,6 +21,7 @@ import asyncio
 import logging
 import math
 import time
+from collections.abc import Coroutine
 from typing import Any
 
 from pyrouter.engines.handle import EngineHandle
@@ -88,13 +89,18 @@ def backlog_chunk(table: EngineTable, engine_num: int, itl_ms: float, prompt_tok
 
 
 class ChunkController:
-    """Applies LCU chunk sizes to engines, rate-limited; lives in a policy's private state."""
+    """Applies prefill chunk sizes to engines, rate-limited; lives in a policy's private state.
+    Each engine's own chunk (what the first change replaced) is given back when the policy is
+    replaced (`retire`): the next policy starts from the engines' configured chunk, not from
+    the last one this policy chose for its own load."""
 
     def __init__(self, interval_s: float = 1.0) -> None:
         self.interval_s = interval_s
         self._last: dict[str, float] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self.applied: dict[str, int] = {}  # engine id -> chunk size last set (tests, headers)
+        self.own: dict[str, int] = {}  # engine id -> its chunk before this controller's first
+        self._engines: dict[str, EngineHandle] = {}
 
     def update(self, engine: EngineHandle, table: EngineTable, itl_ms: float,
                context_tokens: int, lo: int, hi: int, idle_full: bool = False) -> int | None:
@@ -112,13 +118,28 @@ class ChunkController:
         if due and (not current or abs(chunk - current) > current / 10):
             self._last[engine.id] = now
             self.applied[engine.id] = chunk
-            task = asyncio.get_running_loop().create_task(self._send(engine, chunk))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._engines[engine.id] = engine
+            self._spawn(self._send(engine, chunk))
 
-    @staticmethod
-    async def _send(engine: EngineHandle, chunk: int) -> None:
+    def retire(self) -> None:
+        """The policy is being replaced: every engine this controller changed gets its own
+        chunk back (in the background; an engine that cannot take it says so in the log)."""
+        for engine_id, chunk in self.own.items():
+            engine = self._engines[engine_id]
+            if chunk > 0 and self.applied.get(engine_id) != chunk:
+                self.applied[engine_id] = chunk
+                self._spawn(self._send(engine, chunk, restore=True))
+
+    def _spawn(self, send: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(send)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _send(self, engine: EngineHandle, chunk: int, restore: bool = False) -> None:
         try:
-            await engine.client.configure(prefill_chunk_size=chunk, timeout_s=5.0)
+            answer = await engine.client.configure(prefill_chunk_size=chunk, timeout_s=5.0)
         except Exception as exc:  # an engine that cannot take it keeps its chunk; say so
             log.warning("could not set %s's prefill chunk to %d: %s", engine.id, chunk, exc)
+            return
+        if not restore:
+            self.own.setdefault(engine.id, int(answer.previous_prefill_chunk_size))

@@ -81,7 +81,8 @@ class FakeCluster(LocalEngines):
         for num, spec in enumerate(engines):
             name = engine_name(num)
             client = FakeEngineClient(self, name, f"fake-{num}:1", num, block_size,
-                                      faults=list(spec.faults))
+                                      faults=list(spec.faults),
+                                      prefill_chunk_size=spec.prefill_chunk_size)
             handle = EngineHandle(name, num, client.address, spec.role, client,
                                   self.core, healthy=spec.healthy)
             self._clients[name] = client
@@ -149,9 +150,10 @@ class FakeCluster(LocalEngines):
     def _dispatcher(self, policy: str | PolicySpec, params: dict[str, Any] | None
                     ) -> Dispatcher:
         active = self._active(policy, params)
-        if self._slot is None or (self._slot.current.spec, self._slot.current.params) != (
-                active.spec, active.params):
-            self._slot = PolicySlot(active)  # a switch: fresh policy state, like PUT /admin/policy
+        if self._slot is None:
+            self._slot = PolicySlot(active)
+        elif (self._slot.current.spec, self._slot.current.params) != (active.spec, active.params):
+            self._slot.current = active  # a switch: fresh policy state, as PUT /admin/policy
         dispatcher = Dispatcher(self, self._slot, policy_timeout_s=self.policy_timeout_s)
         dispatcher.outcomes, dispatcher.feedback = self.outcomes, self.feedback
         return dispatcher

@@ -83,6 +83,17 @@ async def test_tandem_sets_each_engines_chunk_at_its_lcu_point() -> None:
     assert 150 <= chunks["e0"] < chunks["e1"] <= 200, chunks
 
 
+async def test_a_policy_switch_gives_the_engines_their_own_chunk_back() -> None:
+    # tandem keeps each engine at its LCU chunk; the policy after it starts from the chunk the
+    # engines were configured with (256), not from the one tandem chose for its own load
+    cluster = FakeCluster([_engine(running_decodes=4, decode_context_tokens=2000), _engine()])
+    await _run(cluster, "tandem", tpot_ms=100.0)
+    assert all(cluster.client(e).prefill_chunk_size < 256 for e in ("e0", "e1"))
+    await _run(cluster, "round_robin")
+    assert [cluster.client(e).prefill_chunk_size for e in ("e0", "e1")] == [256, 256]
+    assert [c for verb, c in cluster.client("e0").calls if verb == "configure"][-1] == "256"
+
+
 # ---- slo_mux ----
 async def test_slo_mux_short_prefill_fits_the_multiplexing_engine() -> None:
     cluster = FakeCluster([_engine(role="prefill"), _engine(role="decode", running_decodes=2)])
