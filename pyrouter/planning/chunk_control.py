@@ -128,18 +128,18 @@ class ChunkController:
             engine = self._engines[engine_id]
             if chunk > 0 and self.applied.get(engine_id) != chunk:
                 self.applied[engine_id] = chunk
-                self._spawn(self._send(engine, chunk, restore=True))
+                self._spawn(self._send(engine, chunk))
 
     def _spawn(self, send: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(send)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _send(self, engine: EngineHandle, chunk: int, restore: bool = False) -> None:
+    async def _send(self, engine: EngineHandle, chunk: int) -> None:
         try:
             answer = await engine.client.configure(prefill_chunk_size=chunk, timeout_s=5.0)
         except Exception as exc:  # an engine that cannot take it keeps its chunk; say so
             log.warning("could not set %s's prefill chunk to %d: %s", engine.id, chunk, exc)
             return
-        if not restore:
-            self.own.setdefault(engine.id, int(answer.previous_prefill_chunk_size))
+        # The first answer holds the engine's own chunk (a restore's engine has one already).
+        self.own.setdefault(engine.id, int(answer.previous_prefill_chunk_size))
