@@ -10,12 +10,15 @@
 #   ENGINES=3 RATES_AZURE=20,40 loadtest/experiments/policies_real.sh
 #   POLICIES=slo_mux,adaptive,my_variant SERVE_ARGS="--policy-file my_variants.py" \
 #     loadtest/experiments/policies_real.sh     # a policy file's policies beside the built-ins
+#   WORKLOADS=sonnet NUM_PROMPTS=600 RATES_SONNET=40,50 loadtest/experiments/policies_real.sh
+#                                               # one workload, sustained past capacity
 #   python loadtest/experiments/real_spread.py bench_results/experiments/policies-real-2
 source "$(dirname "$0")/common.sh"
 ENGINES=${ENGINES:-2}
 REPS=${REPS:-3}
 POLICIES=${POLICIES:-least_load,slo_mux,adaptive}
 NUM_PROMPTS=${NUM_PROMPTS:-120}
+WORKLOADS=${WORKLOADS:-azure,sonnet}
 RATES_AZURE=${RATES_AZURE:-40,80}
 RATES_SONNET=${RATES_SONNET:-200,400}
 SLO=(--slo-ttft-ms 2000 --slo-tpot-ms 200)  # the tournament's local-profile SLO
@@ -32,7 +35,8 @@ declare -A WORKLOAD=(
 )
 declare -A RATES=([azure]=$RATES_AZURE [sonnet]=$RATES_SONNET)
 uptime | tee "$DIR/uptime.txt"
-for workload in azure sonnet; do
+IFS=, read -r -a workloads <<<"$WORKLOADS"
+for workload in "${workloads[@]}"; do
   IFS=, read -r -a rates <<<"${RATES[$workload]}"
   for rate in "${rates[@]}"; do
     for rep in $(seq "$REPS"); do
