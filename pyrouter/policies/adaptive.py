@@ -10,15 +10,17 @@ parallel (least predicted TTFT) while decodes have slack, disaggregates the requ
 prefill would push a decode engine's TPOT over its SLO, and under overload keeps some engines
 within SLO instead of letting every request miss.
 
-With `chunk_control` on, each engine a request runs on gets the prefill chunk its decodes can
-bear (pyrouter/planning/chunk_control.py `backlog_chunk`): the largest while the running
-decodes' mean step over their life, through the engine's queued prefill in full chunks, stays
-within the TPOT SLO (long decodes absorb a short backlog: a GPU under a burst); otherwise the LCU
-chunk for the batch it will run once its waiting requests join, so that every step with a chunk
-stays within the SLO. Off by default: in the tournament it wins past capacity on this machine's
-CPU profile (+10 to +22 points on sonnet) and changes little on the H100 profile, but on real
-CPU engines here, under bursts of short requests, it lost to the engines' own chunk
-(docs/experiments.md "adaptive's chunk from the backlog its decodes can bear").
+With `chunk_control` on (the default), each engine a request runs on gets the prefill chunk its
+decodes can bear (pyrouter/planning/chunk_control.py `backlog_chunk`): the largest while the
+running decodes' mean step over their life, through the engine's queued prefill in full chunks,
+stays within the TPOT SLO (long decodes absorb a short backlog: a GPU under a burst); otherwise
+the LCU chunk for the batch it will run once its waiting requests join, so that every step with a
+chunk stays within the SLO. Past capacity it is what keeps the decodes within SLO: on real CPU
+engines here under a sustained overload it nearly doubled adaptive's requests within SLO (and
+in the tournament on this machine's profile +10 to +22 points on sonnet; on the H100 profile it
+mostly keeps the largest chunk, and gains on azure-code past capacity); under 0.2-second bursts of short requests it was
+level with the engines' own chunk or behind, within the spread (docs/experiments.md "The chunk
+rule on real engines under sustained overload").
 
 With `tpot_hindsight` on, the closed loop's TPOT correction learns against the prediction in
 hindsight of the prefills placed on the decode engine after it (prediction_feedback.py), not
@@ -67,7 +69,7 @@ from pyrouter.request import RouterRequest
 
 PARAMS = {"ttft_ms": Param(2000.0, gt=0), "tpot_ms": Param(200.0, gt=0),
           "kv_watermark": Param(0.9, gt=0, le=1),
-          "patterns": Param("dp,pd", check=comma_names((DP, PD))), "chunk_control": False,
+          "patterns": Param("dp,pd", check=comma_names((DP, PD))), "chunk_control": True,
           "chunk_min": Param(32, ge=1), "chunk_max": Param(2048, ge=1),
           "chunk_interval_s": Param(1.0, gt=0), "tpot_hindsight": False}
 

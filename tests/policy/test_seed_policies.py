@@ -83,6 +83,23 @@ async def test_tandem_sets_each_engines_chunk_at_its_lcu_point() -> None:
     assert 150 <= chunks["e0"] < chunks["e1"] <= 200, chunks
 
 
+async def test_adaptive_gives_a_busy_engine_the_chunk_its_decodes_can_bear() -> None:
+    # Both engines have decodes running and a backlog longer than those decodes live: every step
+    # until it drains carries a full chunk, so by default adaptive sends the engine it places the
+    # request on the LCU chunk for its decodes plus this one:
+    # 5 + 0.5 c + 2 x 5 decodes + 0.001 x 2200 ctx <= 100  =>  c ~ 165 (the engines' own: 256)
+    busy = {"running_decodes": 4, "decode_context_tokens": 2000, "queued_prefill_tokens": 4000}
+    cluster = FakeCluster([_engine(**busy), _engine(**busy)])
+    await _run(cluster, "adaptive", tpot_ms=100.0)
+    sent = [int(c) for e in ("e0", "e1") for verb, c in cluster.client(e).calls
+            if verb == "configure"]
+    assert len(sent) == 1 and 140 <= sent[0] <= 190, sent
+    # ...and with chunk_control off the engines keep their own chunk
+    off = FakeCluster([_engine(**busy), _engine(**busy)])
+    await _run(off, "adaptive", tpot_ms=100.0, chunk_control=False)
+    assert not [c for e in ("e0", "e1") for verb, c in off.client(e).calls if verb == "configure"]
+
+
 async def test_a_policy_switch_gives_the_engines_their_own_chunk_back() -> None:
     # tandem keeps each engine at its LCU chunk; the policy after it starts from the chunk the
     # engines were configured with (256), not from the one tandem chose for its own load
