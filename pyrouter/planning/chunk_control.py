@@ -103,20 +103,24 @@ class ChunkController:
         self._engines: dict[str, EngineHandle] = {}
 
     def update(self, engine: EngineHandle, table: EngineTable, itl_ms: float,
-               context_tokens: int, lo: int, hi: int, idle_full: bool = False) -> int | None:
-        """The LCU chunk for `engine`; sends it (in the background) when due and different."""
+               context_tokens: int, lo: int, hi: int, idle_full: bool = False) -> None:
+        """Sends `engine` its LCU chunk (in the background) when due and different."""
+        if not self.due(engine.id):
+            return
         chunk = lcu_chunk(table, engine.num, itl_ms, context_tokens, lo, hi, idle_full)
         if chunk is not None:
             self.apply(engine, table, chunk)
-        return chunk
+
+    def due(self, engine_id: str) -> bool:
+        """Whether `engine_id` may take a new chunk now (at most one per interval): callers
+        skip working out a chunk per request that `apply` would not send."""
+        return time.monotonic() - self._last.get(engine_id, -math.inf) >= self.interval_s
 
     def apply(self, engine: EngineHandle, table: EngineTable, chunk: int) -> None:
         """Sends `chunk` to `engine` (in the background) when due and different."""
-        now = time.monotonic()
         current = table.get(engine.num).prefill_chunk_size or self.applied.get(engine.id, 0)
-        due = now - self._last.get(engine.id, -math.inf) >= self.interval_s
-        if due and (not current or abs(chunk - current) > current / 10):
-            self._last[engine.id] = now
+        if self.due(engine.id) and (not current or abs(chunk - current) > current / 10):
+            self._last[engine.id] = time.monotonic()
             self.applied[engine.id] = chunk
             self._engines[engine.id] = engine
             self._spawn(self._send(engine, chunk))

@@ -148,6 +148,8 @@ def _control_chunks(req: RouterRequest, cluster: ClusterView, slo: Slo, share: P
     table = cluster.core.table
     life_steps = share.horizon_s * 1000.0 / slo.tpot_ms
     for engine in {e.id: e for e in engines}.values():
+        if not chunks.due(engine.id):
+            continue  # within the interval nothing is sent: no chunk to work out
         chunk = backlog_chunk(table, engine.num, slo.tpot_ms, len(req.tokens), life_steps,
                               int(params["chunk_min"]), int(params["chunk_max"]))
         if chunk is not None:
