@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # The tournament's claims checked on real engines (issue 21, item 5): ENGINES SmolLM2 engines on
 # this machine (`switchyard serve`, each engine pinned to its own cores by --cpu-affinity auto),
-# each workload x rate, the policies interleaved REPS times (A B C A B C ...) on the same prompts
-# and arrivals within a repetition (one salt per repetition), so the spread between repetitions
-# is the machine's and the prompts', not the order's (the order also rotates, and each
-# repetition first runs its prompts once at its rate to warm the engines up, discarded). Follow docs/benchmarking.md "Quiet runs":
-# load average below 1 before starting, nothing else running.
+# each workload x rate, the policies interleaved REPS times (A B C A B C ...) on the same request
+# shapes and arrivals within a repetition, so the spread between repetitions is the machine's and
+# the prompts', not the order's (the order also rotates, and each repetition first runs its
+# shapes once at its rate to warm the engines up, discarded). Every run has its own salt, so its
+# prompts' contents are its own: a prompt an earlier run left in an engine's prefix cache would
+# favour the policy that places it on the same engine again (on sonnet, 66-83% of round_robin's
+# prompt tokens were found cached that way, its fresh cursor repeating the warm-up's placement;
+# with a salt per run every data-parallel policy finds 25-30%, the prompts' shared prefix).
+# Follow docs/benchmarking.md "Quiet runs": load average below 1 before starting, nothing else
+# running.
 #   loadtest/experiments/policies_real.sh                       # 2 engines, ~10 minutes here
 #   ENGINES=3 RATES_AZURE=20,40 loadtest/experiments/policies_real.sh
 #   POLICIES=slo_mux,adaptive,my_variant SERVE_ARGS="--policy-file my_variants.py" \
@@ -40,9 +45,10 @@ for workload in "${workloads[@]}"; do
   IFS=, read -r -a rates <<<"${RATES[$workload]}"
   for rate in "${rates[@]}"; do
     for rep in $(seq "$REPS"); do
-      # Warm-up, discarded: these prompts at this rate once. An engine's first steps of batch
-      # shapes it has not run yet are several times slower (seen here: 10% attainment for the
-      # first policy of a repetition, 100% for the next on the same prompts).
+      # Warm-up, discarded: these shapes at this rate once (salt rep*1000; the runs take
+      # rep*1000 + 1 + the policy's index). An engine's first steps of batch shapes it has not
+      # run yet are several times slower (seen here: 10% attainment for the first policy of a
+      # repetition, 100% for the next).
       # shellcheck disable=SC2086
       "$SY" bench serve --url "$url" --no-progress --policies round_robin \
         --salt $((rep * 1000)) --rates "$rate" --num-prompts "$NUM_PROMPTS" \
@@ -53,10 +59,11 @@ for workload in "${workloads[@]}"; do
       IFS=, read -r -a policies <<<"$POLICIES"
       n=${#policies[@]}
       for k in $(seq 0 $((n - 1))); do
-        policy=${policies[$(((k + rep - 1) % n))]}
+        i=$(((k + rep - 1) % n))
+        policy=${policies[$i]}
         # shellcheck disable=SC2086  # the workload's arguments are words
         "$SY" bench serve --url "$url" --no-progress --policies "$policy" \
-          --salt $((rep * 1000)) --rates "$rate" --num-prompts "$NUM_PROMPTS" "${SLO[@]}" \
+          --salt $((rep * 1000 + i + 1)) --rates "$rate" --num-prompts "$NUM_PROMPTS" "${SLO[@]}" \
           ${WORKLOAD[$workload]} --result-dir "$DIR/$workload-$rate-rep$rep-$policy" \
           >"$DIR/$workload-$rate-rep$rep-$policy.log"
         echo "$workload @$rate rep $rep $policy: $(grep 'SLO attainment' \
