@@ -16,11 +16,10 @@ running decodes' mean step over their life, through the engine's queued prefill 
 stays within the TPOT SLO (long decodes absorb a short backlog: a GPU under a burst); otherwise
 the LCU chunk for the batch it will run once its waiting requests join, so that every step with a
 chunk stays within the SLO. Past capacity it is what keeps the decodes within SLO: on real CPU
-engines here under a sustained overload it about doubled adaptive's requests within SLO (in the
-tournament on this machine's profile, +10 to +22 points on sonnet; on the H100 profile it mostly
-keeps the largest chunk and gains on azure-code past capacity). Under 0.2-second bursts of short
-requests it was level with the engines' own chunk or behind, within the spread
-(docs/experiments.md "The chunk rule on real engines under sustained overload").
+engines here under a sustained overload it took adaptive's requests within SLO 1.6-2x higher
+(in the tournament on this machine's profile, +10 to +22 points on sonnet; on the H100 profile
+it mostly keeps the largest chunk and gains on azure-code past capacity; docs/experiments.md
+"Real engines without replayed prompts").
 
 With `tpot_hindsight` on, the closed loop's TPOT correction learns against the prediction in
 hindsight of the prefills placed on the decode engine after it (prediction_feedback.py), not
