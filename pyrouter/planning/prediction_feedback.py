@@ -9,15 +9,15 @@ across engines for TTFT (see `correction`) — so one outlier moves it little an
 under-prediction weigh the same, clamped so a burst of odd requests cannot make the router
 believe anything absurd.
 
-One thing a TPOT prediction cannot see is not the model's error: prefills the router places on
-the decode engine after the request was placed, beyond the share of them the prediction
-foresaw. In a burst those are the whole burst; a correction learned from the burst's first
-completions (which decoded beside every later prefill) scaled every later prediction by up to
-the clamp, and no placement fitted any more (docs/experiments.md "The closed loop's TPOT
+One thing a TPOT prediction cannot see is not the model's error: how much prefill the router
+places on the decode engine after the request was placed, against the share of it the
+prediction foresaw. In a burst that is the whole burst; a correction learned from the burst's
+first completions (which decoded beside every later prefill) scaled every later prediction by up
+to the clamp, and no placement fitted any more (docs/experiments.md "The closed loop's TPOT
 correction in a burst"). So the router tells the loop what it places (`note_prefill`), each
 prediction carries the decode engine's total at placement (`placed`), and TPOT learns against
-the prediction in hindsight: the raw one plus, per decoded token, the placed prefill work it
-did not foresee.
+the prediction in hindsight: the raw one with, per decoded token, the prefill work actually
+placed in place of the share it foresaw (more or less of it).
 
 A policy attaches its prediction to the request (`req.predicted`); the dispatcher observes the
 outcome when the request ends (Dispatcher.record), `/metrics` exports every ratio
@@ -126,9 +126,12 @@ class PredictionFeedback:
 
     def _tpot_in_hindsight(self, predicted: PredictedOutcome, tpot_s: float | None,
                            decoded_tokens: int) -> float:
-        """The raw TPOT prediction plus the prefill work placed on the decode engine since,
-        per decoded token, beyond what it foresaw — at most the request's whole decode time
-        (work placed while it decoded but run after it ended did not slow it)."""
+        """The raw TPOT prediction with the prefill work placed on the decode engine since, per
+        decoded token, in place of the share of it the prediction foresaw — more when more came,
+        less when fewer did (crediting only the excess would make every quiet stretch read as
+        the step model over-predicting, and the correction learn optimism). The work placed
+        since counts at most as the request's whole decode time (work placed while it decoded
+        but run after it ended did not slow it)."""
         raw = predicted.raw_tpot_ms
         if predicted.placed_ms is None or tpot_s is None or decoded_tokens <= 0 \
                 or not _usable(raw):
@@ -136,7 +139,10 @@ class PredictionFeedback:
         decode_ms = tpot_s * 1000.0 * decoded_tokens
         since = min(decode_ms, max(0.0, self.placed(predicted.decode_engine)
                                    - predicted.placed_ms))
-        return raw + max(0.0, since / decoded_tokens - predicted.foreseen_prefill_ms)
+        in_hindsight = raw - predicted.foreseen_prefill_ms + since / decoded_tokens
+        # The foreseen share is part of raw (placement.py _foreseen_prefill), so this stays above
+        # the plain decode step; a policy that reported more cannot make it absurd.
+        return in_hindsight if _usable(in_hindsight) else raw
 
     def summary(self) -> dict[str, dict[str, float | int]]:
         """Per "kind/pattern": requests observed and the median |error| as a ratio - 1 (0.2 =

@@ -116,7 +116,8 @@ def test_feedback_learns_the_ratio_per_engine_pattern_and_kind() -> None:
 def test_tpot_correction_does_not_learn_the_prefills_placed_after_the_prediction() -> None:
     """A burst: each request decodes beside prefills the router placed on its engine after it
     (unforeseen by its raw prediction). That is not the step model's error: the correction
-    stays at 1. The same TPOT with no prefill placed since is the model's error: learned."""
+    stays at 1. The same TPOT with no prefill placed since is the model's error: learned. Nor
+    is a lull, fewer prefills than foreseen."""
     fb = PredictionFeedback()
     for _ in range(5):
         outcome = replace(_outcome(100.0, 10.0), placed_ms=fb.placed("e1"))
@@ -130,6 +131,13 @@ def test_tpot_correction_does_not_learn_the_prefills_placed_after_the_prediction
     fb.note_prefill("e1", 400.0)
     fb.observe(foreseen, ttft_s=0.1, tpot_s=0.030, decoded_tokens=20)
     assert math.isclose(fb.correction("e1", "dp", "tpot"), 3.0 ** (1 / 6))
+    # fewer prefills came than the prediction foresaw (none here): the step model was right,
+    # and the lower TPOT is not learned as over-prediction (crediting only an excess would
+    # learn 1/3 here, and optimism wherever arrivals fall short of the share)
+    quiet = PredictionFeedback()
+    short = replace(_outcome(100.0, 30.0), foreseen_prefill_ms=20.0, placed_ms=quiet.placed("e1"))
+    quiet.observe(short, ttft_s=0.1, tpot_s=0.010, decoded_tokens=20)
+    assert math.isclose(quiet.correction("e1", "dp", "tpot"), 1.0)
     # prefill work placed while it decoded counts at most as its whole decode time
     fresh = PredictionFeedback()
     capped = replace(_outcome(100.0, 10.0), placed_ms=0.0)
