@@ -140,8 +140,9 @@ class PredictionFeedback:
         since = min(decode_ms, max(0.0, self.placed(predicted.decode_engine)
                                    - predicted.placed_ms))
         in_hindsight = raw - predicted.foreseen_prefill_ms + since / decoded_tokens
-        # The foreseen share is part of raw (placement.py _foreseen_prefill), so this stays above
-        # the plain decode step; a policy that reported more cannot make it absurd.
+        # placement.py's foreseen share is part of its raw prediction (_foreseen_prefill), so this
+        # is at least the plain decode step there; a prediction that claims to have foreseen more
+        # than it predicted falls back to the raw one.
         return in_hindsight if _usable(in_hindsight) else raw
 
     def summary(self) -> dict[str, dict[str, float | int]]:

@@ -81,8 +81,9 @@ def test_adaptive_tpot_hindsight_keeps_a_burst_out_of_the_tpot_correction(
     # 16 prompts at once, 8 tokens out: the first to finish decoded beside every later prefill.
     # The plain ratio (tpot_hindsight off) counts that against the engines' step model; with
     # it (the default) the prefills placed after each request take the place of the share its
-    # prediction foresaw before the ratio is taken, so the correction learned is lower (the parameter is live, both ways
-    # give one engine's tokens, and the router's placed totals are kept either way).
+    # prediction foresaw before the ratio is taken, so the correction learned is lower (the
+    # parameter is live, both ways give one engine's tokens, and the router's placed totals are
+    # kept either way).
     rng = random.Random(2)
     prompts = [[rng.randrange(1, 40000) for _ in range(300)] for _ in range(16)]
     corrections = {}
