@@ -37,8 +37,8 @@ Retry-After, instead of failing after that wait: under sustained overload the qu
 requests join would otherwise grow without bound.
 
 Parameters are the SLO (a request's own `slo` wins), the KV watermark, `patterns` (which
-placements may run: "dp,pd"), `chunk_control` and `tpot_hindsight`. Every response says what ran and why:
-`adaptive chose=pd prefill=e0 decode=e1 ttft_ms=812 tpot_ms=41 fits=1 harm=0`.
+placements may run: "dp,pd"), `chunk_control` and `tpot_hindsight`. Every response says what ran
+and why: `adaptive chose=pd prefill=e0 decode=e1 ttft_ms=812 tpot_ms=41 fits=1 harm=0`.
 """
 from __future__ import annotations
 
