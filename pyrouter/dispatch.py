@@ -389,6 +389,7 @@ class Dispatcher:
         tpot = (ended - first_token) / (n - 1) if first_token is not None and n > 1 else None
         self.record_outcome(time.monotonic(), req.route.label(), ok, ttft, tpot,
                             req.slo.ttft_ms, req.slo.tpot_ms)
+        self.feedback.ended(req.key)
         if ok and req.predicted is not None:
             self.feedback.observe(req.predicted, ttft, tpot, max(0, n - 1))
 
@@ -455,6 +456,8 @@ class Dispatcher:
         session = PolicySession(active, req, view, self.policy_timeout_s)
         try:
             stream = await session.first()
+            if req.predicted is not None:
+                self.feedback.running(req.key, req.predicted)
             if not req.route.pattern:
                 req.note_route(active.name, engine=stream.engine.id)
             try:
@@ -468,6 +471,9 @@ class Dispatcher:
                     stream.engine.id)
             _check_finish(first, stream.engine, first=True)
             req.timeline.first_token = time.perf_counter()
+            if req.predicted is not None:
+                self.feedback.first_token(
+                    req.key, (req.timeline.first_token - req.timeline.started) * 1000.0)
             return RequestRun(req, session, stream, first, started_at, self.policy_timeout_s,
                               self, retries)
         except BaseException as exc:

@@ -91,6 +91,12 @@ class RouterRequest:
         self.prompt_len = len(self.tokens)
         self.engine_request_id = self.engine_request_id or first_engine_request_id("req-")
 
+    @property
+    def key(self) -> str:
+        """The request's router-made name, the same through every attempt (its first attempt's
+        engine-side id)."""
+        return self.initial_engine_request_id or self.engine_request_id
+
     def new_engine_request_id(self) -> str:
         """A fresh engine-side id for the next attempt (the failed one may linger on its
         engine; a live engine may still hold the old id in a finished segment)."""

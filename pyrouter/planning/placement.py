@@ -14,21 +14,23 @@ transfer's learned cost, the prefill share each engine already carries
   tpot  a full prefill chunk's step while d works off the backlog it still has when this request
         starts decoding, then d's decode step (this request added) / (1 - the share of d's time
         others' prefills take)
-  harm  the decodes already running on an engine whose TPOT over their remaining life this
-        placement pushes over the SLO (the prefill engine's, by its prefill joining the backlog
-        and the share; the decode engine's, by one more sequence in every step)
+  harm  the decodes already running on an engine, and still within their SLO, whose TPOT over
+        their remaining life this placement pushes over the SLO (the prefill engine's, by its
+        prefill joining the backlog and the share; the decode engine's, by one more sequence in
+        every step); a decode late anyway loses nothing (the closed loop knows which running
+        requests were placed late or got their first token late)
 
 Choice: the most requests within SLO (this one's 1 if it meets both objectives, minus harm);
 among equals the lowest predicted TTFT (spreading load), data parallel before disaggregation at a
-tie (it moves no bytes). When no placement lets this request meet its SLO it goes where it harms
-least; among those, once some engine's queue alone is past the TTFT SLO (saturation), onto that
-longest queue: under overload this keeps the other engines short enough for the requests that
-can still meet theirs (Tropical's gain), instead of spreading lateness until every request
-misses; likewise, once some engine's running decodes already step slower than the TPOT SLO
-(saturated in decode steps), onto the slowest: a load spread evenly puts every engine past the
-step time its decodes can bear, an uneven one keeps some within it; before either, where it
-runs soonest (every engine kept busy). The only parameters are the
-SLO, the KV watermark and measured costs.
+tie (it moves no bytes). When no placement lets this request meet its SLO: once some engine's
+queue alone is past the TTFT SLO (saturation), onto such a queue (the least harm, then the
+longest), even where a shorter queue would harm no running decode: under overload this keeps the
+other engines short enough for the requests that can still meet theirs (Tropical's gain),
+instead of spreading lateness until every request misses; likewise, once some engine's running
+decodes already step slower than the TPOT SLO (saturated in decode steps), onto the slowest: a
+load spread evenly puts every engine past the step time its decodes can bear, an uneven one
+keeps some within it; before either, where it harms least and runs soonest (every engine kept
+busy). The only parameters are the SLO, the KV watermark and measured costs.
 """
 from __future__ import annotations
 
@@ -52,6 +54,9 @@ class EngineState:
     decodes: bool             # may decode (role any / decode)
     running_decodes: int      # reported plus dispatched since (router_core's table)
     pred: EnginePrediction
+    # Of them, the share still within their SLO as far as the router knows (the closed loop's
+    # running predictions: one placed late anyway is lost already).
+    in_slo: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +148,8 @@ def _evaluate(p: EngineState, d: EngineState, prompt_len: int, max_tokens: int, 
         harm += _pushed_over(d, share, now, 0.0, 0.0, _finite(dp_.decode_step_ms)
                              - _finite(dp_.decode_step_now_ms), slo, feedback)
     outcome = PredictedOutcome(pattern, p.id, d.id, ttft, tpot, raw_ttft, raw_tpot,
-                               _foreseen_prefill(d, d_share))
+                               _foreseen_prefill(d, d_share), meets=meets,
+                               ttft_slo_ms=slo.ttft_ms)
     return Placement(pattern, p.id, d.id, ttft, tpot, meets, harm, bool(dp_.kv_ok),
                      _finite(pp.queue_ms), outcome, extra,
                      _finite(dp_.decode_step_now_ms) * feedback.correction(d.id, pattern, TPOT))
@@ -190,10 +196,13 @@ def _blended_tpot(step_ms: float, backlog_step_ms: float, share: float, backlog_
 def _pushed_over(e: EngineState, share: PrefillShare, now: float, extra_ms: float,
                  prefill_ms: float, extra_step_ms: float, slo: Slo,
                  feedback: PredictionFeedback) -> int:
-    """Running decodes on `e` that meet the TPOT SLO now and would not with this placement: a
+    """Running decodes on `e` within their SLO now that would not be with this placement: a
     prefill placed on `e` joins its backlog (every step of which carries a chunk) and then its
     share of prefill time; a decode placed there makes every step a little longer. Over the
-    running decodes' remaining life (about the horizon recent requests decode for)."""
+    running decodes' remaining life (about the horizon recent requests decode for). Those the
+    router placed late anyway are not counted: slowing them loses no request within SLO (under
+    overload the engine taking the late requests would otherwise look too harmful to take
+    more, and they would fill the queue kept short for the requests that can still fit)."""
     if not e.running_decodes or not math.isfinite(slo.tpot_ms):
         return 0
     pred = e.pred
@@ -206,7 +215,9 @@ def _pushed_over(e: EngineState, share: PrefillShare, now: float, extra_ms: floa
     step_after = step + extra_step_ms
     after = _blended_tpot(step_after, backlog_step, share.share(e.id, now, extra_ms),
                           queue + prefill_ms, life_ms / max(step_after, 1e-3))
-    return e.running_decodes if before * corr <= slo.tpot_ms < after * corr else 0
+    if not before * corr <= slo.tpot_ms < after * corr:
+        return 0
+    return round(e.running_decodes * e.in_slo)
 
 
 def choose(placements: list[Placement], slo: Slo) -> Placement:
@@ -219,8 +230,8 @@ def choose(placements: list[Placement], slo: Slo) -> Placement:
     least_ttft = min(top, key=lambda p: (p.ttft_ms, p.pattern != DP, p.prefill, p.decode))
     if least_ttft.meets:
         return least_ttft
-    lost = max(top, key=lambda p: (p.prefill_queue_ms, p.pattern == DP))
-    if lost.prefill_queue_ms <= slo.ttft_ms:
+    saturated = [p for p in fits_kv if p.prefill_queue_ms > slo.ttft_ms]
+    if not saturated:
         slowest = max(top, key=lambda p: p.decode_step_now_ms)
         if slowest.decode_step_now_ms > slo.tpot_ms:
             # Saturated in decode steps instead: some engine's running decodes already step
@@ -232,10 +243,14 @@ def choose(placements: list[Placement], slo: Slo) -> Placement:
         # No engine's queue is past the TTFT SLO yet: the engines still keep up, and a request
         # late anyway (too long, or unlucky) runs soonest, keeping every engine busy.
         return least_ttft
-    # Saturated: one queue is already past the SLO. Join it (least harm first, data parallel:
-    # no bytes moved for a request late anyway), so the other engines stay short enough for
-    # the requests that can still meet their SLO — instead of spreading lateness to them all.
-    return min(top, key=lambda p: (-p.prefill_queue_ms, p.pattern != DP, p.prefill, p.decode))
+    # Saturated: some queue is already past the SLO. Join one (the least harm, then the longest
+    # queue; data parallel: no bytes moved for a request late anyway), so the other engines stay
+    # short enough for the requests that can still meet their SLO — instead of spreading
+    # lateness to them all. Even where that harms running decodes and a shorter queue would
+    # not: a late request there takes queue time from requests that could still fit, and its
+    # engine drifts past the SLO too (then none is left for them).
+    return min(saturated, key=lambda p: (p.harm, -p.prefill_queue_ms, p.pattern != DP,
+                                         p.prefill, p.decode))
 
 
 def commit(chosen: Placement, share: PrefillShare, feedback: PredictionFeedback, now: float,

@@ -19,22 +19,25 @@ prediction carries the decode engine's total at placement (`placed`), and TPOT l
 the prediction in hindsight: the raw one with, per decoded token, the prefill work actually
 placed in place of the share it foresaw (more or less of it).
 
-A policy attaches its prediction to the request (`req.predicted`); the dispatcher observes the
-outcome when the request ends (Dispatcher.record), `/metrics` exports every ratio
-(`switchyard:prediction_error_ratio{kind,pattern}`), and `summary()` gives the tournament its
-per-cell error.
+A policy attaches its prediction to the request (`req.predicted`); the dispatcher holds it while
+the request runs (`running`, `first_token`: per engine, which running requests are still within
+their SLO) and observes the outcome when the request ends (Dispatcher.record), `/metrics` exports
+every ratio (`switchyard:prediction_error_ratio{kind,pattern}`), and `summary()` gives the
+tournament its per-cell error.
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 TTFT, TPOT = "ttft", "tpot"
 _ALPHA = 0.1            # weight of each new observation in the smoothed log ratio
 _CLAMP = (0.25, 4.0)    # the correction never scales a prediction beyond these
 _KEEP = 4096            # recent |log ratio| values kept for summaries
 _ALL = "*"              # the key of a pattern's correction across engines
+# Running predictions held at most (a request whose end never came frees its place this way).
+_RUNNING_MAX = 65536
 
 # (kind, pattern, actual / predicted): what the metrics observe.
 ErrorSink = Callable[[str, str, float], None]
@@ -56,6 +59,8 @@ class PredictedOutcome:
     # (PredictionFeedback.placed; None: the policy does not report what it places).
     foreseen_prefill_ms: float = 0.0
     placed_ms: float | None = None
+    meets: bool = True   # placed to meet its SLO (False: placed knowing it would be late)
+    ttft_slo_ms: float = math.inf  # the TTFT objective it was placed against
 
 
 class PredictionFeedback:
@@ -64,7 +69,48 @@ class PredictionFeedback:
         self._seen: dict[tuple[str, str, str], int] = {}
         self._recent: dict[tuple[str, str], list[float]] = {}
         self._placed_ms: dict[str, float] = {}
+        self._running: dict[str, PredictedOutcome] = {}  # request key -> its prediction
+        self._running_by_engine: dict[str, list[int]] = {}  # decode engine -> [running, meets]
         self.sink = sink
+
+    def running(self, key: str, predicted: PredictedOutcome) -> None:
+        """A request placed with `predicted` is running until `ended(key)` (placed again on a
+        retry: the new placement replaces the old)."""
+        self.ended(key)
+        if len(self._running) >= _RUNNING_MAX:
+            self.ended(next(iter(self._running)))
+        self._running[key] = predicted
+        counts = self._running_by_engine.setdefault(predicted.decode_engine, [0, 0])
+        counts[0] += 1
+        counts[1] += int(predicted.meets)
+
+    def first_token(self, key: str, ttft_ms: float) -> None:
+        """The running request `key` gave its first token after `ttft_ms`: past its objective,
+        it is late whatever it was placed to do."""
+        predicted = self._running.get(key)
+        if predicted is not None and predicted.meets and ttft_ms > predicted.ttft_slo_ms:
+            self._running[key] = replace(predicted, meets=False)
+            self._running_by_engine[predicted.decode_engine][1] -= 1
+
+    def ended(self, key: str) -> None:
+        """The request `key` has ended (whatever its status), or was never placed: nothing."""
+        predicted = self._running.pop(key, None)
+        if predicted is not None:
+            counts = self._running_by_engine[predicted.decode_engine]
+            counts[0] -= 1
+            counts[1] -= int(predicted.meets)
+
+    @property
+    def running_requests(self) -> int:
+        """Requests placed with a prediction that have not ended yet."""
+        return len(self._running)
+
+    def share_within_slo(self, engine: str) -> float:
+        """Of the requests running on `engine` that the router placed with a prediction, the
+        share still within their SLO: placed to meet it and not late with the first token (1.0
+        when it placed none there). Slowing a late one loses no request within SLO."""
+        running, meets = self._running_by_engine.get(engine, (0, 0))
+        return meets / running if running else 1.0
 
     def note_prefill(self, engine: str, extra_ms: float) -> None:
         """A prefill that adds `extra_ms` to `engine`'s decode steps was placed there."""

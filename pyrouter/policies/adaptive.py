@@ -5,7 +5,8 @@ prefill engine to a decode engine — router_core predicts this request's TTFT a
 it costs the decodes already running (pyrouter/planning/placement.py), corrected by how wrong
 such predictions have been (pyrouter/planning/prediction_feedback.py: the closed loop, fed when
 each request ends). The policy takes the placement that keeps the most requests within their SLO;
-when none lets this one meet its SLO, the one that harms the others least. So it is data
+when none lets this one meet its SLO, the one that harms the others least (only decodes still
+within their SLO count), on a queue already past the TTFT SLO once there is one. So it is data
 parallel (least predicted TTFT) while decodes have slack, disaggregates the requests whose
 prefill would push a decode engine's TPOT over its SLO, and under overload keeps some engines
 within SLO instead of letting every request miss.
@@ -87,7 +88,8 @@ def _states(req: RouterRequest, cluster: ClusterView,
     for e in engines:
         load = cluster.load(e)
         states.append(EngineState(e.id, e.num, serves(e.role, "prefill"), serves(e.role, "decode"),
-                                  int(load.running_decodes) + int(load.router_seqs), preds[e.id]))
+                                  int(load.running_decodes) + int(load.router_seqs), preds[e.id],
+                                  cluster.feedback.share_within_slo(e.id)))
     return states
 
 

@@ -130,6 +130,7 @@ class FakeCluster(LocalEngines):
     def assert_clean(self) -> None:
         """Router accounting at zero and no engine holding anything for any request."""
         assert self.counters.inflight == 0, f"{self.counters.inflight} requests still counted"
+        assert self.feedback.running_requests == 0, "a prediction held past its request's end"
         for handle in self.engines.values():
             load = self.core.table.get(handle.num)
             assert load.inflight == 0, (handle.id, load.inflight)

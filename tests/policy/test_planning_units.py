@@ -151,6 +151,26 @@ def test_tpot_correction_does_not_learn_the_prefills_placed_after_the_prediction
     assert math.isclose(plain.correction("e1", "dp", "tpot"), 3.0)
 
 
+def test_feedback_holds_running_predictions_and_which_are_still_within_slo() -> None:
+    fb = PredictionFeedback()
+    assert fb.share_within_slo("e1") == 1.0          # nothing placed there: assume within
+    fb.running("a", replace(_outcome(100.0, 10.0), ttft_slo_ms=500.0))
+    fb.running("b", replace(_outcome(900.0, 10.0), meets=False))   # placed late anyway
+    fb.running("c", replace(_outcome(100.0, 10.0), ttft_slo_ms=500.0))
+    assert math.isclose(fb.share_within_slo("e1"), 2 / 3) and fb.share_within_slo("e0") == 1.0
+    fb.first_token("a", 400.0)                       # on time: still within
+    fb.first_token("c", 600.0)                       # late with its first token
+    fb.first_token("c", 700.0)                       # (counted once)
+    assert math.isclose(fb.share_within_slo("e1"), 1 / 3)
+    # a retry places the request again: the new placement replaces the old one
+    fb.running("b", replace(_outcome(100.0, 10.0), decode_engine="e0"))
+    assert fb.running_requests == 3
+    assert math.isclose(fb.share_within_slo("e1"), 1 / 2) and fb.share_within_slo("e0") == 1.0
+    for key in ("a", "b", "c", "never-placed"):
+        fb.ended(key)
+    assert fb.running_requests == 0 and fb.share_within_slo("e1") == 1.0
+
+
 def test_feedback_reports_each_ratio_to_its_sink() -> None:
     seen: list[tuple[str, str, float]] = []
     fb = PredictionFeedback(lambda kind, pattern, ratio: seen.append((kind, pattern, ratio)))

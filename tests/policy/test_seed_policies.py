@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from pyrouter.errors import BadRequest
+from pyrouter.planning.prediction_feedback import PredictedOutcome
 from pyrouter.policy_registry import get_policy
 from switchyard_sim.fake import FakeCluster, FakeEngine
 
@@ -206,6 +207,20 @@ async def test_adaptive_disaggregates_a_prefill_that_would_push_decodes_over_tpo
     cluster = FakeCluster([_engine(**busy), _engine(**busy), _engine(role="prefill")])
     _, p, _ = await _run(cluster, "adaptive", prompt[1:], tpot_ms=100.0, patterns="dp")
     assert p["chose"] == "dp" and p["harm"] == "20"
+    # Slowing decodes that are late anyway costs no request within SLO: with three of the four
+    # requests the router placed on e0 and e1 known late, a quarter of their decodes count
+    # (a fresh cluster again, for the same reason).
+    cluster = FakeCluster([_engine(**busy), _engine(**busy), _engine(role="prefill")])
+    for i, engine in enumerate(["e0", "e0", "e0", "e1", "e1", "e1", "e0", "e1"]):
+        late = PredictedOutcome("dp", engine, engine, 1.0, 1.0, 1.0, 1.0, meets=i >= 6)
+        cluster.feedback.running(f"earlier-{i}", late)
+    run = await cluster.run("adaptive", prompt[2:], params={"tpot_ms": 100.0, "patterns": "dp"})
+    assert run.error is None, run.error
+    p = _params(run.route)
+    assert p["chose"] == "dp" and p["harm"] == "5"
+    for i in range(8):
+        cluster.feedback.ended(f"earlier-{i}")
+    cluster.assert_clean()
 
 
 async def test_adaptive_under_overload_keeps_the_shorter_queue_for_requests_that_fit() -> None:
