@@ -65,12 +65,15 @@ def lcu_chunk(table: EngineTable, engine_num: int, itl_ms: float, context_tokens
 
 
 def backlog_chunk(table: EngineTable, engine_num: int, itl_ms: float, prompt_tokens: int,
-                  life_steps: float, lo: int = 32, hi: int = 2048) -> int | None:
+                  life_steps: float, lo: int = 32, hi: int = 2048,
+                  ttft_ms: float = math.inf) -> int | None:
     """adaptive's chunk for an engine about to take a `prompt_tokens` prefill (module
     docstring): `hi` when a decode living `life_steps` more steps meets `itl_ms` on average
     through the engine's backlog (its queued prefill and this prompt) cut into `hi`-token
     chunks; otherwise the LCU chunk for the running decodes plus the waiting requests and this
-    one (each with a prompt's context). None without a model."""
+    one (each with a prompt's context) — unless the engine is idle and that chunk alone would
+    take its prefill (this prompt's included) past `ttft_ms` where `hi` would not. None without
+    a model."""
     load = table.get(engine_num)
     context = prompt_tokens // 2
     full = table.predict_step_ms(engine_num, [(context, hi)], load.running_decodes,
@@ -84,8 +87,26 @@ def backlog_chunk(table: EngineTable, engine_num: int, itl_ms: float, prompt_tok
     if (in_backlog * full + (life - in_backlog) * plain) / life <= itl_ms:
         return hi
     joining = int(load.queued_requests) + 1
-    return lcu_chunk(table, engine_num, itl_ms, context, lo, hi, joining_decodes=joining,
-                     joining_context_tokens=joining * prompt_tokens)
+    chunk = lcu_chunk(table, engine_num, itl_ms, context, lo, hi, joining_decodes=joining,
+                      joining_context_tokens=joining * prompt_tokens)
+    idle = not (load.running_decodes or load.router_seqs or load.queued_requests)
+    if chunk is not None and chunk < hi and idle:
+        # An idle engine: the LCU chunk would keep only this request's own decode from later
+        # prefills' full chunks, paid for with its own prefill in more steps. Where that alone
+        # costs it the TTFT SLO, the SLO it would certainly miss outweighs one it might.
+        tokens = int(load.pending_prefill_tokens) + prompt_tokens
+        if _prefill_ms(table, engine_num, tokens, chunk) > ttft_ms \
+                >= _prefill_ms(table, engine_num, tokens, hi):
+            return hi
+    return chunk
+
+
+def _prefill_ms(table: EngineTable, engine_num: int, tokens: int, chunk: int) -> float:
+    """A `tokens` prefill alone on the engine in `chunk`-token steps (each step at the mean
+    context its chunks start from)."""
+    chunk = max(1, min(chunk, tokens))
+    steps = math.ceil(tokens / chunk)
+    return steps * table.predict_step_ms(engine_num, [((tokens - chunk) // 2, chunk)], 0, 0)
 
 
 class ChunkController:

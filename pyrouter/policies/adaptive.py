@@ -16,11 +16,12 @@ decodes can bear (pyrouter/planning/chunk_control.py `backlog_chunk`): the large
 running decodes' mean step over their life, through the engine's queued prefill in full chunks,
 stays within the TPOT SLO (long decodes absorb a short backlog: a GPU under a burst); otherwise
 the LCU chunk for the batch it will run once its waiting requests join, so that every step with a
-chunk stays within the SLO. Past capacity it is what keeps the decodes within SLO: on real CPU
-engines here under a sustained overload it took adaptive's requests within SLO 1.6-2x higher
-(in the tournament on this machine's profile, +10 to +22 points on sonnet; on the H100 profile
-it mostly keeps the largest chunk and gains on azure-code past capacity; docs/experiments.md
-"Real engines without replayed prompts").
+chunk stays within the SLO — except on an idle engine where that chunk alone would take this
+request's prefill past its TTFT SLO and the largest would not. Past capacity it is what keeps the
+decodes within SLO: on real CPU engines here under a sustained overload it took adaptive's
+requests within SLO 1.6-2x higher (in the tournament on this machine's profile, +10 to +22
+points on sonnet; on the H100 profile it mostly keeps the largest chunk and gains on azure-code
+past capacity; docs/experiments.md "Real engines without replayed prompts").
 
 With `tpot_hindsight` on (the default), the closed loop's TPOT correction learns against the
 prediction in hindsight: the raw one with the prefill work the router actually placed on the
@@ -154,7 +155,7 @@ def _control_chunks(req: RouterRequest, cluster: ClusterView, slo: Slo, share: P
         if not chunks.due(engine.id):
             continue  # within the interval nothing is sent: no chunk to work out
         chunk = backlog_chunk(table, engine.num, slo.tpot_ms, len(req.tokens), life_steps,
-                              int(params["chunk_min"]), int(params["chunk_max"]))
+                              int(params["chunk_min"]), int(params["chunk_max"]), slo.ttft_ms)
         if chunk is not None:
             chunks.apply(engine, table, chunk)
 

@@ -266,3 +266,22 @@ def test_backlog_chunk_keeps_the_largest_only_where_decodes_absorb_the_backlog()
     # decodes that live 10,000 steps spend half a step's worth of them in the backlog: their
     # mean step stays within the SLO at the largest chunk, which prefills fastest
     assert backlog_chunk(table, 0, 50.0, 100, 10_000.0, lo=16, hi=2048) == 2048
+
+
+def test_backlog_chunk_keeps_the_largest_on_an_idle_engine_for_the_ttft() -> None:
+    table = EngineTable()
+    table.upsert(0, "any")
+    model = {"const": 2.0, "prefill_tokens": 0.5, "decode_seqs": 1.0}
+    table.update_stats(0, 0, 0, 0, 1, 10, 0.0, latency_model=model)
+    # Idle: the LCU chunk for this request's own decode (2 + 1 + 0.5 x chunk <= 50: ~94 tokens)
+    # prefills its 1000 tokens in 11 steps of ~49 ms (~540 ms); the largest chunk in one step
+    # of 502 ms. Where only the largest meets the TTFT SLO, it is kept.
+    lcu = backlog_chunk(table, 0, 50.0, 1000, 4.0, lo=16, hi=2048)
+    assert lcu is not None and 88 <= lcu <= 94
+    assert backlog_chunk(table, 0, 50.0, 1000, 4.0, lo=16, hi=2048, ttft_ms=520.0) == 2048
+    assert backlog_chunk(table, 0, 50.0, 1000, 4.0, lo=16, hi=2048, ttft_ms=600.0) == lcu
+    assert backlog_chunk(table, 0, 50.0, 1000, 4.0, lo=16, hi=2048, ttft_ms=400.0) == lcu
+    # with a decode running the chunk keeps its steps within its ITL, TTFT or not
+    table.update_stats(0, 0, 1, 100, 1, 10, 20.0, latency_model=model)
+    busy = backlog_chunk(table, 0, 50.0, 1000, 4.0, lo=16, hi=2048, ttft_ms=520.0)
+    assert busy is not None and busy < 2048
