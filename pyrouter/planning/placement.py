@@ -199,10 +199,11 @@ def _pushed_over(e: EngineState, share: PrefillShare, now: float, extra_ms: floa
     """Running decodes on `e` within their SLO now that would not be with this placement: a
     prefill placed on `e` joins its backlog (every step of which carries a chunk) and then its
     share of prefill time; a decode placed there makes every step a little longer. Over the
-    running decodes' remaining life (about the horizon recent requests decode for). Those the
-    router placed late anyway are not counted: slowing them loses no request within SLO (under
-    overload the engine taking the late requests would otherwise look too harmful to take
-    more, and they would fill the queue kept short for the requests that can still fit)."""
+    running decodes' remaining life (about the horizon recent requests decode for). Those known
+    late (placed late, or late with their first token) are not counted: slowing them loses no
+    request within SLO (under overload the engine taking the late requests would otherwise look
+    too harmful to take more, and they would fill the queue kept short for the requests that
+    can still fit)."""
     if not e.running_decodes or not math.isfinite(slo.tpot_ms):
         return 0
     pred = e.pred
