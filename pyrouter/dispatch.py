@@ -391,7 +391,12 @@ class Dispatcher:
                             req.slo.ttft_ms, req.slo.tpot_ms)
         self.feedback.ended(req.key)
         if ok and req.predicted is not None:
-            self.feedback.observe(req.predicted, ttft, tpot, max(0, n - 1))
+            # The prediction was made when its attempt began: a retried request's TTFT also
+            # holds the failed attempt's time, which no placement could have foreseen (counted,
+            # it taught the loop that every engine answers several times later than predicted).
+            placed = req.timeline.attempt_started
+            loop_ttft = ttft if first_token is None or placed is None else first_token - placed
+            self.feedback.observe(req.predicted, loop_ttft, tpot, max(0, n - 1))
 
     def record_outcome(self, at: float, pattern: str, ok: bool, ttft_s: float | None,
                        tpot_s: float | None, slo_ttft_ms: float | None,
@@ -451,6 +456,7 @@ class Dispatcher:
     async def _attempt(self, req: RouterRequest, active: ActivePolicy, retries: int
                        ) -> RequestRun:
         started_at = len(req.scope.verbs)
+        req.timeline.attempt_started = time.perf_counter()
         view = ClusterView(self.engines, active, self.outcomes, self.events, self.feedback,
                            self.policy_timeout_s)
         session = PolicySession(active, req, view, self.policy_timeout_s)

@@ -109,29 +109,55 @@ def test_a_spent_budget_surfaces_the_failure(monkeypatch: pytest.MonkeyPatch) ->
     cluster.assert_clean()
 
 
+def _run_with_e0_back_after(cluster: FakeCluster, policy: str, delay_s: float) -> Any:
+    """Run PROMPT; once e0 is taken out of rotation, it answers its health check again
+    `delay_s` later."""
+    async def scenario() -> Any:
+        async def health_watcher() -> None:
+            while cluster.engines["e0"].healthy:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(delay_s)
+            cluster.engines["e0"].healthy = True
+            cluster.core.table.set_health(0, True)
+
+        watcher = asyncio.create_task(health_watcher())
+        run = await cluster.run(policy, PROMPT, max_tokens=MAX_TOKENS)
+        await watcher
+        return run
+
+    return asyncio.run(scenario())
+
+
 def test_a_retry_that_finds_no_engine_waits_for_one_to_come_back() -> None:
     """The failure before a retry can take a live engine out of rotation (a dead peer's error
     surfacing on its stream); its health check brings it back within a poll, and the retry
     waits for that rather than answering 503 at once."""
     cluster = _cluster({0: [Fault("start_generate", 0, code=grpc.StatusCode.UNKNOWN)]},
                        engines=1)
-
-    async def scenario() -> Any:
-        async def health_watcher() -> None:  # the engine answers its health check again
-            while cluster.engines["e0"].healthy:
-                await asyncio.sleep(0.01)
-            await asyncio.sleep(0.2)
-            cluster.engines["e0"].healthy = True
-            cluster.core.table.set_health(0, True)
-
-        watcher = asyncio.create_task(health_watcher())
-        run = await cluster.run("round_robin", PROMPT, max_tokens=MAX_TOKENS)
-        await watcher
-        return run
-
-    run = asyncio.run(scenario())
+    run = _run_with_e0_back_after(cluster, "round_robin", 0.2)
     assert run.error is None, run.error
     assert run.tokens == cluster.reference(PROMPT, MAX_TOKENS)
+    cluster.assert_clean()
+
+
+def test_the_closed_loop_times_a_retried_request_from_the_attempt_that_answered() -> None:
+    """The retry's prediction is made when the retry begins: the failed attempt and the wait for
+    an engine before it (here 0.2 s, against ~30 ms predicted) are in the client's TTFT, not in
+    what the closed loop compares the prediction with. Counted, they taught it that engines
+    answer later than they do, by as much as the failed attempts took, and every later TTFT
+    prediction grew with it (up to the loop's clamp, 4x), adaptive's refusals past the router's
+    first-output timeout included."""
+    model = {"const": 5.0, "prefill_tokens": 0.5, "decode_seqs": 2.0, "decode_context": 0.001}
+    cluster = FakeCluster([FakeEngine(latency_model=model, faults=[
+        Fault("start_generate", 0, code=grpc.StatusCode.UNKNOWN)])], policy_timeout_s=5.0)
+    seen: list[tuple[str, float]] = []
+    cluster.feedback.sink = lambda kind, pattern, ratio: seen.append((kind, ratio))
+    run = _run_with_e0_back_after(cluster, "adaptive", 0.2)
+    assert run.error is None, run.error
+    assert run.tokens == cluster.reference(PROMPT, MAX_TOKENS)
+    ttft_ratios = [ratio for kind, ratio in seen if kind == "ttft"]
+    # The fake engine answers at once: far under the prediction, not 0.2 s over it.
+    assert len(ttft_ratios) == 1 and ttft_ratios[0] < 1.0, seen
     cluster.assert_clean()
 
 
