@@ -56,7 +56,8 @@ class Deployment:
 
     def revive(self, role: str, env: dict[str, str] | None = None) -> None:
         old = self.engines[role]
-        spec = replace(self.specs[role], port=old.port, env=env or {})
+        # The engine's own settings (its lease, its latency profile), plus any fault to inject.
+        spec = replace(self.specs[role], port=old.port, env={**self.specs[role].env, **(env or {})})
         self.engines[role] = launch(spec, LOG_DIR)
         asyncio.run(wait_healthy([self.engines[role]]))
         deadline = time.monotonic() + 60
@@ -67,8 +68,15 @@ class Deployment:
 
 @pytest.fixture(scope="module")
 def dep() -> Iterator[Deployment]:
+    # A latency profile (measured once per machine, then loaded from its cache), as in a
+    # deployment: adaptive and tandem place and admit by predictions. Without one, a revived
+    # engine's model is fitted on its first few steps alone: under load it predicted 50 s here
+    # for a queue the profiled model put at 10 s, and in CI past the router's 300 s first-output
+    # timeout, so adaptive refused the requests (tests/conftest.py leaves profiling off
+    # elsewhere).
     specs = [EngineSpec(f"fault-{role}-{free_port()}", role=role, threads=1, num_pages=1024,
                         env={"SWITCHYARD_LOG_LEVEL": "WARNING", "SWITCHYARD_LEASE_S": "10",
+                             "SWITCHYARD_LATENCY_PROFILE": "auto",
                              **({FAULT_ACK_CRASH_ENV: "1"} if role == "prefill" else {})})
              for role in ("prefill", "decode")]
     engines = start_engines(specs, LOG_DIR)
