@@ -40,7 +40,8 @@ def add_runtime_arguments(parser: argparse.ArgumentParser, several_models: bool 
     parser.add_argument("--latency-profile", default=None, choices=["off", "auto", "force"],
                         help="step-time profile at start: auto = cached or measured once "
                         "(default; env SWITCHYARD_LATENCY_PROFILE), force = measure again, "
-                        "off = none")
+                        "off = none: the model is then fitted on live steps alone, and its first "
+                        "fits can be far off (adaptive, slo_mux and tandem place and admit by it)")
 
 
 def add_mock_arguments(parser: argparse.ArgumentParser) -> None:
