@@ -393,7 +393,7 @@ class Dispatcher:
         if ok and req.predicted is not None:
             # The prediction was made when its attempt began: a retried request's TTFT also
             # holds the failed attempt's time, which no placement could have foreseen (counted,
-            # it taught the loop that every engine answers several times later than predicted).
+            # it taught the loop that engines answer later than they do).
             placed = req.timeline.attempt_started
             loop_ttft = ttft if first_token is None or placed is None else first_token - placed
             self.feedback.observe(req.predicted, loop_ttft, tpot, max(0, n - 1))
