@@ -27,8 +27,8 @@ class PrefillShare:
         self._horizon_seen = 0
 
     def note_decode_time(self, decode_s: float) -> None:
-        """A placed request's predicted decode time (output tokens x TPOT): the horizon over
-        which prefills placed now slow the decodes running now."""
+        """A request placed to meet its SLO: its predicted decode time (output tokens x TPOT),
+        the horizon over which prefills placed now slow the decodes running now."""
         if not (decode_s > 0 and math.isfinite(decode_s)):
             return
         alpha = max(_ALPHA, 1.0 / (self._horizon_seen + 1))

@@ -199,11 +199,11 @@ def _pushed_over(e: EngineState, share: PrefillShare, now: float, extra_ms: floa
     """Running decodes on `e` within their SLO now that would not be with this placement: a
     prefill placed on `e` joins its backlog (every step of which carries a chunk) and then its
     share of prefill time; a decode placed there makes every step a little longer. Over the
-    running decodes' remaining life (about the horizon recent requests decode for). Those known
-    late (placed late, or late with their first token) are not counted: slowing them loses no
-    request within SLO (under overload the engine taking the late requests would otherwise look
-    too harmful to take more, and they would fill the queue kept short for the requests that
-    can still fit)."""
+    running decodes' remaining life (about the horizon recent requests placed to meet their SLO
+    decode for). Those known late (placed late, or late with their first token) are not
+    counted: slowing them loses no request within SLO (under overload the engine taking the
+    late requests would otherwise look too harmful to take more, and they would fill the queue
+    kept short for the requests that can still fit)."""
     if not e.running_decodes or not math.isfinite(slo.tpot_ms):
         return 0
     pred = e.pred
@@ -256,12 +256,19 @@ def choose(placements: list[Placement], slo: Slo) -> Placement:
 
 def commit(chosen: Placement, share: PrefillShare, feedback: PredictionFeedback, now: float,
            max_tokens: int, hindsight: bool) -> PredictedOutcome:
-    """Record the chosen placement's prefill and its decode horizon; the prediction to attach
-    to the request — with `hindsight`, stamped with the prefill work placed on its decode engine
-    so far (its own included: the closed loop counts only what is placed after it); without,
-    unstamped, so the loop learns TPOT's plain ratio."""
+    """Record the chosen placement's prefill and, placed to meet its SLO, its decode time (the
+    horizon); the prediction to attach to the request — with `hindsight`, stamped with the
+    prefill work placed on its decode engine so far (its own included: the closed loop counts
+    only what is placed after it); without, unstamped, so the loop learns TPOT's plain ratio."""
     share.add(chosen.prefill, now, chosen.prefill_extra_ms)
-    share.note_decode_time(max_tokens * chosen.tpot_ms / 1000.0)
+    if chosen.meets:
+        # The horizon is how long a decode the router can still keep within SLO lives. A request
+        # placed late (on a saturated engine) is predicted a far slower TPOT: counted, it
+        # stretched the horizon for every engine, so the prefill share decayed slower and
+        # lagged a change of load, and the chunk rule read a longer life on the engine kept
+        # within SLO (docs/experiments.md "The decode horizon learns from requests placed to
+        # meet their SLO").
+        share.note_decode_time(max_tokens * chosen.tpot_ms / 1000.0)
     feedback.note_prefill(chosen.prefill, chosen.prefill_extra_ms)
     if not hindsight:
         return chosen.outcome

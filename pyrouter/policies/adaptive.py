@@ -145,7 +145,7 @@ def _control_chunks(req: RouterRequest, cluster: ClusterView, slo: Slo, share: P
                     engines: list[EngineHandle]) -> None:
     """Give each engine the request runs on the prefill chunk its decodes can bear
     (chunk_control.py `backlog_chunk`); a decode's life in steps is the horizon recent requests
-    decode for, at the SLO's pace."""
+    placed to meet their SLO decode for, at the SLO's pace."""
     params = cluster.params
     chunks: ChunkController = cluster.state.setdefault(
         "chunks", ChunkController(float(params["chunk_interval_s"])))

@@ -11,7 +11,7 @@ import router_core
 from pyrouter.outcomes import Outcome, RecentOutcomes, slo_met
 from pyrouter.planning.chunk_control import backlog_chunk, lcu_chunk
 from pyrouter.planning.interference import PrefillShare, prefill_extra_ms, tpot_under
-from pyrouter.planning.placement import DP, PD, Placement, Slo, choose
+from pyrouter.planning.placement import DP, PD, Placement, Slo, choose, commit
 from pyrouter.planning.prediction_feedback import PredictedOutcome, PredictionFeedback
 from pyrouter.planning.slo_fit import MUX, PREFILL, MuxRoles, queue_saturated
 from router_core import EngineTable
@@ -201,6 +201,19 @@ def _placement(pattern: str, prefill: str, decode: str, ttft: float, meets: bool
     outcome = PredictedOutcome(pattern, prefill, decode, ttft, 10.0, ttft, 10.0)
     return Placement(pattern, prefill, decode, ttft, 10.0, meets, harm, kv_ok, queue, outcome,
                      decode_step_now_ms=step_now)
+
+
+def test_commit_learns_the_horizon_only_from_requests_placed_to_meet_their_slo() -> None:
+    share, fb = PrefillShare(), PredictionFeedback()
+    commit(_placement(DP, "e0", "e0", 100.0, True, 0), share, fb, 0.0, 200, False)
+    assert share.horizon_s == 2.0                    # 200 tokens x 10 ms
+    # placed late on a saturated engine, predicted at 60 ms a token: not a life the router can
+    # keep within SLO, and it would stretch every engine's horizon
+    late = replace(_placement(DP, "e1", "e1", 5000.0, False, 0), tpot_ms=60.0,
+                   prefill_extra_ms=500.0)
+    commit(late, share, fb, 0.0, 200, False)
+    assert share.horizon_s == 2.0
+    assert share.share("e1", 0.0) == 0.25            # its prefill still counts: 500 ms of 2 s
 
 
 def test_choose_most_within_slo_then_least_ttft_then_least_harm_on_the_longest_queue() -> None:
