@@ -262,12 +262,9 @@ def commit(chosen: Placement, share: PrefillShare, feedback: PredictionFeedback,
     only what is placed after it); without, unstamped, so the loop learns TPOT's plain ratio."""
     share.add(chosen.prefill, now, chosen.prefill_extra_ms)
     if chosen.meets:
-        # The horizon is how long a decode the router can still keep within SLO lives. A request
-        # placed late (on a saturated engine) is predicted a far slower TPOT: counted, it
-        # stretched the horizon for every engine, so the prefill share decayed slower and
-        # lagged a change of load, and the chunk rule read a longer life on the engine kept
-        # within SLO (docs/experiments.md "The decode horizon learns from requests placed to
-        # meet their SLO").
+        # A late request's far slower predicted TPOT would stretch every engine's horizon (the
+        # share then lags a change of load; docs/experiments.md "The decode horizon learns from
+        # requests placed to meet their SLO").
         share.note_decode_time(max_tokens * chosen.tpot_ms / 1000.0)
     feedback.note_prefill(chosen.prefill, chosen.prefill_extra_ms)
     if not hindsight:
