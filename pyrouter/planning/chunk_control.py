@@ -14,6 +14,12 @@ the largest chunk, and a smaller one would only slow the prefills (a step's fixe
 per chunk); where decodes live few steps or the backlog lasts, the mean is the full-chunk step
 and only the LCU chunk keeps it within the SLO — for the batch the engine will run once the
 requests waiting for it join.
+
+`lcu_option` is that LCU chunk as an alternative for one placement: where a prompt at the
+engine's current chunk would push its running decodes over their TPOT SLO, the same engine at
+the LCU chunk keeps every step within it, at a prefill cost per token it says. adaptive weighs
+both (pyrouter/planning/placement.py `at_chunk`) and, when it takes the second, holds that chunk
+on the engine while its prefill queue lasts (`ChunkController.hold`).
 """
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ import logging
 import math
 import time
 from collections.abc import Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 from pyrouter.engines.handle import EngineHandle
@@ -101,6 +108,42 @@ def backlog_chunk(table: EngineTable, engine_num: int, itl_ms: float, prompt_tok
     return chunk
 
 
+@dataclass(frozen=True, slots=True)
+class LcuOption:
+    """An engine's LCU chunk as an alternative to the chunk it runs now (`lcu_option`)."""
+
+    chunk: int
+    step_ms: float     # a step carrying that chunk beside the engine's running decodes
+    cost_ratio: float  # prefill time per token at `chunk` / at the engine's current chunk
+
+
+def lcu_option(table: EngineTable, engine_num: int, itl_ms: float, prompt_tokens: int,
+               lo: int = 32, hi: int = 2048) -> LcuOption | None:
+    """The engine's LCU chunk for the batch it runs once its waiting requests and this one join,
+    as an alternative to its current chunk; None where it is not smaller by more than a tenth
+    (what `ChunkController.apply` would not send), its step misses `itl_ms` anyway, or there is
+    no model. On a GPU a step's fixed cost is small, so the LCU chunk prefills nearly as fast as
+    the largest (H100 profile: ~13% more time per token at ~900 tokens than at 2048) while keeping
+    every step within the SLO."""
+    load = table.get(engine_num)
+    current = int(load.prefill_chunk_size) or hi
+    joining = int(load.queued_requests) + 1
+    context = prompt_tokens // 2
+    chunk = lcu_chunk(table, engine_num, itl_ms, context, lo, hi, joining_decodes=joining,
+                      joining_context_tokens=joining * prompt_tokens)
+    if chunk is None or chunk >= current * 0.9:
+        return None
+
+    def step(size: int) -> float:
+        return table.predict_step_ms(engine_num, [(context, size)], load.running_decodes,
+                                     load.decode_context_tokens)
+
+    at, now = step(chunk), step(current)
+    if not (at > 0 and now > 0) or at > itl_ms:
+        return None
+    return LcuOption(chunk, at, (at / chunk) / (now / current))
+
+
 def _prefill_ms(table: EngineTable, engine_num: int, tokens: int, chunk: int) -> float:
     """A `tokens` prefill alone on the engine in `chunk`-token steps (each step at the mean
     context its chunks start from)."""
@@ -122,6 +165,7 @@ class ChunkController:
         self.applied: dict[str, int] = {}  # engine id -> chunk size last set (tests, headers)
         self.own: dict[str, int] = {}  # engine id -> its chunk before this controller's first
         self._engines: dict[str, EngineHandle] = {}
+        self._held: set[str] = set()  # engine ids whose chunk a placement holds (`hold`)
 
     def update(self, engine: EngineHandle, table: EngineTable, itl_ms: float,
                context_tokens: int, lo: int, hi: int, idle_full: bool = False) -> None:
@@ -145,6 +189,24 @@ class ChunkController:
             self.applied[engine.id] = chunk
             self._engines[engine.id] = engine
             self._spawn(self._send(engine, chunk))
+
+    def hold(self, engine: EngineHandle, table: EngineTable, chunk: int) -> None:
+        """Sends `chunk` now, interval or not, and keeps it while the engine has prefill queued
+        (`held`): a placement was chosen on the promise that this chunk runs its prefill, and a
+        rule that would raise it meanwhile (`backlog_chunk`) would break that promise to the
+        decodes beside it."""
+        self._last.pop(engine.id, None)
+        self.apply(engine, table, chunk)
+        self._last[engine.id] = time.monotonic()
+        self._held.add(engine.id)
+
+    def held(self, engine: EngineHandle, table: EngineTable) -> bool:
+        """Whether `engine`'s chunk is still held: some prefill is still queued there since
+        `hold`."""
+        if engine.id in self._held and table.get(engine.num).pending_prefill_tokens > 0:
+            return True
+        self._held.discard(engine.id)
+        return False
 
     def retire(self) -> None:
         """The policy is being replaced: every engine this controller changed gets its own

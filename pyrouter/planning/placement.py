@@ -20,6 +20,11 @@ transfer's learned cost, the prefill share each engine already carries
         every step); a decode late anyway loses nothing (the closed loop knows which running
         requests were placed late or got their first token late)
 
+A data-parallel placement whose prefill harms at its engine's current chunk may also be weighed
+at the engine's LCU chunk (`at_chunk`, from chunk_control.py `lcu_option`): every step then stays
+within the TPOT SLO (no harm), and its queue and prefill take longer by that chunk's cost per
+token.
+
 Choice: the most requests within SLO (this one's 1 if it meets both objectives, minus harm);
 among equals the lowest predicted TTFT (spreading load), data parallel before disaggregation at a
 tie (it moves no bytes). When no placement lets this request meet its SLO: once some engine's
@@ -37,6 +42,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from pyrouter.planning.chunk_control import LcuOption
 from pyrouter.planning.interference import PrefillShare, prefill_extra_ms, tpot_under
 from pyrouter.planning.prediction_feedback import TPOT, TTFT, PredictedOutcome, PredictionFeedback
 from router_core import EnginePrediction
@@ -73,6 +79,7 @@ class Placement:
     outcome: PredictedOutcome
     prefill_extra_ms: float = 0.0  # what its prefill adds to the prefill engine's steps
     decode_step_now_ms: float = 0.0  # the decode engine's step as it runs now (without this one)
+    chunk: int = 0  # the prefill chunk it needs its engine to run (0: the engine's current one)
 
     @property
     def score(self) -> int:
@@ -153,6 +160,28 @@ def _evaluate(p: EngineState, d: EngineState, prompt_len: int, max_tokens: int, 
     return Placement(pattern, p.id, d.id, ttft, tpot, meets, harm, bool(dp_.kv_ok),
                      _finite(pp.queue_ms), outcome, extra,
                      _finite(dp_.decode_step_now_ms) * feedback.correction(d.id, pattern, TPOT))
+
+
+def at_chunk(p: Placement, e: EngineState, option: LcuOption, prompt_len: int, max_tokens: int,
+             slo: Slo, share: PrefillShare, feedback: PredictionFeedback, now: float) -> Placement:
+    """`p`, data parallel on `e`, with e's prefill chunk lowered to `option`'s LCU chunk: every
+    step then stays within the TPOT SLO, so its prefill pushes none of e's decodes over theirs
+    (no harm), while its queue and prefill take `cost_ratio` times as long (TTFT) and this
+    request's own decode works off the queue at that step."""
+    pred = e.pred
+    ratio = option.cost_ratio
+    ttft, raw_ttft = p.ttft_ms * ratio, p.outcome.raw_ttft_ms * ratio
+    raw_tpot = _blended_tpot(_finite(pred.decode_step_ms), option.step_ms, share.share(e.id, now),
+                             _finite(pred.queue_ms) * ratio, float(max_tokens))
+    tpot = raw_tpot * feedback.correction(e.id, DP, TPOT)
+    meets = ttft <= slo.ttft_ms and (max_tokens <= 1 or tpot <= slo.tpot_ms)
+    extra = prefill_extra_ms(_finite(pred.prefill_ms) * ratio,
+                             math.ceil(prompt_len / option.chunk),
+                             _finite(pred.decode_step_now_ms))
+    outcome = replace(p.outcome, ttft_ms=ttft, tpot_ms=tpot, raw_ttft_ms=raw_ttft,
+                      raw_tpot_ms=raw_tpot, meets=meets)
+    return replace(p, ttft_ms=ttft, tpot_ms=tpot, meets=meets, harm=0, outcome=outcome,
+                   prefill_extra_ms=extra, chunk=option.chunk)
 
 
 def _own_tpot(d: EngineState, share: float, max_tokens: int, starts_after_ms: float) -> float:

@@ -17,7 +17,14 @@ running decodes' mean step over their life, through the engine's queued prefill 
 stays within the TPOT SLO (long decodes absorb a short backlog: a GPU under a burst); otherwise
 the LCU chunk for the batch it will run once its waiting requests join, so that every step with a
 chunk stays within the SLO — except on an idle engine where that chunk alone would take this
-request's prefill past its TTFT SLO and the largest would not. Past capacity it is what keeps the
+request's prefill past its TTFT SLO and the largest would not. And a data-parallel placement whose
+prefill at its engine's current chunk would push running decodes over their SLO is weighed again
+at that engine's LCU chunk (no harm, a TTFT longer by the smaller chunk's cost per token); chosen,
+that chunk is sent at once and held while the engine's prefill queue lasts. On a GPU, whose step
+has a small fixed cost, the engine then keeps its decodes within SLO and still prefills nearly as
+fast, where otherwise the prompt would go late to another engine's queue (H100 profile, 2
+engines: within 3 points of the best fixed policy in 25 of 25 cells, from 22; docs/experiments.md
+"A harmful prefill weighed again at the LCU chunk"). Past capacity the chunk rule is what keeps the
 decodes within SLO: on real CPU engines here under a sustained overload it took adaptive's
 requests within SLO 1.6-2x higher (in the tournament on this machine's profile, +10 to +22
 points on sonnet; on the H100 profile it mostly keeps the largest chunk and gains on azure-code
@@ -53,7 +60,7 @@ from pyrouter.degrade import degraded_note, serves
 from pyrouter.engines.handle import EngineHandle, GenerationStream
 from pyrouter.errors import NoCapacity
 from pyrouter.planning.admission import refuse_past_timeout
-from pyrouter.planning.chunk_control import ChunkController, backlog_chunk
+from pyrouter.planning.chunk_control import ChunkController, backlog_chunk, lcu_option
 from pyrouter.planning.disaggregate import disaggregate
 from pyrouter.planning.interference import PrefillShare
 from pyrouter.planning.placement import (
@@ -63,6 +70,7 @@ from pyrouter.planning.placement import (
     Placement,
     Slo,
     TransferCost,
+    at_chunk,
     candidates,
     choose,
     commit,
@@ -124,6 +132,10 @@ async def route(req: RouterRequest, cluster: ClusterView) -> GenerationStream:
         states = [replace(s, prefills=True, decodes=True) for s in states]
         placements = candidates(states, len(req.tokens), req.sampling.max_tokens, slo, share,
                                 transfer, cluster.feedback, now)
+    chunk_control = bool(cluster.params["chunk_control"]) and math.isfinite(slo.tpot_ms)
+    if chunk_control:
+        placements = placements + _at_lcu_chunks(req, cluster, placements, states, slo, share,
+                                                  now)
     chosen = choose(placements, slo)
     # Under sustained overload `choose` sends a request late anyway to the longest queue, so
     # that the other engines stay within SLO; once that queue would answer only past the
@@ -136,24 +148,51 @@ async def route(req: RouterRequest, cluster: ClusterView) -> GenerationStream:
     by_id = {e.id: e for e in engines}
     req.predicted = commit(chosen, share, cluster.feedback, now, req.sampling.max_tokens,
                            bool(cluster.params["tpot_hindsight"]))
-    if cluster.params["chunk_control"] and math.isfinite(slo.tpot_ms):
-        _control_chunks(req, cluster, slo, share, [by_id[chosen.prefill], by_id[chosen.decode]])
+    if chunk_control:
+        _control_chunks(req, cluster, slo, share, chosen,
+                        [by_id[chosen.prefill], by_id[chosen.decode]])
     return await _run(req, chosen, by_id[chosen.prefill], by_id[chosen.decode], transfer)
 
 
+def _at_lcu_chunks(req: RouterRequest, cluster: ClusterView, placements: list[Placement],
+                   states: list[EngineState], slo: Slo, share: PrefillShare,
+                   now: float) -> list[Placement]:
+    """Each data-parallel placement whose prefill, at its engine's current chunk, pushes running
+    decodes over their SLO, again at the engine's LCU chunk (placement.py `at_chunk`): on a GPU
+    the engine then keeps its decodes within SLO and still prefills nearly as fast, where
+    otherwise the prompt would go late to another engine's queue."""
+    params, table = cluster.params, cluster.core.table
+    by_id = {s.id: s for s in states}
+    out = []
+    for p in placements:
+        if p.pattern != DP or p.harm <= 0:
+            continue
+        e = by_id[p.prefill]
+        option = lcu_option(table, e.num, slo.tpot_ms, len(req.tokens), int(params["chunk_min"]),
+                            int(params["chunk_max"]))
+        if option is not None:
+            out.append(at_chunk(p, e, option, len(req.tokens), req.sampling.max_tokens, slo,
+                                share, cluster.feedback, now))
+    return out
+
+
 def _control_chunks(req: RouterRequest, cluster: ClusterView, slo: Slo, share: PrefillShare,
-                    engines: list[EngineHandle]) -> None:
-    """Give each engine the request runs on the prefill chunk its decodes can bear
-    (chunk_control.py `backlog_chunk`); a decode's life in steps is the horizon recent requests
-    placed to meet their SLO decode for, at the SLO's pace."""
+                    chosen: Placement, engines: list[EngineHandle]) -> None:
+    """A placement chosen at a lowered chunk holds it on its engine; otherwise each engine the
+    request runs on gets the prefill chunk its decodes can bear (chunk_control.py
+    `backlog_chunk`), unless an earlier placement's chunk still holds there. A decode's life in
+    steps is the horizon recent requests placed to meet their SLO decode for, at the SLO's pace."""
     params = cluster.params
     chunks: ChunkController = cluster.state.setdefault(
         "chunks", ChunkController(float(params["chunk_interval_s"])))
     table = cluster.core.table
+    if chosen.chunk:
+        chunks.hold(engines[0], table, chosen.chunk)
+        return
     life_steps = share.horizon_s * 1000.0 / slo.tpot_ms
     for engine in {e.id: e for e in engines}.values():
-        if not chunks.due(engine.id):
-            continue  # within the interval nothing is sent: no chunk to work out
+        if chunks.held(engine, table) or not chunks.due(engine.id):
+            continue  # nothing to send: no chunk to work out
         chunk = backlog_chunk(table, engine.num, slo.tpot_ms, len(req.tokens), life_steps,
                               int(params["chunk_min"]), int(params["chunk_max"]), slo.ttft_ms)
         if chunk is not None:
@@ -175,6 +214,8 @@ async def _run(req: RouterRequest, chosen: Placement, prefill: EngineHandle,
         if done.failed:
             note["fallback"] = "transfer_failed"
         begin = done.begin
+    if chosen.chunk:
+        note["chunk"] = chosen.chunk
     note.update(ttft_ms=round(chosen.ttft_ms, 1), tpot_ms=round(chosen.tpot_ms, 1),
                 fits=int(chosen.meets), harm=chosen.harm)
     req.note_route("adaptive", **note)

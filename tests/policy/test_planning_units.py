@@ -9,7 +9,8 @@ import pytest
 
 import router_core
 from pyrouter.outcomes import Outcome, RecentOutcomes, slo_met
-from pyrouter.planning.chunk_control import backlog_chunk, lcu_chunk
+from pyrouter.planning import placement
+from pyrouter.planning.chunk_control import backlog_chunk, lcu_chunk, lcu_option
 from pyrouter.planning.interference import PrefillShare, prefill_extra_ms, tpot_under
 from pyrouter.planning.placement import DP, PD, Placement, Slo, choose, commit
 from pyrouter.planning.prediction_feedback import PredictedOutcome, PredictionFeedback
@@ -243,6 +244,50 @@ def test_choose_most_within_slo_then_least_ttft_then_least_harm_on_the_longest_q
     over_kv = _placement(DP, "e0", "e0", 10.0, True, 0, kv_ok=False)
     assert choose([over_kv, dp1], slo) is dp1
     assert choose([over_kv], slo) is over_kv         # nothing under the watermark: still runs
+
+
+def _busy_engine(chunk: int) -> router_core.RouterCore:
+    """One engine running 8 decodes at `chunk`; a step is 2 ms + 1 per decode + 0.05 per
+    prefill token (a GPU's: small fixed cost, so small chunks prefill nearly as fast)."""
+    core = router_core.RouterCore(16, router_core.model_seed("m"))
+    core.table.upsert(0, "any")
+    core.index.add_engine(0)
+    core.table.update_stats(0, 0, 8, 100, 1, 1000, 10.0, prefill_chunk_size=chunk,
+                            latency_model={"const": 2.0, "prefill_tokens": 0.05,
+                                           "decode_seqs": 1.0})
+    return core
+
+
+def test_a_prefill_that_harms_at_the_current_chunk_is_weighed_again_at_the_lcu_chunk() -> None:
+    core = _busy_engine(2048)
+    prompt = list(range(4000))
+    # 2048-token chunks: steps of ~112 ms. The LCU chunk for the 8 decodes and this one:
+    # 2 + 9 + 0.05 x chunk <= 50, ~780 tokens, at ~49 ms a step beside the 8
+    option = lcu_option(core.table, 0, 50.0, len(prompt), lo=32, hi=2048)
+    assert option is not None and 730 <= option.chunk <= 780 and option.step_ms <= 50.0
+    assert option.cost_ratio == pytest.approx((option.step_ms / option.chunk) / (112.4 / 2048),
+                                              rel=1e-3)
+    assert 1.0 < option.cost_ratio < 1.2           # ~13% more time per prompt token
+    # already at that chunk, or a model whose every step misses the SLO: nothing to lower
+    assert lcu_option(_busy_engine(760).table, 0, 50.0, len(prompt), 32, 2048) is None
+    assert lcu_option(core.table, 0, 5.0, len(prompt), 32, 2048) is None
+
+    slo, share, fb = Slo(1000.0, 50.0), PrefillShare(), PredictionFeedback()
+    share.note_decode_time(0.1)                    # decodes live 100 ms more: ~10 steps
+    pred = core.predict(prompt, tpot_slo_ms=50.0)[0]
+    e = placement.EngineState("e0", 0, True, True, 8, pred)
+    [dp] = placement.candidates([e], len(prompt), 10, slo, share, placement.TransferCost(), fb,
+                                0.0)
+    # its prefill's two steps of ~112 ms, over the decodes' ~10-step life: pushed over 50 ms
+    assert dp.meets and dp.harm == 8 and dp.chunk == 0
+    low = placement.at_chunk(dp, e, option, len(prompt), 10, slo, share, fb, 0.0)
+    assert low.harm == 0 and low.meets and low.chunk == option.chunk
+    assert low.ttft_ms == pytest.approx(dp.ttft_ms * option.cost_ratio)
+    assert low.outcome.ttft_ms == low.ttft_ms and low.outcome.meets
+    assert choose([dp, low], slo) is low           # 1 within SLO against 1 - 8
+    # where the lowered chunk costs the TTFT SLO, it is no better than the harm
+    tight = Slo(dp.ttft_ms * 1.01, 50.0)
+    assert not placement.at_chunk(dp, e, option, len(prompt), 10, tight, share, fb, 0.0).meets
 
 
 # ---- the LCU prefill chunk ----

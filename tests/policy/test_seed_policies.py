@@ -3,11 +3,13 @@ control, slo_mux's slack fit, watermark and role switches, adaptive's per-reques
 Every run also gives the single-engine tokens and leaves nothing behind."""
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
 from pyrouter.errors import BadRequest
+from pyrouter.planning.chunk_control import ChunkController
 from pyrouter.planning.prediction_feedback import PredictedOutcome
 from pyrouter.policy_registry import get_policy
 from switchyard_sim.fake import FakeCluster, FakeEngine
@@ -99,6 +101,20 @@ async def test_adaptive_gives_a_busy_engine_the_chunk_its_decodes_can_bear() -> 
     off = FakeCluster([_engine(**busy), _engine(**busy)])
     await _run(off, "adaptive", tpot_ms=100.0, chunk_control=False)
     assert not [c for e in ("e0", "e1") for verb, c in off.client(e).calls if verb == "configure"]
+
+
+async def test_a_chunk_held_for_a_placement_stays_while_its_engine_has_prefill_queued() -> None:
+    cluster = FakeCluster([_engine(queued_prefill_tokens=1000)])
+    engine, table = cluster.engines["e0"], cluster.core.table
+    chunks = ChunkController(interval_s=60.0)
+    for chunk in (100, 64):  # each sent at once, the interval notwithstanding
+        chunks.hold(engine, table, chunk)
+        for _ in range(3):
+            await asyncio.sleep(0)  # the background Configure
+        assert cluster.client("e0").calls[-1] == ("configure", str(chunk))
+        assert chunks.held(engine, table) and not chunks.due("e0")
+    cluster.set_load("e0", _engine(queued_prefill_tokens=0))  # the queue it was held for drained
+    assert not chunks.held(engine, table)
 
 
 async def test_a_policy_switch_gives_the_engines_their_own_chunk_back() -> None:
@@ -202,11 +218,22 @@ async def test_adaptive_disaggregates_a_prefill_that_would_push_decodes_over_tpo
     assert (p["chose"], p["prefill"], p["decode"], p["fits"], p["harm"]) == \
         ("pd", "e2", "e0", "1", "0")
     assert [v for v, _ in verbs] == ["prep_recv", "remote_send", "start_generate"]
-    # allowed data parallel only, it says what that costs the running decodes (a fresh cluster:
-    # the fake engines answer at once, so the first request taught the closed loop nothing real)
+    # allowed data parallel only, at the engines' own chunk, it says what that costs the running
+    # decodes (a fresh cluster: the fake engines answer at once, so the first request taught the
+    # closed loop nothing real)
+    cluster = FakeCluster([_engine(**busy), _engine(**busy), _engine(role="prefill")])
+    _, p, _ = await _run(cluster, "adaptive", prompt[1:], tpot_ms=100.0, patterns="dp",
+                         chunk_control=False)
+    assert p["chose"] == "dp" and p["harm"] == "20"
+    # With chunk control (the default) it lowers that engine's chunk instead, to the LCU one
+    # for its 20 decodes and this one (5 + 0.5 c + 2 x 21 + 0.001 x 21,500 <= 100: ~63), where
+    # every step stays within the TPOT SLO: no decode harmed, this request's TTFT late (~2.3 s
+    # against 2 s) — one request past its SLO instead of twenty. The chunk is sent at once.
     cluster = FakeCluster([_engine(**busy), _engine(**busy), _engine(role="prefill")])
     _, p, _ = await _run(cluster, "adaptive", prompt[1:], tpot_ms=100.0, patterns="dp")
-    assert p["chose"] == "dp" and p["harm"] == "20"
+    assert (p["chose"], p["harm"], p["fits"]) == ("dp", "0", "0")
+    sent = [int(c) for verb, c in cluster.client(p["engine"]).calls if verb == "configure"]
+    assert sent == [int(p["chunk"])] and 55 <= sent[0] <= 63, p
     # Slowing decodes that are late anyway costs no request within SLO: with three of the four
     # requests the router placed on e0 and e1 known late, a quarter of their decodes count
     # (a fresh cluster again, for the same reason).
@@ -214,7 +241,8 @@ async def test_adaptive_disaggregates_a_prefill_that_would_push_decodes_over_tpo
     for i, engine in enumerate(["e0", "e0", "e0", "e1", "e1", "e1", "e0", "e1"]):
         late = PredictedOutcome("dp", engine, engine, 1.0, 1.0, 1.0, 1.0, meets=i >= 6)
         cluster.feedback.running(f"earlier-{i}", late)
-    run = await cluster.run("adaptive", prompt[2:], params={"tpot_ms": 100.0, "patterns": "dp"})
+    run = await cluster.run("adaptive", prompt[2:], params={"tpot_ms": 100.0, "patterns": "dp",
+                                                           "chunk_control": False})
     assert run.error is None, run.error
     p = _params(run.route)
     assert p["chose"] == "dp" and p["harm"] == "5"
