@@ -93,9 +93,7 @@ def backlog_chunk(table: EngineTable, engine_num: int, itl_ms: float, prompt_tok
     in_backlog = min(life, (load.pending_prefill_tokens + prompt_tokens) / hi)
     if (in_backlog * full + (life - in_backlog) * plain) / life <= itl_ms:
         return hi
-    joining = int(load.queued_requests) + 1
-    chunk = lcu_chunk(table, engine_num, itl_ms, context, lo, hi, joining_decodes=joining,
-                      joining_context_tokens=joining * prompt_tokens)
+    chunk = _lcu_once_joined(table, engine_num, itl_ms, prompt_tokens, lo, hi)
     idle = not (load.running_decodes or load.router_seqs or load.queued_requests)
     if chunk is not None and chunk < hi and idle:
         # An idle engine: the LCU chunk would keep only this request's own decode from later
@@ -127,10 +125,8 @@ def lcu_option(table: EngineTable, engine_num: int, itl_ms: float, prompt_tokens
     every step within the SLO."""
     load = table.get(engine_num)
     current = int(load.prefill_chunk_size) or hi
-    joining = int(load.queued_requests) + 1
     context = prompt_tokens // 2
-    chunk = lcu_chunk(table, engine_num, itl_ms, context, lo, hi, joining_decodes=joining,
-                      joining_context_tokens=joining * prompt_tokens)
+    chunk = _lcu_once_joined(table, engine_num, itl_ms, prompt_tokens, lo, hi)
     if chunk is None or chunk >= current * 0.9:
         return None
 
@@ -142,6 +138,15 @@ def lcu_option(table: EngineTable, engine_num: int, itl_ms: float, prompt_tokens
     if not (at > 0 and now > 0) or at > itl_ms:
         return None
     return LcuOption(chunk, at, (at / chunk) / (now / current))
+
+
+def _lcu_once_joined(table: EngineTable, engine_num: int, itl_ms: float, prompt_tokens: int,
+                     lo: int, hi: int) -> int | None:
+    """The LCU chunk for the batch the engine runs once its waiting requests and this one join
+    its decodes (each with a prompt's context)."""
+    joining = int(table.get(engine_num).queued_requests) + 1
+    return lcu_chunk(table, engine_num, itl_ms, prompt_tokens // 2, lo, hi,
+                     joining_decodes=joining, joining_context_tokens=joining * prompt_tokens)
 
 
 def _prefill_ms(table: EngineTable, engine_num: int, tokens: int, chunk: int) -> float:
