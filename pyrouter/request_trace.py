@@ -24,7 +24,7 @@ import math
 from typing import TYPE_CHECKING, Any, Protocol
 
 from switchyard_telemetry import attributes as A
-from switchyard_telemetry.clock import perf_to_wall_ns
+from switchyard_telemetry.clock import perf_to_wall_ns, wall_offset_ns
 from switchyard_telemetry.propagation import KV_PARENT, TRACEPARENT
 
 if TYPE_CHECKING:
@@ -135,9 +135,10 @@ class RequestTrace:
 
     def finish(self, req: RouterRequest) -> None:
         """End every span with the recorded times (the front ends its own)."""
-        ended = perf_to_wall_ns(req.timeline.ended)
+        clock = wall_offset_ns()  # one read for every end: equal instants stay equal
+        ended = perf_to_wall_ns(req.timeline.ended, clock)
         for timing, span in self._verbs:
-            span.end(perf_to_wall_ns(timing[3]) if timing[3] else ended)
+            span.end(perf_to_wall_ns(timing[3], clock) if timing[3] else ended)
         for d in self._decisions:
             times = d.times
             decision = self._decision_span(d)
@@ -151,8 +152,8 @@ class RequestTrace:
                                  A.ENGINE_ROLE: times.role})
             if not times.decided:
                 decision.set_error("no stream")
-            seg_end = perf_to_wall_ns(times.ended) if times.ended else ended
-            decision.end(perf_to_wall_ns(times.decided) if times.decided else seg_end)
+            seg_end = perf_to_wall_ns(times.ended, clock) if times.ended else ended
+            decision.end(perf_to_wall_ns(times.decided, clock) if times.decided else seg_end)
 
 
 def explanation(req: RouterRequest) -> dict[str, Any]:
