@@ -391,12 +391,8 @@ class Dispatcher:
                             req.slo.ttft_ms, req.slo.tpot_ms)
         self.feedback.ended(req.key)
         if ok and req.predicted is not None:
-            # The prediction was made when its attempt began: a retried request's TTFT also
-            # holds the failed attempt's time, which no placement could have foreseen (counted,
-            # it taught the loop that engines answer later than they do).
-            placed = req.timeline.attempt_started
-            loop_ttft = ttft if first_token is None or placed is None else first_token - placed
-            self.feedback.observe(req.predicted, loop_ttft, tpot, max(0, n - 1))
+            # Its TTFT was learned at the first token (_attempt).
+            self.feedback.observe(req.predicted, None, tpot, max(0, n - 1))
 
     def record_outcome(self, at: float, pattern: str, ok: bool, ttft_s: float | None,
                        tpot_s: float | None, slo_ttft_ms: float | None,
@@ -456,7 +452,7 @@ class Dispatcher:
     async def _attempt(self, req: RouterRequest, active: ActivePolicy, retries: int
                        ) -> RequestRun:
         started_at = len(req.scope.verbs)
-        req.timeline.attempt_started = time.perf_counter()
+        attempt_started = time.perf_counter()  # what the policy's TTFT prediction counts from
         view = ClusterView(self.engines, active, self.outcomes, self.events, self.feedback,
                            self.policy_timeout_s)
         session = PolicySession(active, req, view, self.policy_timeout_s)
@@ -480,6 +476,13 @@ class Dispatcher:
             if req.predicted is not None:
                 self.feedback.first_token(
                     req.key, (req.timeline.first_token - req.timeline.started) * 1000.0)
+                # The loop learns a TTFT when it happens, not when the request ends: learned at
+                # the end, a long decode's TTFT arrived seconds after later placements needed it
+                # (after a phase of long prompts, its correction made every short queue look
+                # late). From the attempt's start: a retried request's TTFT also holds the failed
+                # attempt's time, which no placement could have foreseen.
+                self.feedback.observe(
+                    req.predicted, req.timeline.first_token - attempt_started, None)
             return RequestRun(req, session, stream, first, started_at, self.policy_timeout_s,
                               self, retries)
         except BaseException as exc:

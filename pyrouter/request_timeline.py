@@ -40,9 +40,6 @@ class SegmentTimes:
 class RequestTimeline:
     # Looked up at each call, not bound at import: the simulator points it at virtual time.
     started: float = field(default_factory=lambda: time.perf_counter())
-    # perf_counter s: the latest placement attempt began (a retry's, after the failed one's
-    # time): what a policy's TTFT prediction counts from (None: never placed).
-    attempt_started: float | None = None
     first_token: float | None = None
     ended: float = 0.0
     segments: list[SegmentTimes] = field(default_factory=list)

@@ -21,9 +21,10 @@ placed in place of the share it foresaw (more or less of it).
 
 A policy attaches its prediction to the request (`req.predicted`); the dispatcher holds it while
 the request runs (`running`, `first_token`: per engine, which running requests are still within
-their SLO) and observes the outcome when the request ends (Dispatcher.record), `/metrics` exports
-every ratio (`switchyard:prediction_error_ratio{kind,pattern}`), and `summary()` gives the
-tournament its per-cell error.
+their SLO) and observes the TTFT at the first token and the TPOT when the request ends
+(Dispatcher._attempt, Dispatcher.record); `/metrics` exports every ratio
+(`switchyard:prediction_error_ratio{kind,pattern}`), and `summary()` gives the tournament its
+per-cell error.
 """
 from __future__ import annotations
 

@@ -207,6 +207,22 @@ async def test_adaptive_idle_engines_run_data_parallel() -> None:
     assert cluster.feedback.summary()["ttft/dp"]["n"] == 1
 
 
+async def test_the_closed_loop_learns_a_ttft_at_the_first_token_and_a_tpot_at_the_end() -> None:
+    # Learned at the request's end, a long decode's TTFT reached the placements after it seconds
+    # late: after a phase of long prompts, every short queue looked late.
+    cluster = FakeCluster([_engine(), _engine()])
+    learned: list[set[str]] = []
+
+    async def on_tokens(run: Any, n: int) -> None:
+        learned.append(set(cluster.feedback.summary()))
+
+    run = await cluster.run("adaptive", PROMPT, max_tokens=8, on_tokens=on_tokens)
+    assert run.error is None, run.error
+    assert learned[0] == {"ttft/dp"}
+    assert set(cluster.feedback.summary()) == {"ttft/dp", "tpot/dp"}
+    cluster.assert_clean()
+
+
 async def test_adaptive_disaggregates_a_prefill_that_would_push_decodes_over_tpot() -> None:
     # e0 and e1 decode 20 sequences at ~65 ms a step against a 100 ms TPOT SLO: a 1500-token
     # prefill next to them (~750 ms of extra step time) would push all of them over it; the
