@@ -135,10 +135,10 @@ class RequestTrace:
 
     def finish(self, req: RouterRequest) -> None:
         """End every span with the recorded times (the front ends its own)."""
-        clock = wall_offset_ns()  # one read for every end: equal instants stay equal
-        ended = perf_to_wall_ns(req.timeline.ended, clock)
+        offset_ns = wall_offset_ns()  # one read for every end: equal instants stay equal
+        ended = perf_to_wall_ns(req.timeline.ended, offset_ns)
         for timing, span in self._verbs:
-            span.end(perf_to_wall_ns(timing[3], clock) if timing[3] else ended)
+            span.end(perf_to_wall_ns(timing[3], offset_ns) if timing[3] else ended)
         for d in self._decisions:
             times = d.times
             decision = self._decision_span(d)
@@ -152,8 +152,8 @@ class RequestTrace:
                                  A.ENGINE_ROLE: times.role})
             if not times.decided:
                 decision.set_error("no stream")
-            seg_end = perf_to_wall_ns(times.ended, clock) if times.ended else ended
-            decision.end(perf_to_wall_ns(times.decided, clock) if times.decided else seg_end)
+            seg_end = perf_to_wall_ns(times.ended, offset_ns) if times.ended else ended
+            decision.end(perf_to_wall_ns(times.decided, offset_ns) if times.decided else seg_end)
 
 
 def explanation(req: RouterRequest) -> dict[str, Any]:

@@ -52,90 +52,90 @@ class EngineSpans:
         return self.parent(context, KV_PARENT) or self.parent(context)
 
     # Every method below builds one tree of spans, converting its times with one offset read
-    # (`clock`), so edges that share a monotonic instant share a wall-clock one.
-    def _span(self, name: str, parent: Context | Span, start_s: float, clock: int,
+    # (`offset_ns`), so edges that share a monotonic instant share a wall-clock one.
+    def _span(self, name: str, parent: Context | Span, start_s: float, offset_ns: int,
               attrs: Mapping[str, Any] | None = None) -> Span:
         assert self.tracer is not None
         ctx = parent if isinstance(parent, Context) else trace.set_span_in_context(parent)
         return self.tracer.start_span(name, context=ctx,
-                                      start_time=perf_to_wall_ns(start_s, clock),
+                                      start_time=perf_to_wall_ns(start_s, offset_ns),
                                       attributes=attrs)
 
-    def _root(self, name: str, parent: Context, start_s: float, clock: int, request_id: str,
+    def _root(self, name: str, parent: Context, start_s: float, offset_ns: int, request_id: str,
               attrs: Mapping[str, Any]) -> Span:
-        return self._span(name, parent, start_s, clock, {
+        return self._span(name, parent, start_s, offset_ns, {
             A.ENGINE: self.engine_id, A.ENGINE_ROLE: self.role, A.ENGINE_REQUEST_ID: request_id,
             A.GENAI_SYSTEM: "switchyard", **attrs})
 
     @staticmethod
-    def _end(span: Span, end_s: float, clock: int, error: str = "") -> None:
+    def _end(span: Span, end_s: float, offset_ns: int, error: str = "") -> None:
         if error:
             span.set_status(Status(StatusCode.ERROR, error))
-        span.end(end_time=perf_to_wall_ns(end_s, clock))
+        span.end(end_time=perf_to_wall_ns(end_s, offset_ns))
 
-    def _steps(self, root: Span, steps: StepTrace, end_s: float, clock: int,
+    def _steps(self, root: Span, steps: StepTrace, end_s: float, offset_ns: int,
                tokens_out: int) -> None:
         """engine.queue, one engine.prefill_chunk per prefill step, engine.decode."""
         first = steps.steps[0].started if steps.steps else end_s
-        self._end(self._span("engine.queue", root, steps.queued, clock),
-                  max(first, steps.queued), clock)
+        self._end(self._span("engine.queue", root, steps.queued, offset_ns),
+                  max(first, steps.queued), offset_ns)
         decodes = [s for s in steps.steps if s.decode]
         for step in steps.steps:
             if not step.decode:
-                chunk = self._span("engine.prefill_chunk", root, step.started, clock, {
+                chunk = self._span("engine.prefill_chunk", root, step.started, offset_ns, {
                     A.CHUNK_START: step.start_pos, A.CHUNK_TOKENS: step.tokens,
                     A.BATCH_SEQS: step.batch_seqs, A.BATCH_PREFILL_TOKENS: step.batch_prefill_tokens,
                     A.BATCH_DECODE_SEQS: step.batch_decode_seqs})
-                self._end(chunk, step.ended, clock)
+                self._end(chunk, step.ended, offset_ns)
         if decodes:
-            decode = self._span("engine.decode", root, decodes[0].started, clock, {
+            decode = self._span("engine.decode", root, decodes[0].started, offset_ns, {
                 A.DECODE_TOKENS: tokens_out, A.DECODE_STEPS: len(decodes),
                 A.PREEMPTIONS: len(steps.preempted_at),
                 A.BATCH_SEQS: max(s.batch_seqs for s in decodes)})
             for at in steps.preempted_at:
-                decode.add_event("preempted", timestamp=perf_to_wall_ns(at, clock))
-            self._end(decode, decodes[-1].ended, clock)
+                decode.add_event("preempted", timestamp=perf_to_wall_ns(at, offset_ns))
+            self._end(decode, decodes[-1].ended, offset_ns)
 
     # ---- one method per verb, called when its work has ended ----
     def generate(self, parent: Context, started_s: float, ended_s: float, request_id: str,
                  steps: StepTrace, prompt_tokens: int, cached_tokens: int, output_tokens: int,
                  finish_reason: str, error: str) -> None:
-        clock = wall_offset_ns()
-        root = self._root("engine.generate", parent, started_s, clock, request_id, {
+        offset_ns = wall_offset_ns()
+        root = self._root("engine.generate", parent, started_s, offset_ns, request_id, {
             A.RPC_SYSTEM: "grpc", A.RPC_METHOD: "StartGenerate",
             A.GENAI_INPUT_TOKENS: prompt_tokens, A.GENAI_OUTPUT_TOKENS: output_tokens,
             A.CACHED_TOKENS: cached_tokens, A.GENAI_RESPONSE_FINISH_REASONS: [finish_reason]})
-        self._steps(root, steps, ended_s, clock, output_tokens)
-        self._end(root, ended_s, clock, error)
+        self._steps(root, steps, ended_s, offset_ns, output_tokens)
+        self._end(root, ended_s, offset_ns, error)
 
     def remote_send(self, parent: Context, started_s: float, ended_s: float, request_id: str,
                     steps: StepTrace, send: Mapping[str, Any], kv_started_s: float | None,
                     kv_ended_s: float, error: str) -> None:
-        clock = wall_offset_ns()
-        root = self._root("engine.remote_send", parent, started_s, clock, request_id,
+        offset_ns = wall_offset_ns()
+        root = self._root("engine.remote_send", parent, started_s, offset_ns, request_id,
                           {A.RPC_SYSTEM: "grpc", A.RPC_METHOD: "RemoteSend"})
-        self._steps(root, steps, ended_s, clock, 0)
+        self._steps(root, steps, ended_s, offset_ns, 0)
         if kv_started_s is not None:
-            self._end(self._span("engine.kv_send", root, kv_started_s, clock, send), kv_ended_s,
-                      clock, error)
-        self._end(root, ended_s, clock, error)
+            self._end(self._span("engine.kv_send", root, kv_started_s, offset_ns, send), kv_ended_s,
+                      offset_ns, error)
+        self._end(root, ended_s, offset_ns, error)
 
     def prep_recv(self, parent: Context, started_s: float, ended_s: float, request_id: str,
                   matched: int, end: int, error: str) -> None:
-        clock = wall_offset_ns()
-        root = self._root("engine.prep_recv", parent, started_s, clock, request_id, {
+        offset_ns = wall_offset_ns()
+        root = self._root("engine.prep_recv", parent, started_s, offset_ns, request_id, {
             A.RPC_SYSTEM: "grpc", A.RPC_METHOD: "PrepRecv", A.KV_MATCHED: matched,
             A.KV_END: end})
-        self._end(root, ended_s, clock, error)
+        self._end(root, ended_s, offset_ns, error)
 
     def kv_received(self, parent: Context, request_id: str, received: ReceiveStats,
                     complete: bool) -> None:
-        clock = wall_offset_ns()
-        span = self._root("engine.kv_receive", parent, received.first_at, clock, request_id, {
+        offset_ns = wall_offset_ns()
+        span = self._root("engine.kv_receive", parent, received.first_at, offset_ns, request_id, {
             A.KV_BYTES: received.bytes, A.KV_LAYERS: len(received.layers),
             A.KV_TRANSFER_MS: round((received.last_at - received.first_at) * 1e3, 3),
             "switchyard.kv.complete": complete})
-        self._end(span, received.last_at, clock)
+        self._end(span, received.last_at, offset_ns)
 
 
 def send_attributes(bytes_sent: int, transport: str, layers: Iterable[int], transfer_ms: float,
