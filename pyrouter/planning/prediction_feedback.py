@@ -141,7 +141,8 @@ class PredictionFeedback:
 
     def observe(self, predicted: PredictedOutcome, ttft_s: float | None,
                 tpot_s: float | None, decoded_tokens: int = 0) -> None:
-        """A request ended: compare what happened with what was predicted. The correction
+        """Compare what happened with what was predicted: the TTFT at the first token, the TPOT
+        when the request ends (the one not known yet is None; Dispatcher). The correction
         learns from the raw prediction (a plain average of actual / raw, stable however many
         requests were predicted with the old correction) — for TPOT, the raw prediction in
         hindsight of the prefills placed after it (`_tpot_in_hindsight`); the error reported is
