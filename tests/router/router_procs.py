@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+import psutil
 import requests
 
 from engine.server.launcher import EngineProcess, EngineSpec, free_port, launch
@@ -91,6 +92,13 @@ def wait_ready(base: str, proc: Proc, want_engines: int = 1, timeout_s: float = 
     raise TimeoutError(f"router not ready in {timeout_s}s:\n{proc.output()}")
 
 
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 class ServeProc(Proc):
     """A `switchyard serve` on 127.0.0.1:`port` with its run directory under RUNS_ROOT."""
 
@@ -119,7 +127,9 @@ class ServeProc(Proc):
     def stop(self) -> None:
         super().stop()
         state = self.state()
-        for child in state.children if state else ():
+        if state is None or _running(state.supervisor_pid):
+            return  # stopped cleanly, or a live serve holds the address: its children are its own
+        for child in state.children:
             process = Adopted.find(child.pid, child.started_at)
             if process is not None:
                 process.send(signal.SIGKILL)
