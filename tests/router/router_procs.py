@@ -37,6 +37,8 @@ RUNS_ROOT = Path(tempfile.mkdtemp(prefix="switchyard-test-runs-"))
 
 
 class Proc:
+    stop_timeout_s = 15.0  # after SIGTERM, before SIGKILL
+
     def __init__(self, argv: Sequence[str], env: dict[str, str] | None = None,
                  log_name: str = "proc") -> None:
         self.log_path = f"/tmp/switchyard-test-{log_name}-{os.getpid()}-{time.monotonic_ns()}.log"
@@ -53,7 +55,7 @@ class Proc:
         if self.popen.poll() is None:
             self.popen.send_signal(signal.SIGTERM)
             try:
-                self.popen.wait(timeout=15)
+                self.popen.wait(timeout=self.stop_timeout_s)
             except subprocess.TimeoutExpired:
                 self.popen.kill()
                 self.popen.wait()
@@ -101,6 +103,8 @@ def _running(pid: int) -> bool:
 
 class ServeProc(Proc):
     """A `switchyard serve` on 127.0.0.1:`port` with its run directory under RUNS_ROOT."""
+
+    stop_timeout_s = 90.0  # its routers drain, then its engines stop
 
     def __init__(self, port: int, args: Sequence[str], env: dict[str, str]) -> None:
         self.run_dir = RunDir.for_address("127.0.0.1", port, RUNS_ROOT)
