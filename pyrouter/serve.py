@@ -20,6 +20,7 @@ import sys
 
 from engine.server.cpu_affinity import format_cpus, split_cores, usable_cores
 from engine.server.launcher import EngineSpec
+from pyrouter.errors import BadRequest
 from pyrouter.model_groups import ModelSpec, parse_model_args, split_engines
 from pyrouter.policy_registry import ActivePolicy
 from pyrouter.router_command import DRAIN_ENV, initial_policy
@@ -93,10 +94,13 @@ def model_roles(args: argparse.Namespace, active: ActivePolicy
 def _plan(args: argparse.Namespace, run_dir: RunDir) -> ServePlan | None:
     """The engines and routers serve's flags ask for (None, said why, for flags that cannot
     work)."""
-    active = initial_policy(args.policy, args.policy_file)
     try:
+        active = initial_policy(args.policy, args.policy_file)
         roles, served = model_roles(args, active)
         cores = engine_cores(args, len(roles))
+    except BadRequest as exc:  # an unknown --policy
+        print(f"switchyard serve: {exc.message}", file=sys.stderr, flush=True)
+        return None
     except ValueError as exc:
         print(f"switchyard serve: {exc}", file=sys.stderr, flush=True)
         return None

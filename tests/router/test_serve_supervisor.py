@@ -9,7 +9,8 @@ test_serve_replica_kill_real.py's). serve's supervisor serves nothing itself, so
   a new serve with the same arguments adopts them (the same pids, one engine per port), watches
   them (an adopted engine killed is restarted on its port) and stops them all on SIGTERM;
 - a new serve with other arguments stops what the killed one left before it starts its own;
-- a second serve on an address a live one holds is refused and disturbs nothing;
+- a second serve on an address a live one holds is refused and disturbs nothing, and a replica
+  that cannot start (its port taken) stops serve with its log's reason, leaving nothing running;
 - SIGTERM: the routers drain (a stream in flight finishes whole) while every engine still
   serves, then the engines stop, then serve exits 0.
 """
@@ -18,12 +19,13 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 from collections import Counter
 
 import psutil
 import pytest
 import requests
-from router_procs import ServeProc, start_serve, wait_ready, wait_until
+from router_procs import ServeProc, free_port, start_serve, wait_ready, wait_until
 from streams import Stream
 
 from pyrouter.supervisor.process import Adopted
@@ -230,3 +232,20 @@ def test_sigterm_drains_the_routers_while_the_engines_serve_then_stops_the_engin
         assert proc.state() is None
     finally:
         proc.stop()
+
+
+def test_a_replica_that_cannot_start_stops_serve_with_its_reason_and_leaves_nothing() -> None:
+    port = free_port(count=2)
+    with socket.socket() as taken:  # replica 1's port, held by someone else
+        taken.bind(("127.0.0.1", port + 1))
+        taken.listen()
+        proc, _ = start_serve("--mock-engines", "--engines", "1", "--routers", "2", port=port)
+        try:
+            assert proc.popen.wait(timeout=120) == 1
+            out = proc.output()
+            assert "switchyard serve: router replica 1 exited with code 1" in out
+            assert f"cannot bind 127.0.0.1:{port + 1}" in out  # its log's tail says why
+            assert out.index("stopping router replicas") < out.index("all engines stopped")
+            assert proc.state() is None  # every child it had started was stopped
+        finally:
+            proc.stop()

@@ -1,7 +1,8 @@
 """serve's supervisor (pyrouter/supervisor/) without child processes: its state file, the
 fingerprint of serve's arguments, the run directory's privacy and lock, how a process is known
 again after a supervisor died (pid and start time), what a new supervisor takes over from an
-earlier one, the engine token it keeps or makes, and the restart count a replica is told."""
+earlier one, the engine token it keeps or makes, the restart count a replica is told, and an
+unknown policy refused before anything starts."""
 from __future__ import annotations
 
 import asyncio
@@ -11,12 +12,13 @@ from pathlib import Path
 import psutil
 import pytest
 
+from pyrouter import router_command, serve
 from pyrouter.cli import build_parser
 from pyrouter.replica_restarts import RESTARTS_ENV, replica_restarts_from_env, restarts_env
 from pyrouter.supervisor.engine_token import deployment_token
 from pyrouter.supervisor.previous_run import take_over
 from pyrouter.supervisor.process import Adopted
-from pyrouter.supervisor.run_dir import RunDir, RunDirError
+from pyrouter.supervisor.run_dir import RUN_DIR_ENV, RunDir, RunDirError
 from pyrouter.supervisor.state import (
     ENGINE,
     ROUTER,
@@ -156,3 +158,13 @@ def test_a_replica_is_told_its_restarts(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv(RESTARTS_ENV, "1=x")
     with pytest.raises(ValueError, match="INDEX=COUNT"):
         replica_restarts_from_env()
+
+
+def test_an_unknown_policy_is_refused_before_anything_starts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv(RUN_DIR_ENV, str(tmp_path))
+    monkeypatch.setattr(router_command, "setup_logging_and_loop", lambda: None)
+    args = build_parser().parse_args(["serve", "--policy", "nope", "--port", "8000"])
+    assert serve.run(args) == 2
+    assert "switchyard serve: unknown policy 'nope'" in capsys.readouterr().err
+    assert not RunDir.for_address("127.0.0.1", 8000, tmp_path).state_path.exists()
