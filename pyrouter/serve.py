@@ -123,9 +123,13 @@ def _plan(args: argparse.Namespace, run_dir: RunDir) -> ServePlan | None:
 async def _serve(args: argparse.Namespace, run_dir: RunDir) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    signals = [signal.SIGINT, signal.SIGTERM]
     # SIGHUP too: the children have sessions of their own, so a closed terminal reaches only
-    # this process, which then stops them as Ctrl-C does.
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    # this process, which then stops them as Ctrl-C does — unless it was started to outlive
+    # the terminal (`nohup`: SIGHUP ignored).
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+        signals.append(signal.SIGHUP)
+    for sig in signals:
         loop.add_signal_handler(sig, stop.set)
     plan = _plan(args, run_dir)
     if plan is None:
