@@ -29,6 +29,7 @@ from pyrouter.model_groups import (
 from pyrouter.peer_exchange import PeerExchange, start_peer_exchange
 from pyrouter.policy_registry import ActivePolicy, get_policy, load_policy_source
 from pyrouter.replica_admin_sync import start_admin_propagation
+from pyrouter.replica_restarts import replica_restarts_from_env
 from pyrouter.router_peers import router_peers
 from pyrouter.security.engine_allow import EngineAllowList
 from pyrouter.security.keys import ADMIN_KEYS_ENV, KeyRing
@@ -167,7 +168,7 @@ def start_front(state: RouterState, args: argparse.Namespace) -> RouterFront:
 
 
 async def serve_router(args: argparse.Namespace, stop: asyncio.Event,
-                       banner: str | None = None, collectors: Sequence[Collector] = ()) -> None:
+                       collectors: Sequence[Collector] = ()) -> None:
     """`collectors`: more metrics for this router's /metrics (serve's replica restarts)."""
     live = LiveConfig.from_args(args)  # --policy-dir loads first: --policy may name its policies
     state = await build_state(args)
@@ -203,7 +204,7 @@ async def serve_router(args: argparse.Namespace, stop: asyncio.Event,
         state.admission.apply(front)
         assert state.fast_recorder is not None
         recording = asyncio.create_task(state.fast_recorder.run())
-        print(banner or f"switchyard router on http://{args.host}:{args.port} "
+        print(f"switchyard router on http://{args.host}:{args.port} "
               f"policy={state.slot.current.name} engines={len(state.engines.engines)}",
               flush=True)
         await stop.wait()
@@ -234,17 +235,15 @@ def setup_logging_and_loop() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from switchyard_proto.parent_death import die_with_parent_if_asked
-
-    die_with_parent_if_asked()  # a replica that `switchyard serve --routers N` started
     setup_logging_and_loop()
+    restarts = replica_restarts_from_env()  # a replica that `switchyard serve` started
 
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await serve_router(args, stop)
+        await serve_router(args, stop, collectors=[restarts] if restarts else [])
 
     try:
         asyncio.run(main())

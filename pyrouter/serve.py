@@ -1,53 +1,35 @@
-"""`switchyard serve`: N engine processes plus the router, started, watched and stopped together.
+"""`switchyard serve`: N engine processes and --routers router processes, started, watched and
+stopped together by a supervisor that serves no requests itself (pyrouter/supervisor/).
 
-Engine roles come from the policy (`pd` -> one prefill + one decode engine). Each engine is a
-child process that dies with this one (PR_SET_PDEATHSIG), and Ctrl-C / SIGTERM stop the router
-first (it drains: pyrouter/http/drain.py), then every engine (SIGTERM, then SIGKILL after a grace
-period), so nothing is orphaned.
-
-The deployment gets a fresh engine token (switchyard_proto/auth.py) in a 0600 file that the engines
-and the router read, unless SWITCHYARD_ENGINE_TOKEN[_FILE] is already set. An engine that dies
-is reaped and restarted on its port (the router's health watcher takes it back into rotation)
-with exponential backoff, at most --max-restarts times in a row (an engine that then runs for two
-minutes starts over); the policy meanwhile runs degraded on the engines left
-(pyrouter/degrade.py). With --cpu-affinity (on by default when there are at least as many cores
-as engines) each engine is pinned to its own cores (engine/server/cpu_affinity.py).
+This file turns serve's flags into that plan: engine roles from the policy (`pd` -> one prefill
++ one decode engine), each engine's model and cores, the flags every router replica shares.
+Ctrl-C / SIGTERM stop the routers first (they drain: pyrouter/http/drain.py), then every engine.
+An engine or replica that dies is restarted on its port with backoff, at most --max-restarts
+times in a row; the policy meanwhile runs degraded on the engines left (pyrouter/degrade.py).
+With --cpu-affinity (on by default when there are at least as many cores as engines) each engine
+is pinned to its own cores (engine/server/cpu_affinity.py). The deployment's engine token and
+every child's log are in serve's run directory (pyrouter/supervisor/run_dir.py).
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
-import secrets
 import signal
 import sys
-import tempfile
-import time
-from dataclasses import replace
-from pathlib import Path
 
 from engine.server.cpu_affinity import format_cpus, split_cores, usable_cores
-from engine.server.launcher import EngineProcess, EngineSpec, launch, stop_engines, wait_healthy
-from pyrouter.admission import ADMISSION_FLAGS
+from engine.server.launcher import EngineSpec
+from pyrouter.errors import BadRequest
 from pyrouter.model_groups import ModelSpec, parse_model_args, split_engines
 from pyrouter.policy_registry import ActivePolicy
-from pyrouter.router_command import initial_policy, serve_router
-from pyrouter.router_replicas import RouterReplicas
-from pyrouter.session_affinity import SESSION_FLAGS
-from switchyard_proto.auth import TOKEN_ENV, TOKEN_FILE_ENV
+from pyrouter.router_command import DRAIN_ENV, initial_policy
+from pyrouter.router_replicas import serve_router_args
+from pyrouter.supervisor.run_dir import RunDir, RunDirError
+from pyrouter.supervisor.state import StateError, args_fingerprint
+from pyrouter.supervisor.supervise import ServePlan, Supervisor
 
-log = logging.getLogger("switchyard.serve")
 _READY_TIMEOUT_S = float(os.environ.get("SWITCHYARD_ENGINE_READY_TIMEOUT_S", "900"))
-_BACKOFF_START_S = 1.0
-_BACKOFF_MAX_S = 60.0
-_WATCH_S = 0.5
-# An engine that ran this long before it died was not crash-looping: its backoff starts over.
-_STABLE_S = 120.0
-# Router flags `serve` passes through as they are (pyrouter/cli.py: add_router_guard_arguments).
-_ROUTER_GUARD_FLAGS = ("admin_port", "admin_host", "engine_allow", "max_body_bytes",
-                       "body_timeout_s", "idle_timeout_s", "drain_s", "rate_limit_rps",
-                       "rate_limit_burst", "max_inflight_per_caller")
 
 
 def engine_cores(args: argparse.Namespace, engines: int) -> list[list[int]] | None:
@@ -109,154 +91,50 @@ def model_roles(args: argparse.Namespace, active: ActivePolicy
     return roles, served
 
 
-def deployment_token(log_dir: Path) -> None:
-    """A fresh engine token for this deployment, in a file only this user can read; every child
-    (engines) and the router in this process read it through SWITCHYARD_ENGINE_TOKEN_FILE."""
-    if os.environ.get(TOKEN_ENV) or os.environ.get(TOKEN_FILE_ENV):
-        return  # the operator's own
-    path = log_dir / "engine-token"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(secrets.token_urlsafe(32))
-    os.environ[TOKEN_FILE_ENV] = str(path)
-
-
-class EngineKeeper:
-    """Watches the engine processes: reaps one that exits and starts it again on its port, with
-    exponential backoff, at most `max_restarts` times per engine."""
-
-    def __init__(self, engines: list[EngineProcess], specs: list[EngineSpec], log_dir: Path,
-                 max_restarts: int) -> None:
-        self.engines = engines
-        self.specs = {s.name: s for s in specs}
-        self.log_dir = log_dir
-        self.max_restarts = max_restarts
-        self.restarts: dict[str, int] = {}  # restarts since the engine last ran stably
-        self._started = {e.name: time.monotonic() for e in engines}
-        self._stopping = False
-
-    async def run(self) -> None:
-        # Engine index -> when its restart is due. Each engine waits out its own backoff while
-        # the others are still watched (one engine's 60 s backoff must not delay another's).
-        due: dict[int, float] = {}
-        while not self._stopping:
-            for i, engine in enumerate(self.engines):
-                if i in due:
-                    if time.monotonic() >= due[i]:
-                        del due[i]
-                        # Its ports as before: the router's and Prometheus' targets stay valid.
-                        spec = replace(self.specs[engine.name], port=engine.port,
-                                       metrics_port=getattr(engine, "metrics_port", None)
-                                       or self.specs[engine.name].metrics_port)
-                        self.engines[i] = launch(spec, self.log_dir, die_with_parent=True)
-                        self._started[engine.name] = time.monotonic()
-                        print(f"engine {engine.name} restarted on port {engine.port}"
-                              + (f", metrics on port {spec.metrics_port}"
-                                 if spec.metrics_port else ""), flush=True)
-                    continue
-                if engine.alive():
-                    continue  # poll() in alive() also reaps an exited child: no zombie
-                if time.monotonic() - self._started.get(engine.name, 0.0) > _STABLE_S:
-                    self.restarts[engine.name] = 0
-                done = self.restarts.get(engine.name, 0)
-                if done >= self.max_restarts:
-                    continue
-                delay = min(_BACKOFF_MAX_S, _BACKOFF_START_S * 2 ** done)
-                print(f"engine {engine.name} exited with code {engine.proc.returncode}; "
-                      f"restarting in {delay:.0f} s ({done + 1}/{self.max_restarts})",
-                      flush=True)
-                self.restarts[engine.name] = done + 1
-                self._started[engine.name] = float("inf")  # not stable until it runs again
-                due[i] = time.monotonic() + delay
-            await asyncio.sleep(_WATCH_S)
-
-    def stop(self) -> None:
-        self._stopping = True
-
-
-def _router_args(args: argparse.Namespace, engines: list[EngineProcess],
-                 policy: str) -> argparse.Namespace:
-    router_args = argparse.Namespace(
-        engine=[f"{e.address}@{e.role}" for e in engines], policy=policy,
-        policy_file=None, policy_dir=getattr(args, "policy_dir", None), model=args.model,
-        host=args.host, port=args.port, max_inflight=None, max_context=None, poll_s=None,
-        default_temperature=None, default_top_p=None)
-    for name in (*_ROUTER_GUARD_FLAGS, *SESSION_FLAGS):
-        setattr(router_args, name, getattr(args, name, None))
-    for name in ADMISSION_FLAGS:  # the admission queue's (pyrouter/admission.py)
-        setattr(router_args, name, getattr(args, name, None))
-    return router_args
-
-
-async def _serve(args: argparse.Namespace, log_dir: Path) -> int:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    deployment_token(log_dir)
-    active = initial_policy(args.policy, args.policy_file)
+def _plan(args: argparse.Namespace, run_dir: RunDir) -> ServePlan | None:
+    """The engines and routers serve's flags ask for (None, said why, for flags that cannot
+    work)."""
     try:
+        active = initial_policy(args.policy, args.policy_file)
         roles, served = model_roles(args, active)
+        cores = engine_cores(args, len(roles))
+    except BadRequest as exc:  # an unknown --policy
+        print(f"switchyard serve: {exc.message}", file=sys.stderr, flush=True)
+        return None
     except ValueError as exc:
         print(f"switchyard serve: {exc}", file=sys.stderr, flush=True)
-        return 2
+        return None
     models = "" if len(set(served)) < 2 else " serving " + ", ".join(
         f"engine-{i}={m.name}" for i, m in enumerate(served))
     print(f"starting {len(roles)} engine(s) {roles} for policy {active.name}{models}; logs in "
-          f"{log_dir}", flush=True)
-    engines: list[EngineProcess] = []
-    keeper: EngineKeeper | None = None
-    keeper_task: asyncio.Task[None] | None = None
-    try:
-        try:
-            cores = engine_cores(args, len(roles))
-        except ValueError as exc:
-            print(f"switchyard serve: {exc}", file=sys.stderr, flush=True)
-            return 2
-        print("engine cores: " + ("unpinned" if cores is None else "; ".join(
-            f"engine-{i} on {format_cpus(c)}" for i, c in enumerate(cores))
-            + " (the router unpinned)"), flush=True)
-        specs = engine_specs(args, roles, cores, served)
-        for spec in specs:
-            engines.append(launch(spec, log_dir, die_with_parent=True))
+          f"{run_dir.path}", flush=True)
+    print("engine cores: " + ("unpinned" if cores is None else "; ".join(
+        f"engine-{i} on {format_cpus(c)}" for i, c in enumerate(cores))
+        + " (the routers unpinned)"), flush=True)
+    drain_s = getattr(args, "drain_s", None) or float(os.environ.get(DRAIN_ENV, "") or 30.0)
+    return ServePlan(
+        engine_specs(args, roles, cores, served),
+        lambda engines: serve_router_args(args, engines, active.name),
+        routers=int(getattr(args, "routers", 1)), host=args.host, port=args.port,
+        max_restarts=int(getattr(args, "max_restarts", 5)), drain_s=drain_s,
+        fingerprint=args_fingerprint(args), ready_timeout_s=_READY_TIMEOUT_S)
 
-        def ready(e: EngineProcess) -> None:
-            metrics = (f", metrics on http://127.0.0.1:{e.metrics_port}/metrics"
-                       if e.metrics_port else "")
-            print(f"engine {e.name} ({e.role}) ready on {e.address}{metrics}", flush=True)
 
-        try:
-            if not await wait_healthy(engines, _READY_TIMEOUT_S, stop, ready):
-                return 0
-        except RuntimeError as exc:
-            print(exc, file=sys.stderr, flush=True)
-            return 1
-        keeper = EngineKeeper(engines, specs, log_dir, int(getattr(args, "max_restarts", 5)))
-        keeper_task = asyncio.create_task(keeper.run())
-        router_args = _router_args(args, engines, active.name)
-        replicas = RouterReplicas(router_args, int(getattr(args, "routers", 1)), log_dir,
-                                  policy_file=args.policy_file,
-                                  max_restarts=int(getattr(args, "max_restarts", 5)))
-        for r in replicas.replicas:
-            print(f"router replica {r.index} starting on http://{args.host}:{r.port}/v1 "
-                  f"(log {r.log_path})", flush=True)
-        replicas_stop = asyncio.create_task(replicas.stop_when(stop))
-        try:
-            await serve_router(replicas.first, stop,
-                               banner=f"switchyard serving on http://{args.host}:{args.port}/v1 "
-                               "(Ctrl-C stops everything)", collectors=[replicas])
-        finally:
-            stop.set()  # the replicas stop with replica 0, however it ended
-            await replicas_stop
-        return 0
-    finally:
-        if keeper is not None:
-            keeper.stop()
-        if keeper_task is not None:
-            keeper_task.cancel()
-        print("stopping engines ...", flush=True)
-        stop_engines(engines)
-        print("all engines stopped", flush=True)
+async def _serve(args: argparse.Namespace, run_dir: RunDir) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    signals = [signal.SIGINT, signal.SIGTERM]
+    # SIGHUP too: the children have sessions of their own, so a closed terminal reaches only
+    # this process, which then stops them as Ctrl-C does — unless it was started to outlive
+    # the terminal (`nohup`: SIGHUP ignored).
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+        signals.append(signal.SIGHUP)
+    for sig in signals:
+        loop.add_signal_handler(sig, stop.set)
+    plan = _plan(args, run_dir)
+    if plan is None:
+        return 2
+    return await Supervisor(plan, run_dir).run(stop)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -269,5 +147,12 @@ def run(args: argparse.Namespace) -> int:
     from pyrouter.router_command import setup_logging_and_loop
 
     setup_logging_and_loop()
-    log_dir = Path(tempfile.mkdtemp(prefix="switchyard-serve-"))
-    return asyncio.run(_serve(args, log_dir))
+    run_dir = RunDir.for_address(args.host, args.port)
+    try:
+        run_dir.open()
+        return asyncio.run(_serve(args, run_dir))
+    except (RunDirError, StateError) as exc:
+        print(f"switchyard serve: {exc}", file=sys.stderr, flush=True)
+        return 2
+    finally:
+        run_dir.close()

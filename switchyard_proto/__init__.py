@@ -1,6 +1,5 @@
 """What router and engines share besides the generated stubs (switchyard_rpc/, from proto/): the
 engine token and TLS of every gRPC call (`auth`), the typed grpc.aio engine client of tests,
 benches and the engine launcher (`client`), a request's sampling rules (`sampling_params`, their
-errors in `errors`) and their proto form (`sampling_proto`), and the variable that makes a
-process `switchyard serve` starts die with it (`parent_death`). It imports nothing of the engine
-or the router, so either side can depend on it."""
+errors in `errors`) and their proto form (`sampling_proto`). It imports nothing of the engine or
+the router, so either side can depend on it."""

@@ -5,7 +5,8 @@ Kubernetes Secret mounts it). When set, an engine refuses every Engine RPC witho
 `authorization: Bearer <token>` metadata (UNAUTHENTICATED) and every KV link whose HELLO lacks
 it; the standard health service stays open for probes. The router, the engines' own KV links
 and every EngineClient send it from the same variables. `switchyard serve` generates a fresh
-token per deployment into a 0600 file (pyrouter/serve.py). Unset: engines accept anyone who
+token per deployment into a 0600 file in its run directory (pyrouter/supervisor/engine_token.py,
+kept while a later serve adopts the engines that read it). Unset: engines accept anyone who
 can reach them (a single machine's loopback, tests).
 
 mTLS: with `SWITCHYARD_ENGINE_TLS_CERT` and `SWITCHYARD_ENGINE_TLS_KEY` (PEM files) an engine

@@ -5,8 +5,9 @@ does not depend on where the scheduler last put the other engine's threads.
 The launcher only sets an environment variable (the cores, "0,1"); the engine pins itself, every
 thread it has, first thing as it starts (`pin_if_asked`), and the threads it starts later
 (torch's pool, gRPC's, the step loop) inherit the mask. Not done from the parent: a `preexec_fn`
-runs Python between fork and exec in a process with busy gRPC threads (see parent_death.py), and
-setting a pid's mask after exec races the child's own thread start-up.
+runs Python between fork and exec in a process with busy gRPC threads (it crashed children:
+docs/reliability.md, soak run 2), and setting a pid's mask after exec races the child's own
+thread start-up.
 """
 from __future__ import annotations
 

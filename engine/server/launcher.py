@@ -4,6 +4,8 @@ An EngineSpec says what to run (real or mock, role, model, numerics, pool, threa
 starts `python -m engine.server.main` with exactly the flags of engine/server/args.py on a free
 port, logging to a file; `wait_healthy` waits for the gRPC health service; `stop_engines` ends
 them (SIGTERM, then SIGKILL). Callers must stop what they start (finally/teardown): no orphans.
+`switchyard serve` is the one caller whose engines outlive it on purpose (`new_session`:
+pyrouter/supervisor/).
 """
 from __future__ import annotations
 
@@ -19,10 +21,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 from engine.server.cpu_affinity import CPUS_ENV, format_cpus
 from switchyard_proto.client import EngineClient
-from switchyard_proto.parent_death import PARENT_PID_ENV
 
 REPO = Path(__file__).resolve().parents[2]  # run from the checkout the package lives in
 START_TIMEOUT_S = 300.0
@@ -135,6 +137,9 @@ class EngineProcess:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def exit_text(self) -> str:
+        return f"exited with code {self.proc.returncode}"
+
     def kill9(self) -> None:
         if self.alive():
             self.proc.send_signal(signal.SIGKILL)
@@ -156,15 +161,34 @@ class EngineProcess:
             return ""
 
 
-def launch(spec: EngineSpec, log_dir: Path, die_with_parent: bool = False) -> EngineProcess:
-    """Start one engine process (does not wait for it to serve)."""
+class WatchedEngine(Protocol):
+    """What `wait_healthy` needs of an engine: EngineProcess, or a supervisor's own record of one
+    (pyrouter/supervisor/engine_child.py)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def alive(self) -> bool: ...
+
+    def exit_text(self) -> str: ...
+
+    def client(self) -> EngineClient: ...
+
+    def log_tail(self, n: int = 40) -> str: ...
+
+
+Watched = TypeVar("Watched", bound=WatchedEngine)
+
+
+def launch(spec: EngineSpec, log_dir: Path, new_session: bool = False) -> EngineProcess:
+    """Start one engine process (does not wait for it to serve). `new_session`: the engine runs
+    in a session of its own, so a terminal's Ctrl-C (SIGINT to the foreground process group)
+    reaches only its supervisor, which stops it in turn (pyrouter/supervisor/)."""
     port = spec.port or free_port()
     if spec.metrics_port == 0 and not spec.mock:
         spec = dataclasses.replace(spec, metrics_port=free_port())
     log_path = Path(log_dir) / f"{spec.name}.log"
     env = {**os.environ, **spec.env}
-    if die_with_parent:  # the engine arranges it itself (switchyard_proto/parent_death.py)
-        env[PARENT_PID_ENV] = str(os.getpid())
     if spec.threads is not None:
         env["SWITCHYARD_TORCH_THREADS"] = str(spec.threads)
     if spec.cpus is not None:
@@ -173,13 +197,13 @@ def launch(spec: EngineSpec, log_dir: Path, die_with_parent: bool = False) -> En
     # the log of the run that died, which says why.
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(spec.argv(port), cwd=REPO, env=env, stdout=log,
-                                stderr=subprocess.STDOUT)
+                                stderr=subprocess.STDOUT, start_new_session=new_session)
     return EngineProcess(spec.name, spec.role, port, proc, log_path, spec.metrics_port)
 
 
-async def wait_healthy(engines: Sequence[EngineProcess], timeout_s: float = START_TIMEOUT_S,
+async def wait_healthy(engines: Sequence[Watched], timeout_s: float = START_TIMEOUT_S,
                        stop: asyncio.Event | None = None,
-                       on_ready: Callable[[EngineProcess], None] | None = None) -> bool:
+                       on_ready: Callable[[Watched], None] | None = None) -> bool:
     """True once every engine serves; False if `stop` is set first. RuntimeError (with the
     log's tail) when one exits or the timeout passes."""
     deadline = time.monotonic() + timeout_s
@@ -191,8 +215,8 @@ async def wait_healthy(engines: Sequence[EngineProcess], timeout_s: float = STAR
                 return False
             for engine in list(pending):
                 if not engine.alive():
-                    raise RuntimeError(f"engine {engine.name} exited with code "
-                                       f"{engine.proc.returncode}:\n{engine.log_tail()}")
+                    raise RuntimeError(f"engine {engine.name} {engine.exit_text()}:\n"
+                                       f"{engine.log_tail()}")
                 if await clients[engine.name].healthy(timeout_s=1.0):
                     pending.remove(engine)
                     if on_ready is not None:

@@ -31,7 +31,6 @@ from typing import Any
 
 from engine.server.cpu_affinity import pin_if_asked
 from engine.server.drain import drain_seconds, wait_idle
-from switchyard_proto.parent_death import die_with_parent_if_asked
 
 log = logging.getLogger("switchyard.engine")
 _GRACE_S = 5.0
@@ -183,7 +182,6 @@ async def serve_async(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    die_with_parent_if_asked()
     pin_if_asked()  # before torch and gRPC start their threads
     if getattr(args, "mock", False):
         from engine.mock import serve

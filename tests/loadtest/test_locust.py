@@ -13,17 +13,14 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "router"))
-from router_procs import ROOT, SWITCHYARD, Proc, free_port, wait_ready  # noqa: E402
+from router_procs import ROOT, start_serve, wait_ready  # noqa: E402
 
 pytestmark = [pytest.mark.procs, pytest.mark.slow, pytest.mark.timeout(600)]
 LOCUST = os.path.join(os.path.dirname(sys.executable), "locust")
 
 
 def _serve(*args: str, env: dict[str, str] | None = None) -> Iterator[str]:
-    port = free_port()
-    proc = Proc([*SWITCHYARD, "serve", "--port", str(port), *args],
-                env={"SWITCHYARD_TORCH_THREADS": "1", **(env or {})}, log_name=f"serve{port}")
-    base = f"http://127.0.0.1:{port}"
+    proc, base = start_serve(*args, env=env)
     try:
         wait_ready(base, proc, want_engines=2, timeout_s=300)
         yield base

@@ -1,6 +1,6 @@
 """The router never imports the engine's package: what both sides need lives in switchyard_proto
 (wire protocol, sampling rules and their errors) and switchyard_tokenizer. Only the commands that
-start engines (`switchyard serve`, its router replicas, and the `switchyard engine` flags the
+start engines (`switchyard serve` and its supervisor, and the `switchyard engine` flags the
 command line registers) reach into engine/, and only for its launcher."""
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ ROOT = Path(__file__).resolve().parents[2]
 LAUNCHERS = {
     "pyrouter/cli.py": {"engine.server.args"},
     "pyrouter/serve.py": {"engine.server.cpu_affinity", "engine.server.launcher"},
-    "pyrouter/router_replicas.py": {"engine.server.launcher"},
+    "pyrouter/supervisor/supervise.py": {"engine.server.launcher"},
+    "pyrouter/supervisor/engine_child.py": {"engine.server.launcher"},
+    "pyrouter/supervisor/router_child.py": {"engine.server.launcher"},
 }
 
 

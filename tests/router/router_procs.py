@@ -1,6 +1,8 @@
 """Start real mock-engine / router processes for router tests, and always stop them.
 
-Engines start through engine/server/launcher.py (the one launcher); routers through Proc.
+Engines start through engine/server/launcher.py (the one launcher); routers through Proc;
+`switchyard serve` through ServeProc, whose stop() also ends the children a serve left running
+(its supervisor may have been SIGKILLed on purpose: they outlive it).
 """
 from __future__ import annotations
 
@@ -14,9 +16,13 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+import psutil
 import requests
 
 from engine.server.launcher import EngineProcess, EngineSpec, free_port, launch
+from pyrouter.supervisor.process import Adopted
+from pyrouter.supervisor.run_dir import RUN_DIR_ENV, RunDir
+from pyrouter.supervisor.state import ServeState, read_state
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # The router samples one request in ten by default (router_core's default_sampler); tests that
@@ -26,9 +32,13 @@ SWITCHYARD = [sys.executable, "-m", "pyrouter.cli"]
 
 
 LOG_DIR = Path(tempfile.mkdtemp(prefix="switchyard-test-engines-"))
+# serve's run directories (state file, token, logs) for this test session: none outside it.
+RUNS_ROOT = Path(tempfile.mkdtemp(prefix="switchyard-test-runs-"))
 
 
 class Proc:
+    stop_timeout_s = 15.0  # after SIGTERM, before SIGKILL
+
     def __init__(self, argv: Sequence[str], env: dict[str, str] | None = None,
                  log_name: str = "proc") -> None:
         self.log_path = f"/tmp/switchyard-test-{log_name}-{os.getpid()}-{time.monotonic_ns()}.log"
@@ -45,7 +55,7 @@ class Proc:
         if self.popen.poll() is None:
             self.popen.send_signal(signal.SIGTERM)
             try:
-                self.popen.wait(timeout=15)
+                self.popen.wait(timeout=self.stop_timeout_s)
             except subprocess.TimeoutExpired:
                 self.popen.kill()
                 self.popen.wait()
@@ -84,12 +94,58 @@ def wait_ready(base: str, proc: Proc, want_engines: int = 1, timeout_s: float = 
     raise TimeoutError(f"router not ready in {timeout_s}s:\n{proc.output()}")
 
 
-def start_serve(*args: str, env: dict[str, str] | None = None) -> tuple[Proc, str]:
-    """`switchyard serve` as a user runs it (one torch thread per engine on this small box)."""
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+class ServeProc(Proc):
+    """A `switchyard serve` on 127.0.0.1:`port` with its run directory under RUNS_ROOT."""
+
+    stop_timeout_s = 90.0  # its routers drain, then its engines stop
+
+    def __init__(self, port: int, args: Sequence[str], env: dict[str, str]) -> None:
+        self.run_dir = RunDir.for_address("127.0.0.1", port, RUNS_ROOT)
+        super().__init__([*SWITCHYARD, "serve", "--port", str(port), *args],
+                         env={RUN_DIR_ENV: str(RUNS_ROOT), **env}, log_name=f"serve{port}")
+
+    def state(self) -> ServeState | None:
+        return read_state(self.run_dir.state_path)
+
+    def wait_serving(self, timeout_s: float = 120) -> None:
+        """Until serve says it serves (every replica answered its supervisor): from then on a
+        child that dies is the keeper's to restart."""
+        deadline = time.monotonic() + timeout_s
+        while "switchyard serving on" not in self.output():
+            assert self.popen.poll() is None, f"serve exited:\n{self.output()}"
+            assert time.monotonic() < deadline, f"serve not serving:\n{self.output()}"
+            time.sleep(0.05)
+
+    def pids(self) -> dict[str, int]:
+        """Every child's pid by name (engine-0, router-1, ...), as serve recorded them."""
+        state = self.state()
+        return {child.name: child.pid for child in state.children} if state else {}
+
+    def stop(self) -> None:
+        super().stop()
+        state = self.state()
+        if state is None or _running(state.supervisor_pid):
+            return  # stopped cleanly, or a live serve holds the address: its children are its own
+        for child in state.children:
+            process = Adopted.find(child.pid, child.started_at)
+            if process is not None:
+                process.send(signal.SIGKILL)
+
+
+def start_serve(*args: str, env: dict[str, str] | None = None,
+                port: int | None = None) -> tuple[ServeProc, str]:
+    """`switchyard serve` as a user runs it (one torch thread per engine on this small box), on
+    `port` (default: a free one)."""
     routers = int(args[args.index("--routers") + 1]) if "--routers" in args else 1
-    port = free_port(count=routers)  # replica k listens on --port + k
-    proc = Proc([*SWITCHYARD, "serve", "--port", str(port), *args],
-                env={"SWITCHYARD_TORCH_THREADS": "1", **(env or {})}, log_name=f"serve{port}")
+    port = port or free_port(count=routers)  # replica k listens on --port + k
+    proc = ServeProc(port, args, {"SWITCHYARD_TORCH_THREADS": "1", **(env or {})})
     return proc, f"http://127.0.0.1:{port}"
 
 

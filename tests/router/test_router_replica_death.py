@@ -9,14 +9,12 @@ engines end up running nothing (B's engine streams were cancelled with its conne
 from __future__ import annotations
 
 import asyncio
-import json
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 import pytest
 import requests
 from router_procs import free_port, mock_engines, start_router, wait_ready, wait_until
+from streams import Stream
 
 from engine.server.launcher import EngineProcess
 
@@ -24,37 +22,6 @@ pytestmark = [pytest.mark.procs, pytest.mark.timeout(300)]
 
 MAX_TOKENS = 150  # at 1 token per 40 ms chunk: about 6 s a stream, so all are mid-stream
 STREAMS_EACH = 3
-
-
-@dataclass
-class Stream:
-    base: str
-    tokens: int = 0
-    done: bool = False  # `data: [DONE]` arrived
-    error: str | None = None
-    started: threading.Event = field(default_factory=threading.Event)
-    ended: threading.Event = field(default_factory=threading.Event)
-
-    def run(self) -> None:
-        try:
-            with requests.post(f"{self.base}/v1/completions", stream=True, timeout=120,
-                               json={"prompt": "replica", "max_tokens": MAX_TOKENS,
-                                     "ignore_eos": True, "stream": True}) as r:
-                assert r.status_code == 200, r.text
-                for line in r.iter_lines():
-                    if line == b"data: [DONE]":
-                        self.done = True
-                    elif line.startswith(b"data: "):
-                        if "error" in json.loads(line[6:]):
-                            self.error = line.decode()
-                        else:
-                            self.tokens += 1
-                            self.started.set()
-        except Exception as exc:  # the connection B had dies with it
-            self.error = repr(exc)
-        finally:
-            self.started.set()
-            self.ended.set()
 
 
 @pytest.fixture
@@ -84,10 +51,8 @@ def test_sigkill_of_one_replica_fails_only_its_own_streams(
     try:
         wait_ready(base_a, a, want_engines=2)
         wait_ready(base_b, b, want_engines=2)
-        streams = [Stream(base) for base in (base_a, base_b) for _ in range(STREAMS_EACH)]
-        threads = [threading.Thread(target=s.run, daemon=True) for s in streams]
-        for t in threads:
-            t.start()
+        streams = [Stream(base, MAX_TOKENS).start() for base in (base_a, base_b)
+                   for _ in range(STREAMS_EACH)]
         for s in streams:
             assert s.started.wait(60)
         assert all(s.tokens > 0 and not s.ended.is_set() for s in streams), \
@@ -96,11 +61,10 @@ def test_sigkill_of_one_replica_fails_only_its_own_streams(
 
         b.popen.kill()
         b.popen.wait(timeout=10)
-        for t in threads:
-            t.join(timeout=120)
+        for s in streams:
+            assert s.ended.wait(120)
         mine, theirs = streams[:STREAMS_EACH], streams[STREAMS_EACH:]
-        assert all(s.done and s.error is None and s.tokens == MAX_TOKENS for s in mine), \
-            [(s.tokens, s.error) for s in mine]
+        assert all(s.whole for s in mine), [(s.tokens, s.error) for s in mine]
         assert all(not s.done and s.tokens < MAX_TOKENS for s in theirs), \
             [(s.tokens, s.done) for s in theirs]
 

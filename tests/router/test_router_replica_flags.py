@@ -12,8 +12,7 @@ import pytest
 from pyrouter.cli import build_parser
 from pyrouter.errors import BadRequest
 from pyrouter.router_peers import RouterPeers, router_peers
-from pyrouter.router_replicas import replica_args, router_argv
-from pyrouter.serve import _router_args
+from pyrouter.router_replicas import replica_args, router_argv, serve_router_args
 
 
 class _Engine:
@@ -24,7 +23,7 @@ class _Engine:
 
 def _serve_router_args(*serve_flags: str) -> argparse.Namespace:
     args = build_parser().parse_args(["serve", *serve_flags])
-    return _router_args(args, [_Engine(7001, "any"), _Engine(7002, "any")], "cache_aware")
+    return serve_router_args(args, [_Engine(7001, "any"), _Engine(7002, "any")], "cache_aware")
 
 
 def test_serve_takes_routers_and_defaults_to_one() -> None:

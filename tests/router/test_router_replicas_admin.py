@@ -17,6 +17,7 @@ import pytest
 import requests
 from router_procs import (
     Proc,
+    ServeProc,
     free_port,
     mock_engines,
     start_router,
@@ -121,7 +122,7 @@ def test_an_admin_change_on_one_replica_reaches_the_other(
             proc.stop()
 
 
-def _replica_log(serve: Proc) -> str:
+def _replica_log(serve: ServeProc) -> str:
     """Replica 1's log in serve's log directory (what a failure shows)."""
     found = re.search(r"logs in (\S+)", serve.output())
     path = Path(found.group(1)) / "router-1.log" if found else None
@@ -135,8 +136,9 @@ def test_serve_restarts_a_killed_replica_which_rejoins_with_the_current_policy()
     try:
         for url in (base, second):
             wait_ready(url, proc, want_engines=2, timeout_s=120)
+        proc.wait_serving()
         replica = next(c for c in psutil.Process(proc.popen.pid).children(recursive=True)
-                       if "router" in c.cmdline() and "pyrouter.cli" in c.cmdline())
+                       if "pyrouter.cli" in c.cmdline() and str(port + 1) in c.cmdline())
         replica.kill()
         wait_until(lambda: f"router replica 1 on port {port + 1} exited with code -9; "
                    "restarting in 1 s" in proc.output(), 30, "serve to schedule the restart")
@@ -155,7 +157,10 @@ def test_serve_restarts_a_killed_replica_which_rejoins_with_the_current_policy()
                           timeout=30)
         assert r.status_code == 200 and "via=least_load" in r.headers["X-Switchyard-Route"]
         assert replica.pid not in {c.pid for c in psutil.Process(proc.popen.pid).children(True)}
-        metrics = requests.get(f"{base}/metrics", timeout=10).text
+        # Each replica counts its own restarts (serve's supervisor has no port to say them on).
+        metrics = requests.get(f"{second}/metrics", timeout=10).text
         assert 'switchyard:router_replica_restarts_total{replica="1"} 1.0' in metrics
+        assert 'switchyard:router_replica_restarts_total{replica="0"} 0.0' in requests.get(
+            f"{base}/metrics", timeout=10).text
     finally:
         proc.stop()

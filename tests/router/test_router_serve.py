@@ -56,7 +56,10 @@ def test_serve_pd_real_model_answers_and_stops_cleanly(mode: str) -> None:
     _stop_and_check_no_orphans(proc, signal.SIGINT)
 
 
-def test_serve_mock_engines_sigterm_no_orphans():
+# SIGHUP: a closed terminal, which reaches serve alone (its children have sessions of their own).
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP],
+                         ids=lambda s: s.name)
+def test_serve_mock_engines_stop_on_a_signal_with_no_orphans(sig: signal.Signals) -> None:
     proc, base = start_serve("--mock-engines", "--engines", "3")
     try:
         wait_ready(base, proc, want_engines=3, timeout_s=60)
@@ -65,4 +68,4 @@ def test_serve_mock_engines_sigterm_no_orphans():
     except BaseException:
         proc.stop()
         raise
-    _stop_and_check_no_orphans(proc, signal.SIGTERM)
+    _stop_and_check_no_orphans(proc, sig)

@@ -1,6 +1,7 @@
 """`switchyard serve --routers 2`: two router processes over the same engines, on --port and
 --port+1, each answering and with its own /metrics; SIGTERM stops every process; a policy file
-reaches every replica; a replica that dies is reported and the other keeps serving."""
+reaches every replica; a replica that dies is reported and the other keeps serving. (What a
+killed supervisor leaves: test_serve_supervisor.py.)"""
 from __future__ import annotations
 
 import signal
@@ -9,16 +10,22 @@ from pathlib import Path
 import psutil
 import pytest
 import requests
-from router_procs import Proc, start_serve, wait_ready, wait_until
+from router_procs import ServeProc, start_serve, wait_ready, wait_until
 
 pytestmark = [pytest.mark.procs, pytest.mark.timeout(300)]
 
 
-def _routers(children: list[psutil.Process]) -> list[psutil.Process]:
-    return [c for c in children if "router" in c.cmdline() and "pyrouter.cli" in c.cmdline()]
+def _routers(children: list[psutil.Process]) -> dict[int, psutil.Process]:
+    """serve's router replicas, by the port each listens on."""
+    found = {}
+    for child in children:
+        argv = child.cmdline()
+        if "router" in argv and "pyrouter.cli" in argv:
+            found[int(argv[argv.index("--port") + 1])] = child
+    return found
 
 
-def _serve_two_routers(*flags: str) -> tuple[Proc, int]:
+def _serve_two_routers(*flags: str) -> tuple[ServeProc, int]:
     """`serve --mock-engines --engines 2 --routers 2 FLAGS`, once both replicas are ready:
     serve's process and replica 0's port."""
     proc, base = start_serve("--mock-engines", "--engines", "2", "--routers", "2", *flags)
@@ -26,6 +33,7 @@ def _serve_two_routers(*flags: str) -> tuple[Proc, int]:
     try:
         for p in (port, port + 1):
             wait_ready(f"http://127.0.0.1:{p}", proc, want_engines=2, timeout_s=120)
+        proc.wait_serving()
     except BaseException:
         proc.stop()
         raise
@@ -53,10 +61,13 @@ def test_serve_two_routers_over_the_same_engines_then_sigterm_stops_all() -> Non
             assert metrics.status_code == 200 and "switchyard:" in metrics.text
         children = psutil.Process(proc.popen.pid).children(recursive=True)
         replicas = _routers(children)
-        assert len(replicas) == 1, [c.cmdline() for c in children]
-        argv = replicas[0].cmdline()
-        assert argv[argv.index("--port") + 1] == str(port + 1)
-        assert argv[argv.index("--peer") + 1] == f"127.0.0.1:{port}"
+        # Every replica is a process of its own, replica 0 too: serve serves nothing itself.
+        assert sorted(replicas) == [port, port + 1], [c.cmdline() for c in children]
+        for mine, other in ((port, port + 1), (port + 1, port)):
+            argv = replicas[mine].cmdline()
+            assert argv[argv.index("--peer") + 1] == f"127.0.0.1:{other}"
+        assert not [c for c in psutil.Process(proc.popen.pid).net_connections(kind="tcp")
+                    if c.status == psutil.CONN_LISTEN]
         assert f"router replica 1 starting on http://127.0.0.1:{port + 1}/v1" in proc.output()
     except BaseException:
         proc.stop()
@@ -66,21 +77,6 @@ def test_serve_two_routers_over_the_same_engines_then_sigterm_stops_all() -> Non
     _, alive = psutil.wait_procs(children, timeout=30)
     assert not alive, f"orphans left: {alive}"
     proc.stop()
-
-
-def test_a_replica_dies_with_serve_when_serve_is_sigkilled() -> None:
-    proc, base = start_serve("--mock-engines", "--engines", "1", "--routers", "2")
-    port = int(base.rsplit(":", 1)[1])
-    try:
-        wait_ready(f"http://127.0.0.1:{port + 1}", proc, want_engines=1, timeout_s=120)
-        children = psutil.Process(proc.popen.pid).children(recursive=True)
-        assert _routers(children)
-        proc.popen.kill()
-        proc.popen.wait(timeout=10)
-        wait_until(lambda: not any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE
-                                   for c in children), 60, "serve's children to exit")
-    finally:
-        proc.stop()
 
 
 FIRST_ENGINE_PY = """from pyrouter import policy
@@ -104,7 +100,7 @@ def test_every_replica_runs_the_policy_file_and_one_dying_leaves_the_other(
         for p in (port, port + 1):
             route = _complete(f"http://127.0.0.1:{p}", 2).headers["X-Switchyard-Route"]
             assert route == "mine engine=e0"
-        replica = _routers(psutil.Process(proc.popen.pid).children(recursive=True))[0]
+        replica = _routers(psutil.Process(proc.popen.pid).children(recursive=True))[port + 1]
         replica.kill()
         wait_until(lambda: f"router replica 1 on port {port + 1} exited with code -9"
                    in proc.output(), 30, "serve to report the replica's exit")

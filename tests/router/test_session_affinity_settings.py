@@ -7,13 +7,13 @@ import pytest
 
 from pyrouter.cli import build_parser
 from pyrouter.errors import BadRequest
-from pyrouter.serve import _router_args
+from pyrouter.router_replicas import serve_router_args
 from pyrouter.session_affinity import DEFAULT_LOAD_BOUND, SessionAffinityConfig, session_config
 
 
 def test_the_flags_reach_the_router_from_serve_and_router() -> None:
     serve = build_parser().parse_args(["serve", "--session-from-user", "--session-load-bound", "2"])
-    assert session_config(_router_args(serve, [], "round_robin")) == SessionAffinityConfig(2.0, True)
+    assert session_config(serve_router_args(serve, [], "round_robin")) == SessionAffinityConfig(2.0, True)
     router = build_parser().parse_args(["router", "--engine", "127.0.0.1:1"])
     assert session_config(router) == SessionAffinityConfig(DEFAULT_LOAD_BOUND, False)
 
