@@ -30,7 +30,8 @@ from router_core import (
 )
 
 log = logging.getLogger("switchyard.router")
-_WEIGHTS = ("prefill_weight", "queue_weight", "decode_weight", "kv_weight")
+# router_core's score weights, as a policy's parameters (cache_aware's, any user policy's).
+SCORE_WEIGHTS = ("prefill_weight", "queue_weight", "decode_weight", "kv_weight")
 # (kind, detail) of a decision worth counting: role switches, adaptive switches (metrics, logs).
 EventSink = Callable[[str, str], None]
 
@@ -77,7 +78,7 @@ class ClusterView:
         # The router fails a request whose first output takes longer than this (its
         # --policy-timeout-s): a placement predicted past it is an error, not a late answer.
         self.first_output_timeout_s = first_output_timeout_s
-        weights = {k: float(v) for k, v in active.params.items() if k in _WEIGHTS}
+        weights = {k: float(v) for k, v in active.params.items() if k in SCORE_WEIGHTS}
         self.weights: ScoreWeights | None = ScoreWeights(**weights) if weights else None
 
     def sub(self, active: ActivePolicy) -> ClusterView:
@@ -196,6 +197,10 @@ class ClusterView:
             raise NoCapacity("no healthy engine", code="no_capacity")
         pin = self.session(req, engines)
         return ([pin.engine] if pin is not None else engines), pin
+
+    def engine(self, engine_id: str) -> EngineHandle | None:
+        """The engine called `engine_id` ("e1"), healthy or not (None: not known)."""
+        return self._engines.engines.get(engine_id)
 
     def load(self, engine: EngineHandle) -> EngineLoad:
         """router_core's EngineLoad: unfinished tokens, running decodes, KV pages, inflight."""

@@ -5,6 +5,8 @@ one) and, for 429/503, a `retry_after_s` the HTTP front sends as `Retry-After`.
 """
 from __future__ import annotations
 
+from router_core import EngineCallError, TransferFailed, VerbOrderError
+
 
 class RouterError(Exception):
     status = 500
@@ -100,38 +102,8 @@ class PolicyFailed(RouterError):
         self.policy_name = policy_name
 
 
-class EngineFailed(RouterError):
-    """An engine returned an error or went away mid-request (502).
-
-    `retryable`: the engine failed before the request produced anything there (a transport
-    error, a reset stream, a dying peer), so another engine may take it; `engine_id` says which
-    engine failed, when known (the dispatcher takes only it out of rotation)."""
-
-    status = 502
-    error_type = "engine_error"
-    default_code = "engine_error"
-    retryable = False
-    engine_id: str | None = None
-
-    def on(self, engine_id: str | None, retryable: bool = True) -> EngineFailed:
-        """This failure as one of `engine_id` before any output (chainable at the raise)."""
-        self.engine_id, self.retryable = engine_id, retryable
-        return self
-
-
-class EngineUnavailable(EngineFailed):
-    """The engine could not be reached or went away before streaming anything: retryable."""
-
-    status = 503
-    error_type = "service_unavailable"
-    default_code = "engine_unavailable"
-    retryable = True
-
-
-class VerbOrderError(RuntimeError):
-    """A policy called the verbs in an order the contract forbids (reported as PolicyFailed)."""
-
-
-class TransferFailed(RuntimeError):
-    """RemoteSend failed on the engines' side (not a policy mistake); a PD policy may fall back
-    to prefilling locally on the decode engine."""
+# The verbs' own errors are made in router_core (its executor raises them): a policy catches
+# TransferFailed to fall back to local prefill; VerbOrderError is the policy's bug.
+__all__ = ["BadRequest", "Busy", "EngineCallError", "Forbidden", "MethodNotAllowed", "NoCapacity",
+           "NotFound", "PolicyFailed", "RouterError", "ShuttingDown", "TransferFailed",
+           "Unauthorized", "VerbOrderError"]

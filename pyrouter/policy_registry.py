@@ -1,9 +1,12 @@
 """The policy-hook API: `@policy(name)` registers an async `route(req, cluster)` function.
 
-A policy composes the verbs (`prep_recv`, `remote_send`, `start_generate`) on engines chosen via
-the cluster view and returns the stream from `start_generate` — or, written as an async
-generator, yields one stream per segment (pyrouter/session.py). Built-ins live one per file in
-`pyrouter/policies/` and are imported on first use; user policies load from a file or module.
+A policy decides where a request goes from the cluster view and returns a typed placement —
+`Dp(engine)`, `Pd(prefill, decode)`, `Split(lead, follow, at, lead_tokens)`, `Segment(engine,
+max_tokens)` — or composes the verbs (`prep_recv`, `remote_send`) itself and returns what
+`start_generate` returns; written as an async generator, it yields one placement per segment
+(pyrouter/runtime/policy_run.py). router_core carries the placement out. The data-parallel
+built-ins run in Rust (`builtin(name)`: a spec with no Python route). Built-ins live one per file
+in `pyrouter/policies/` and are imported on first use; user policies load from a file or module.
 docs/policies.md is the user's guide.
 """
 from __future__ import annotations
@@ -22,12 +25,12 @@ from pyrouter.errors import BadRequest
 
 if TYPE_CHECKING:
     from pyrouter.cluster import ClusterView
-    from pyrouter.engines.handle import GenerationStream
     from pyrouter.request import RouterRequest
+    from pyrouter.runtime.policy_run import Placement
 
-# A coroutine returning one stream, or an async generator yielding one per segment.
+# A coroutine returning one placement, or an async generator yielding one per segment.
 RouteFn = Callable[["RouterRequest", "ClusterView"],
-                   Awaitable["GenerationStream"] | AsyncIterator["GenerationStream"]]
+                   Awaitable["Placement"] | AsyncIterator["Placement"]]
 
 # The built-in policies' names (docs/policies.md); each is the module pyrouter.policies.<name>.
 BUILTIN_NAMES = ("round_robin", "least_load", "cache_aware", "pd", "balanced_pd", "tandem",
@@ -100,6 +103,9 @@ class PolicySpec:
     segmented: bool = False  # an async generator: one yielded stream per segment
     # What each parameter may be (a plain default declares its type only).
     schema: dict[str, Param] = field(default_factory=dict)
+    # A built-in router_core runs itself (round_robin, least_load, cache_aware): `route` is
+    # never called.
+    in_rust: bool = False
 
     def __post_init__(self) -> None:
         self.segmented = inspect.isasyncgenfunction(self.route)
@@ -169,6 +175,19 @@ def policy(name: str, *, roles: tuple[str, ...] = ("any",),
         return fn
 
     return register
+
+
+async def _runs_in_rust(req: RouterRequest, cluster: ClusterView) -> Placement:
+    raise RuntimeError("a Rust built-in is decided by router_core, never in Python")
+
+
+def builtin(name: str, doc: str, params: dict[str, Any] | None = None) -> PolicySpec:
+    """Register the Rust built-in `name` (router_core/src/front/fast_path.rs) with its
+    parameters."""
+    spec = PolicySpec(name, _runs_in_rust, ("any",), dict(params or {}), doc.strip(),
+                      in_rust=True)
+    _REGISTRY[name] = spec
+    return spec
 
 
 def get_policy(name: str) -> PolicySpec:

@@ -2,22 +2,20 @@
 
 `tokens` is the prompt plus every token generated so far: it grows when a segment ends, so the
 next segment's verbs (prep_recv / remote_send / start_generate on another engine) act on the
-whole context. `prompt_len` stays the prompt's length.
+whole context. `prompt_len` stays the prompt's length. The request's verbs go through `verbs`,
+its executor in router_core (router_core.RequestVerbs), which holds what they take.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pyrouter.request_timeline import RequestTimeline
-from pyrouter.scope import RequestScope
 from pyrouter.session_affinity import DEFAULT_LOAD_BOUND
-from router_core import first_engine_request_id, retry_engine_request_id
-from switchyard_proto.sampling_params import SamplingParams
+from router_core import first_engine_request_id
 
 if TYPE_CHECKING:
     from pyrouter.planning.prediction_feedback import PredictedOutcome
-    from router_core import EnginePrediction
+    from router_core import DecideSpec, EnginePrediction, RequestVerbs
 
 
 @dataclass(slots=True)
@@ -28,9 +26,26 @@ class SloSpec:
     tpot_ms: float | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class RequestSampling:
+    """The request's sampling as the front parsed and checked it (router_core's sampling rules;
+    nothing is checked again here)."""
+
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_tokens: int = 0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
+    priority: int = 0
+
+
 @dataclass(slots=True)
 class RouteNote:
-    """What actually ran, for `X-Switchyard-Route` — set by the policy, or filled from the verbs."""
+    """What actually ran, for `X-Switchyard-Route` — set by the policy; router_core adds what
+    carrying the placement out found (matched prefix, decode start, fallbacks)."""
 
     pattern: str = ""
     params: dict[str, object] = field(default_factory=dict)
@@ -50,60 +65,62 @@ class RouteNote:
         return " ".join(parts)
 
 
-@dataclass(slots=True, eq=False)
 class RouterRequest:
-    request_id: str
-    tokens: list[int]
-    sampling: SamplingParams
-    kind: Literal["completion", "chat"] = "completion"
-    model: str = "default"
-    stream: bool = False
-    include_usage: bool = False
-    return_token_ids: bool = False
-    slo: SloSpec = field(default_factory=SloSpec)
-    # The conversation it belongs to (X-Session-Id, or the body's `user` where the operator
-    # allows it; None: none), and session affinity's load bound in force when it arrived: the
-    # data-parallel built-ins keep a session on one engine within that bound (cluster.session).
-    session_id: str | None = None
-    session_load_bound: float = DEFAULT_LOAD_BOUND
-    route: RouteNote = field(default_factory=RouteNote)
-    # The router's prefix-match results, filled lazily by the cluster view (engine id -> tokens).
-    matched_by_engine: dict[str, int] | None = None
-    # router_core's predictions per engine id, when the policy asked (cluster.predict).
-    predictions: dict[str, EnginePrediction] | None = None
-    # What the policy predicted for the placement it chose (compared with what happened when
-    # the request ends: the latency model's closed loop).
-    predicted: PredictedOutcome | None = None
-    # Every reservation, send and generation on any engine, and the router's counts.
-    scope: RequestScope = field(default_factory=RequestScope)
-    prompt_len: int = 0  # set from tokens at construction
-    # The id the engines know this request by: router-made (router_core's engine_names, the
-    # scheme both request paths share), never shown to a client and never derived from anything
-    # a client sent; a fresh random one unless the front made it.
-    engine_request_id: str = ""
-    engine_attempts: int = 0  # engine-side ids made after the first (retries, resumptions)
-    initial_engine_request_id: str = ""  # the first attempt's, which retries are named after
-    completion_tokens: int = 0  # what the client received, filled when the response is complete
-    # When each part of the request happened (metrics and spans at its end).
-    timeline: RequestTimeline = field(default_factory=RequestTimeline)
+    """One request as its policy sees it (made per decision from the front's DecideSpec, or
+    directly in tests)."""
 
-    def __post_init__(self) -> None:
-        self.prompt_len = len(self.tokens)
-        self.engine_request_id = self.engine_request_id or first_engine_request_id("req-")
+    __slots__ = ("request_id", "key", "_tokens", "_spec", "prompt_len", "sampling", "kind",
+                 "model", "slo", "session_id", "session_load_bound", "route",
+                 "matched_by_engine", "predictions", "predicted", "verbs", "retries",
+                 "_engine_request_id", "on_sent")
+
+    def __init__(self, request_id: str, tokens: list[int] | None, sampling: Any, *,
+                 kind: Literal["completion", "chat"] = "completion", model: str = "default",
+                 slo: SloSpec | None = None, session_id: str | None = None,
+                 session_load_bound: float = DEFAULT_LOAD_BOUND, key: str = "",
+                 verbs: RequestVerbs | None = None, spec: DecideSpec | None = None,
+                 prompt_len: int | None = None, retries: int = 0) -> None:
+        self.request_id = request_id
+        self._tokens = tokens
+        self._spec = spec
+        self.prompt_len = len(tokens) if prompt_len is None and tokens is not None else (
+            prompt_len or 0)
+        self.sampling = sampling
+        self.kind = kind
+        self.model = model
+        self.slo = slo if slo is not None else SloSpec()
+        # The conversation it belongs to (X-Session-Id, or the body's `user` where the operator
+        # allows it; None: none), and session affinity's load bound in force when it arrived.
+        self.session_id = session_id
+        self.session_load_bound = session_load_bound
+        self.route = RouteNote()
+        # The router's prefix-match results, filled lazily by the cluster view (engine id ->
+        # tokens), and router_core's predictions per engine id when the policy asked.
+        self.matched_by_engine: dict[str, int] | None = None
+        self.predictions: dict[str, EnginePrediction] | None = None
+        # What the policy predicted for the placement it chose (compared with what happens:
+        # the latency model's closed loop).
+        self.predicted: PredictedOutcome | None = None
+        # Where its verbs go (router_core's executor for this request).
+        self.verbs = verbs
+        self.retries = retries
+        self._engine_request_id = first_engine_request_id("req-") if verbs is None else ""
+        # The request's router-made name, the same through every attempt.
+        self.key = key or self.engine_request_id
+        # Told the size and exposed time of a KV transfer its placement makes (tokens, ms).
+        self.on_sent: Any = None
 
     @property
-    def key(self) -> str:
-        """The request's router-made name, the same through every attempt (its first attempt's
-        engine-side id)."""
-        return self.initial_engine_request_id or self.engine_request_id
+    def tokens(self) -> list[int]:
+        if self._tokens is None:
+            self._tokens = list(self._spec.tokens) if self._spec is not None else []
+        return self._tokens
 
-    def new_engine_request_id(self) -> str:
-        """A fresh engine-side id for the next attempt (the failed one may linger on its
-        engine; a live engine may still hold the old id in a finished segment)."""
-        if not self.engine_attempts:  # the current id is the first (the front may have set it)
-            self.initial_engine_request_id = self.engine_request_id
-        self.engine_attempts += 1
-        return retry_engine_request_id(self.initial_engine_request_id, self.engine_attempts)
+    @property
+    def engine_request_id(self) -> str:
+        """The id engines know the current attempt by (router-made, never a client's)."""
+        return self.verbs.engine_request_id if self.verbs is not None else (
+            self._engine_request_id)
 
     @property
     def generated(self) -> int:
@@ -117,3 +134,19 @@ class RouterRequest:
     def note_route(self, pattern: str, **params: object) -> None:
         """Record the pattern that ran and its parameters (shown in X-Switchyard-Route)."""
         self.route = RouteNote(pattern, dict(params), self.route.degraded)
+
+
+def request_of(spec: DecideSpec, verbs: RequestVerbs, model: str) -> RouterRequest:
+    """The request a policy sees for the front's `spec` (its tokens read only when asked for)."""
+    sampling = RequestSampling(
+        max_tokens=spec.max_tokens, temperature=spec.temperature, top_p=spec.top_p,
+        top_k=spec.top_k, min_tokens=spec.min_tokens, seed=spec.seed, stop=tuple(spec.stop),
+        ignore_eos=spec.ignore_eos, priority=spec.priority)
+    load_bound = spec.session_load_bound
+    return RouterRequest(
+        spec.request_id, None, sampling, kind="chat" if spec.kind == "chat" else "completion",
+        model=model, slo=SloSpec(spec.slo_ttft_ms, spec.slo_tpot_ms),
+        session_id=spec.session_id,
+        session_load_bound=DEFAULT_LOAD_BOUND if load_bound is None else load_bound,
+        key=spec.key, verbs=verbs, spec=spec, prompt_len=spec.prompt_len,
+        retries=spec.retries)

@@ -14,8 +14,6 @@ from pyrouter.admission import admission_config
 from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.membership import EngineMembership
 from pyrouter.errors import BadRequest
-from pyrouter.fast_path import FastRequestRecorder, sync_fast_policy
-from pyrouter.front_bridge import FrontBridge
 from pyrouter.http.drain import drain
 from pyrouter.live_config import LiveConfig
 from pyrouter.metrics import RouterMetrics
@@ -31,9 +29,12 @@ from pyrouter.policy_registry import ActivePolicy, get_policy, load_policy_sourc
 from pyrouter.replica_admin_sync import start_admin_propagation
 from pyrouter.replica_restarts import replica_restarts_from_env
 from pyrouter.router_peers import router_peers
+from pyrouter.runtime.bridge import PolicyRuntime
+from pyrouter.runtime.builtins import sync_builtins
+from pyrouter.runtime.records import RequestRecorder
 from pyrouter.security.engine_allow import EngineAllowList
 from pyrouter.security.keys import ADMIN_KEYS_ENV, KeyRing
-from pyrouter.security.rate_limit import CallerLimiter, RateRules
+from pyrouter.security.rate_limit import RateRules
 from pyrouter.session_affinity import session_config
 from pyrouter.state import RouterConfig, RouterState
 from pyrouter.tokenizer import load_router_tokenizer
@@ -134,7 +135,7 @@ async def build_state(args: argparse.Namespace) -> RouterState:
     first = groups[models[0].name]
     return RouterState(config, tokenizer, engines, first.slot, first.dispatcher,
                        DetokenizerVocab.from_tokenizer_json(tokenizer.to_json()),
-                       metrics=metrics, limiter=CallerLimiter(config.rate), models=groups)
+                       metrics=metrics, models=groups)
 
 
 def _admin_host(args: argparse.Namespace) -> str:
@@ -147,7 +148,7 @@ def start_front(state: RouterState, args: argparse.Namespace) -> RouterFront:
     cfg = state.config
     # to_state()'s keys are RouterFront's tokenizer arguments.
     front = RouterFront(
-        FrontBridge(state), args.host, args.port, **state.tokenizer.to_state(),
+        PolicyRuntime(state), args.host, args.port, **state.tokenizer.to_state(),
         served_model=cfg.served_model, max_context=cfg.max_context,
         max_inflight=cfg.max_inflight, api_keys=sorted(cfg.keys.api_keys),
         default_temperature=cfg.default_temperature, default_top_p=cfg.default_top_p,
@@ -159,11 +160,14 @@ def start_front(state: RouterState, args: argparse.Namespace) -> RouterFront:
         assert group.tokenizer is not None  # build_state loads every model's
         front.add_served_model(group.name, **group.tokenizer.to_state())
     state.engines.attach_front(front)
-    # Under a pure-selection built-in the front picks engines itself (pyrouter/fast_path.py).
-    sync_fast_policy(state, front)
+    rate = cfg.rate
+    front.set_caller_limits(rate.rps, rate.burst, rate.max_inflight)
+    # Under a data-parallel built-in router_core picks engines itself (pyrouter/runtime/
+    # builtins.py).
+    sync_builtins(state, front)
     for group in state.models.values():
-        group.slot.on_change(lambda _active: sync_fast_policy(state, front))
-    state.fast_recorder = FastRequestRecorder(state, front)
+        group.slot.on_change(lambda _active: sync_builtins(state, front))
+    state.recorder = RequestRecorder(state, front)
     return front
 
 
@@ -202,8 +206,8 @@ async def serve_router(args: argparse.Namespace, stop: asyncio.Event,
             log.warning("admin routes have no key (%s unset) and --host %s is not loopback: "
                         "they answer loopback clients only", ADMIN_KEYS_ENV, args.host)
         state.admission.apply(front)
-        assert state.fast_recorder is not None
-        recording = asyncio.create_task(state.fast_recorder.run())
+        assert state.recorder is not None
+        recording = asyncio.create_task(state.recorder.run())
         print(f"switchyard router on http://{args.host}:{args.port} "
               f"policy={state.slot.current.name} engines={len(state.engines.engines)}",
               flush=True)
@@ -214,7 +218,7 @@ async def serve_router(args: argparse.Namespace, stop: asyncio.Event,
             # On a thread: requests ending meanwhile still run their close on this loop.
             await asyncio.to_thread(front.shutdown, FRONT_CLOSE_S)
         if recording is not None:
-            recording.cancel()  # records the last fast-path requests as it ends
+            recording.cancel()  # records the last requests as it ends
         if peer_exchange is not None:
             await peer_exchange.close()
         await live.close()

@@ -6,23 +6,22 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pyrouter.admission import AdmissionConfig
-from pyrouter.dispatch import Dispatcher, PolicySlot, RequestRun
+from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.membership import EngineMembership
 from pyrouter.metrics import RouterMetrics
 from pyrouter.model_groups import ModelGroup, ModelSpec, group_for
 from pyrouter.policy_dir import PolicyDir
 from pyrouter.router_peers import RouterPeers
-from pyrouter.scope import RouterCounters
 from pyrouter.security.engine_allow import EngineAllowList
 from pyrouter.security.keys import KeyRing
-from pyrouter.security.rate_limit import CallerLimiter, RateRules
+from pyrouter.security.rate_limit import RateRules
 from pyrouter.session_affinity import SessionAffinityConfig
 from router_core import DetokenizerVocab, RouterTracer, sampling_error
 from switchyard_tokenizer.tokenizer import EngineTokenizer
 
 if TYPE_CHECKING:
     from pyrouter.admin_propagation import AdminPropagation
-    from pyrouter.fast_path import FastRequestRecorder
+    from pyrouter.runtime.records import RequestRecorder
 
 
 @dataclass(slots=True)
@@ -69,10 +68,6 @@ class RouterState:
     dispatcher: Dispatcher
     detok_vocab: DetokenizerVocab  # built once from the tokenizer; every response's detokenizer
     metrics: RouterMetrics = field(default_factory=RouterMetrics)
-    counters: RouterCounters = field(default_factory=RouterCounters)
-    # Admitted requests still streaming, by request id (live migration finds them here).
-    runs: dict[str, RequestRun] = field(default_factory=dict)
-    limiter: CallerLimiter = field(default_factory=lambda: CallerLimiter(RateRules()))
     # --policy-dir: the only place PUT /admin/policy may load a file from (None: nowhere).
     policy_dir: PolicyDir | None = None
     # The admission queue's settings in force (the front applies them; /admin/admission).
@@ -81,10 +76,10 @@ class RouterState:
     # Session affinity's settings in force (the front applies them; /admin/session-affinity).
     sessions: SessionAffinityConfig = field(default_factory=SessionAffinityConfig)
     # router_core's tracer when tracing is configured (router_core/src/otel/router_tracer.rs):
-    # the front's spans and the policies' decisions go through it.
+    # the front's spans, the policies' decisions among them, go through it.
     tracer: RouterTracer | None = field(default_factory=lambda: router_tracer())
-    # The front's fast-path requests, recorded into the metrics and outcomes.
-    fast_recorder: FastRequestRecorder | None = None
+    # The finished requests' records, into the metrics and outcomes.
+    recorder: RequestRecorder | None = None
     # Every served model's group by name, the first being the one above (tokenizer, engines,
     # slot, dispatcher); empty: that one alone (pyrouter/model_groups.py).
     models: dict[str, ModelGroup] = field(default_factory=dict)

@@ -107,6 +107,7 @@ class EngineLoad:
     decode_step_ms: float         # engine-measured mean decode-only step (informational)
     latency_model: dict[str, float]  # term -> ms per unit of its feature; {} = no model yet
     prefill_chunk_size: int       # prefill token budget per step; 0 = not reported (one step)
+    longest_queued_prefill: int   # most prefill one queued request has left (Stats, or a larger dispatch since)
     inflight: int                 # router-side: requests dispatched and not finished
     router_tokens: int            # router-side: tokens dispatched that the latest Stats can't include yet
     router_prefill_tokens: int    # router-side, as router_tokens: their prefill (also sends')
@@ -126,7 +127,8 @@ class EngineTable:
                      unfinished_tokens: int, kv_pages_used: int, kv_pages_total: int,
                      decode_step_ms: float, *, latency_model: dict[str, float] | None = None,
                      prefill_chunk_size: int = 0, decode_context_tokens: int = 0,
-                     kv_pages_evictable: int = 0, queued_requests: int = 0) -> None:
+                     kv_pages_evictable: int = 0, queued_requests: int = 0,
+                     longest_queued_prefill_tokens: int = 0) -> None:
         """From an engine's Stats: latency_model = dict(stats.latency_model.coeffs_ms) (None or {}
         = no model yet: predicted times are NaN); queued_requests = stats.queued_requests (the
         requests waiting to be admitted; 0 = not reported). ValueError for an unknown or repeated term or a
@@ -397,164 +399,146 @@ class MockOpenAIWorker:
     def __enter__(self) -> MockOpenAIWorker: ...
     def __exit__(self, *_exc: object) -> None: ...
 
-# ---- the router's HTTP front (axum + tonic; pyrouter/front_bridge.py decides) ----
+# ---- the verbs' errors and answers (router_core/src/python/verb_values.rs) ----
 class EngineCallError(Exception):
-    """A GenerateCall failed or was cancelled; args are (code, details) too."""
+    """An engine failed a call (or it was cancelled); args are (code, details) too."""
     code: str     # the gRPC status code's name ("UNAVAILABLE", "CANCELLED", ...)
     details: str
 
-@final
-class EngineChunk:
-    """One chunk of a generation (the GenerateChunk message's fields), made once in Rust from
-    the message the front decoded."""
-    @property
-    def token_ids(self) -> list[int]: ...
-    @property
-    def text(self) -> str: ...
-    @property
-    def finish_reason(self) -> str: ...
-    @property
-    def prompt_tokens(self) -> int: ...
-    @property
-    def cached_tokens(self) -> int: ...
-    @property
-    def queue_ms(self) -> float: ...
-    @property
-    def prefill_ms(self) -> float: ...
-    @property
-    def step_ms(self) -> float: ...
-    @property
-    def logprobs(self) -> list[float]: ...
-    @property
-    def error(self) -> str: ...
+class TransferFailed(RuntimeError):
+    """RemoteSend failed on the engines' side: a policy may fall back to local prefill."""
+
+class VerbOrderError(RuntimeError):
+    """The verbs used in an order the contract forbids (the policy's failure)."""
 
 @final
-class GenerateCall:
-    """One StartGenerate stream started in Rust; Python reads chunks until the front takes it."""
-    async def next_chunk(self) -> EngineChunk | None:
-        """The next chunk; None once the engine closed the stream. Raises EngineCallError."""
-    def cancel(self) -> bool: ...
-
-# ---- the router's one client per engine (router_core/src/python/engine_client.rs) ----
-@final
-class EngineRpcClient:
-    """One engine's gRPC client (tonic: one lazily opened HTTP/2 connection), its calls as
-    awaitables answered on the asyncio loop it was made on. The verbs answer PrepRecvResult /
-    RemoteSendResult, the upkeep calls serialized response messages (read them with
-    switchyard_rpc.engine_pb2); failures raise EngineCallError;
-    cancelling an awaitable cancels its call. pyrouter/engines/rust_client.py wraps it."""
-    def __new__(cls, address: str, timeout_s: float, engine_token: str = "",
-                tls_ca: bytes | None = None, tls_cert: bytes | None = None,
-                tls_key: bytes | None = None, tls_server_name: str | None = None
-                ) -> EngineRpcClient: ...
+class KvReservation:
+    """PrepRecv's answer: pages reserved on `engine_id` for tokens[matched:end]."""
     @property
-    def address(self) -> str: ...
+    def engine_id(self) -> str: ...
     @property
-    def timeout_s(self) -> float:
-        """The unary calls' deadline when they name none."""
-    def attach_to(self, front: RouterFront, num: int) -> None:
-        """Engine `num` of `front` streams over this client's connection."""
-    def prep_recv(self, request_id: str, tokens: Sequence[int], end: int = ...,
-                  lease_s: float = 0.0, metadata: Sequence[tuple[str, str]] = ...
-                  ) -> Awaitable[PrepRecvResult]: ...
-    def remote_send(self, request_id: str, tokens: Sequence[int], kv_addr: bytes, dst: str,
-                    begin: int, end: int, transport: str = ...,
-                    metadata: Sequence[tuple[str, str]] = ..., timeout_s: float | None = None
-                    ) -> Awaitable[RemoteSendResult]: ...
-    def start_generate(self, request: bytes,
-                       metadata: Sequence[tuple[str, str]] = ...) -> GenerateCall:
-        """`request`: a serialized StartGenerateRequest; the call starts now."""
-    def abort(self, request_id: str, handoff: bool = False) -> Awaitable[bool]: ...
-    def stats(self, timeout_s: float | None = None) -> Awaitable[bytes]:
-        """A serialized StatsResponse."""
-    def model_info(self, timeout_s: float | None = None) -> Awaitable[bytes]:
-        """A serialized ModelInfoResponse."""
-    def configure(self, prefill_chunk_size: int | None = None,
-                  timeout_s: float | None = None) -> Awaitable[bytes]:
-        """A serialized ConfigureResponse."""
-    def healthy(self, timeout_s: float = 2.0) -> Awaitable[bool]:
-        """grpc.health.v1 answers SERVING; False for anything else (never raises for that)."""
-    def kv_events(self, snapshot: bool = False) -> KvEventStream: ...
-
-@final
-class KvEventStream:
-    """One KVEvents stream (endless until cancelled)."""
-    def next_batch(self) -> Awaitable[bytes | None]:
-        """A serialized KVEventBatch; None once the engine closed the stream."""
-    def cancel(self) -> bool: ...
-
-# ---- router replicas (router_core/src/python/peer.rs; pyrouter/peer_exchange.py) ----
-@final
-class RouterPeerExchange:
-    """The dispatch deltas between router replicas: the RouterPeer service on host:port and a
-    stream to every peer (addresses are the peers' RouterPeer ports)."""
-    def __new__(cls, core: RouterCore, host: str, port: int, *, peers: Sequence[str],
-                peers_dns: str | None = None, engine_token: str = "", flush_s: float = 0.005,
-                dns_every_s: float = 5.0) -> RouterPeerExchange: ...
-    @property
-    def port(self) -> int: ...
-    def set_engine(self, num: int, address: str) -> None: ...
-    def remove_engine(self, num: int) -> None: ...
-    def set_core(self, core: RouterCore) -> None:
-        """The router replaced its core: record and apply on this one's engine table."""
-    def counters(self) -> tuple[int, int, int, int, int]:
-        """(streams up, streams in, deltas received, deltas for unknown engines, batches
-        sent)"""
-    def shutdown(self) -> None: ...
-
-# ---- the verbs' answers (router_core/src/python/verb_results.rs; the messages' fields) ----
-@final
-class PrepRecvResult:
-    """PrepRecv's answer, made in Rust from the message tonic decoded."""
+    def request_id(self) -> str: ...
     @property
     def kv_addr(self) -> bytes: ...
     @property
-    def matched_len(self) -> int: ...
+    def matched(self) -> int: ...
     @property
     def end(self) -> int: ...
     @property
     def page_size(self) -> int: ...
+    @property
+    def dst_address(self) -> str: ...
 
 @final
-class RemoteSendResult:
-    """RemoteSend's answer (every byte has landed), made in Rust from the decoded message."""
+class SendResult:
+    """RemoteSend's answer, once every byte has landed."""
+    bytes_sent: int
+    transport: str
+    total_ms: float
+    cached_on_sender: int
+    tail_ms: float
+
+@final
+class PendingCall:
+    """A Rust future driven from the asyncio loop (pyrouter/runtime/pollable.py)."""
+    def poll(self, wake: Callable[[], None]) -> tuple[bool, Any]: ...
+
+@final
+class RequestVerbs:
+    """One request's executor as a verb-API policy reaches it (each verb: one call into Rust,
+    one answer back; the executor records what it takes and does the table's accounting)."""
+    def prep_recv(self, engine: int, end: int | None = None) -> PendingCall:
+        """Answers a KvReservation."""
+    def remote_send(self, engine: int, kv: KvReservation, begin: int | None = None,
+                    end: int | None = None) -> PendingCall:
+        """Answers a SendResult; raises TransferFailed, VerbOrderError, EngineCallError."""
     @property
-    def bytes_sent(self) -> int: ...
+    def engine_request_id(self) -> str: ...
     @property
-    def transport(self) -> str: ...
+    def generated(self) -> int: ...
+    def waiting_on(self) -> tuple[str, str] | None: ...
     @property
-    def compute_ms(self) -> float: ...
+    def verbs(self) -> list[tuple[str, str]]: ...
+
+# ---- the placements a policy returns (router_core/src/python/placements.rs) ----
+@final
+class Dp:
+    """The whole request on one engine (data parallel)."""
+    def __new__(cls, engine: Any) -> Dp: ...
     @property
-    def transfer_ms(self) -> float: ...
+    def engine(self) -> str: ...
+
+@final
+class Segment:
+    """One segment: prefill tokens[begin:], decode at most `max_tokens` (None: to the end);
+    the policy decides again after it, or after `control_after_s`."""
+    def __new__(cls, engine: Any, max_tokens: int | None = None, *, begin: int = 0,
+                control_after_s: float | None = None) -> Segment: ...
     @property
-    def total_ms(self) -> float: ...
-    @property
-    def cached_on_sender(self) -> int: ...
-    @property
-    def bytes_expected(self) -> int: ...
+    def engine(self) -> str: ...
     @property
     def begin(self) -> int: ...
     @property
-    def end(self) -> int: ...
+    def max_tokens(self) -> int | None: ...
     @property
-    def hidden_fraction(self) -> float: ...
+    def control_after_s(self) -> float | None: ...
+
+@final
+class Pd:
+    """Prefill on `prefill` (None: the decode engine prefills), decode on `decode`."""
+    def __new__(cls, prefill: Any | None, decode: Any, *, end: int | None = None,
+                local_prefill_ratio: float | None = None) -> Pd: ...
     @property
-    def tail_ms(self) -> float: ...
+    def prefill(self) -> str | None: ...
+    @property
+    def decode(self) -> str: ...
+
+@final
+class Split:
+    """Tandem: `lead` computes `at` prompt tokens (or all of it and `lead_tokens` tokens),
+    `follow` the rest."""
+    def __new__(cls, lead: Any, follow: Any, at: int = 0, lead_tokens: int = 0) -> Split: ...
+    @property
+    def lead(self) -> str: ...
+    @property
+    def follow(self) -> str: ...
+    @property
+    def at(self) -> int: ...
+    @property
+    def lead_tokens(self) -> int: ...
+
+@final
+class Decision:
+    """What the policy runtime answers a decision with; made with `verbs`, it places the request
+    in the engine table at once."""
+    def __new__(cls, placement: Dp | Segment | Pd | Split, pattern: str,
+                params: Sequence[tuple[str, str]], degraded: Sequence[str], policy: str, *,
+                run: object | None = None, observer: object | None = None,
+                explanation: Mapping[str, object] | None = None,
+                verbs: RequestVerbs | None = None) -> Decision: ...
 
 # ---- the values crossing the policy bridge (router_core/src/python/bridge_values.rs) ----
 @final
-class AdmitSpec:
-    """A parsed request the front hands `FrontBridge.admit`."""
+class DecideSpec:
+    """A parsed request the front hands the policy runtime's `decide`."""
     @property
     def request_id(self) -> str: ...
     @property
     def engine_request_id(self) -> str: ...
+    @property
+    def key(self) -> str: ...
+    @property
+    def retries(self) -> int: ...
+    @property
+    def traced(self) -> bool: ...
     @property
     def model(self) -> str: ...
     @property
     def kind(self) -> Literal["completion", "chat"]: ...
     @property
     def tokens(self) -> list[int]: ...
+    @property
+    def prompt_len(self) -> int: ...
     @property
     def stream(self) -> bool: ...
     @property
@@ -597,74 +581,53 @@ class AdmitSpec:
     def client_host(self) -> str: ...
 
 @final
-class SegmentStart:
-    """A segment for the front to stream: its call, engine id, and the first chunk read. The
-    call is the router's GenerateCall or an in-process engine double's (an object with an
-    awaitable `read()` and `cancel()`), the chunk an EngineChunk or a GenerateChunk message."""
-    def __new__(cls, call: Any, engine: str, first: Any) -> SegmentStart: ...
-    @property
-    def call(self) -> Any: ...
-    @property
-    def engine(self) -> str: ...
-    @property
-    def first(self) -> Any: ...
-
-@final
-class Admitted:
-    """The policy ran: its first segment, X-Switchyard-Route, and the pattern (metrics)."""
-    def __new__(cls, segment: SegmentStart, route: str, pattern: str) -> Admitted: ...
-    @property
-    def segment(self) -> SegmentStart: ...
-    @property
-    def route(self) -> str: ...
-    @property
-    def pattern(self) -> str: ...
-
-@final
 class RequestFailure:
     """The HTTP status and OpenAI error body a failing request answers."""
-    def __new__(cls, status: int, body: bytes) -> RequestFailure: ...
+    def __new__(cls, status: int, body: bytes, retry_after_s: float = 0.0) -> RequestFailure: ...
     @property
     def status(self) -> int: ...
     @property
     def body(self) -> bytes: ...
+    @property
+    def retry_after_s(self) -> float: ...
 
 @final
-class AdmitOutcome:
-    """`FrontBridge.admit`'s answer: the request's handle (`close` gets it back; None: nothing
-    to close), the policy that decided, and how. TypeError for any other `result`."""
-    def __new__(cls, run: object | None, policy: str,
-                result: Admitted | RequestFailure) -> AdmitOutcome: ...
-    @property
-    def run(self) -> object | None: ...
-    @property
-    def policy(self) -> str: ...
-    @property
-    def result(self) -> Admitted | RequestFailure: ...
+class VerbFailed:
+    """The policy let a verb's failure through: router_core maps the failure it recorded."""
+    def __new__(cls, policy: str) -> VerbFailed: ...
 
 @final
-class SegmentHandoff:
-    """The running segment ended with a hand-off after `tokens` (`FrontBridge.next_segment`)."""
+class UseBuiltin:
+    """`decide`'s answer when the active policy is a Rust built-in (switched in meanwhile)."""
+    def __new__(cls) -> UseBuiltin: ...
+
+@final
+class SegmentEnd:
+    """A segment ended: the policy's next decision gets it."""
+    @property
+    def engine_id(self) -> str: ...
+    @property
+    def reason(self) -> Literal["handoff", "interrupted"]: ...
     @property
     def tokens(self) -> list[int]: ...
+    @property
+    def detail(self) -> list[tuple[str, float]]: ...
 
 @final
-class RequestEnd:
-    """How a request ended (`FrontBridge.close`)."""
-    @property
-    def status(self) -> str: ...  # "ok" | "error" (a failure, or the client went away)
-    @property
-    def completion_tokens(self) -> int: ...
-    @property
-    def delivered(self) -> bool: ...  # the running segment's engine sent its finish
-    @property
-    def since_start_s(self) -> float: ...
-    @property
-    def since_first_token_s(self) -> float | None: ...  # None: no token came
+class Observation:
+    """How a placement went, for its observer."""
+    kind: Literal["started", "sent", "first_token", "ended"]
+    tokens: int
+    tail_ms: float
+    ttft_s: float
+    attempt_s: float
+    ok: bool
+    tpot_s: float | None
+    completion_tokens: int
 
 @final
 class OpsCall:
-    """A request to a route the bridge answers (`FrontBridge.ops`)."""
+    """A request to a route the policy runtime answers (`ops`)."""
     @property
     def plane(self) -> str: ...  # "public" | "admin"
     @property
@@ -682,7 +645,7 @@ class OpsCall:
 
 @final
 class OpsReply:
-    """`FrontBridge.ops`'s answer."""
+    """`ops`'s answer."""
     def __new__(cls, status: int, content_type: str, body: bytes,
                 headers: Sequence[tuple[str, str]] = ...) -> OpsReply: ...
     @property
@@ -693,6 +656,60 @@ class OpsReply:
     def headers(self) -> list[tuple[str, str]]: ...
     @property
     def body(self) -> bytes: ...
+
+# ---- the router's one client per engine (router_core/src/python/engine_client.rs) ----
+@final
+class EngineRpcClient:
+    """One engine's gRPC client (tonic: one lazily opened HTTP/2 connection): the front's
+    executor reaches the engine through it (RouterFront.set_engine); the upkeep calls are
+    awaitables answering serialized response messages (read them with
+    switchyard_rpc.engine_pb2); failures raise EngineCallError; cancelling an awaitable cancels
+    its call. pyrouter/engines/rust_client.py wraps it."""
+    def __new__(cls, address: str, timeout_s: float, engine_token: str = "",
+                tls_ca: bytes | None = None, tls_cert: bytes | None = None,
+                tls_key: bytes | None = None, tls_server_name: str | None = None
+                ) -> EngineRpcClient: ...
+    @property
+    def address(self) -> str: ...
+    @property
+    def timeout_s(self) -> float:
+        """The unary calls' deadline when they name none."""
+    def stats(self, timeout_s: float | None = None) -> Awaitable[bytes]:
+        """A serialized StatsResponse."""
+    def model_info(self, timeout_s: float | None = None) -> Awaitable[bytes]:
+        """A serialized ModelInfoResponse."""
+    def configure(self, prefill_chunk_size: int | None = None,
+                  timeout_s: float | None = None) -> Awaitable[bytes]:
+        """A serialized ConfigureResponse."""
+    def healthy(self, timeout_s: float = 2.0) -> Awaitable[bool]:
+        """grpc.health.v1 answers SERVING; False for anything else (never raises for that)."""
+    def kv_events(self, snapshot: bool = False) -> KvEventStream: ...
+
+@final
+class KvEventStream:
+    """One KVEvents stream (endless until cancelled)."""
+    def next_batch(self) -> Awaitable[bytes | None]:
+        """A serialized KVEventBatch; None once the engine closed the stream."""
+    def cancel(self) -> bool: ...
+
+# ---- router replicas (router_core/src/python/peer.rs; pyrouter/peer_exchange.py) ----
+@final
+class RouterPeerExchange:
+    """The dispatch deltas between router replicas: the RouterPeer service on host:port and a
+    stream to every peer (addresses are the peers' RouterPeer ports)."""
+    def __new__(cls, core: RouterCore, host: str, port: int, *, peers: Sequence[str],
+                peers_dns: str | None = None, engine_token: str = "", flush_s: float = 0.005,
+                dns_every_s: float = 5.0) -> RouterPeerExchange: ...
+    @property
+    def port(self) -> int: ...
+    def set_engine(self, num: int, address: str) -> None: ...
+    def remove_engine(self, num: int) -> None: ...
+    def set_core(self, core: RouterCore) -> None:
+        """The router replaced its core: record and apply on this one's engine table."""
+    def counters(self) -> tuple[int, int, int, int, int]:
+        """(streams up, streams in, deltas received, deltas for unknown engines, batches
+        sent)"""
+    def shutdown(self) -> None: ...
 
 # ---- the admission queue (router_core/src/front/admission.rs; pyrouter/admission.py) ----
 @final
@@ -724,13 +741,20 @@ def drain_admission_waits(front: RouterFront | InProcessFront) -> list[Admission
     """Every request's time at the gate since the last call, oldest first."""
 
 @final
-class FastRequestRecord:
-    """A request the front's fast path served (no Python ran for it), as the router records it."""
+class SegmentRecord:
+    """One segment of a finished request: its engine, tokens and mean gap between them."""
+    engine: int
+    tokens: int
+    gap_s: float | None
+
+@final
+class RequestRecord:
+    """A finished request, as the router records it (pyrouter/runtime/records.py)."""
     age_s: float  # seconds since it ended, when drained
     model: str  # the served model it asked for
     policy: str
-    pattern: str | None  # "dp" / "cache_aware"; None when no engine took it
-    engine: int | None
+    pattern: str  # "dp", "pd", an adaptive policy's choice; "none" when no engine took it
+    segments: list[SegmentRecord]
     ok: bool
     error_type: str
     ttft_s: float | None
@@ -742,13 +766,39 @@ class FastRequestRecord:
     slo_tpot_ms: float | None
 
 
+class _FrontControls:
+    """What RouterFront and InProcessFront share."""
+    @property
+    def inflight(self) -> int: ...
+    def set_core(self, core: RouterCore) -> None: ...
+    def remove_engine(self, num: int) -> None: ...
+    def set_fast_policy(self, name: str | None,
+                        weights: tuple[float, float, float, float] | None = None,
+                        model: str | None = None) -> None: ...
+    def set_session_affinity(self, load_bound: float, from_user: bool) -> None:
+        """Session affinity's bound c (>= 1, else ValueError) and whether the body's `user`
+        names a session when no X-Session-Id does; for requests from now on."""
+    def engine_active(self, num: int) -> int:
+        """Requests with work on engine `num` now."""
+    def drain_records(self) -> tuple[list[RequestRecord], int]: ...
+    def deliver_observations(self) -> None: ...
+    def migrate(self, request_id: str, target: int) -> PendingCall:
+        """Answers {from, to, outcome, moved_tokens, error}; ValueError for no such request."""
+    def copy_context(self, tokens: Sequence[int], source: int, target: int) -> PendingCall:
+        """Answers {matched, copied, bytes_sent, transport}."""
+    def crossings(self) -> dict[str, int]:
+        """Crossings between requests and the policy runtime so far, by kind."""
+    def set_retry_budget(self, per_request: int = 2, ratio: float = 0.2,
+                         reserve: float = 100.0) -> None: ...
+
+
 @final
-class RouterFront:
-    """The OpenAI routes, /health and /v1/models served in Rust on all cores; every other
-    route, and every policy decision, goes to `bridge` (a FrontBridge) on the asyncio loop the
-    front was constructed on — once per request and per segment, never per token. With
-    `admin_port` a second listener (the admin plane) serves /health and hands the rest to the
-    bridge's `ops` with plane "admin"."""
+class RouterFront(_FrontControls):
+    """The OpenAI routes, /health and /v1/models served in Rust on all cores, and every request
+    carried out by router_core's executor; a policy's decisions and every other route go to
+    `bridge` (a PolicyRuntime) on the asyncio loop the front was constructed on — once per
+    decision, never per token. With `admin_port` a second listener (the admin plane) serves
+    /health and hands the rest to the bridge's `ops` with plane "admin"."""
     def __new__(cls, bridge: Any, host: str, port: int, *, tokenizer_json: str,
                 chat_template: str | None = None, bos_token_id: int | None = None,
                 eos_token_ids: Sequence[int] = ..., served_model: str, max_context: int,
@@ -762,14 +812,8 @@ class RouterFront:
     def port(self) -> int: ...
     @property
     def admin_port(self) -> int | None: ...
-    @property
-    def inflight(self) -> int: ...
-    def remove_engine(self, num: int) -> None: ...
+    def set_engine(self, num: int, client: EngineRpcClient) -> None: ...
     def set_engine_max_context(self, tokens: int) -> None: ...
-    def set_core(self, core: RouterCore) -> None: ...
-    def set_fast_policy(self, name: str | None,
-                        weights: tuple[float, float, float, float] | None = None,
-                        model: str | None = None) -> None: ...
     def add_served_model(self, name: str, *, tokenizer_json: str,
                          chat_template: str | None = None, bos_token_id: int | None = None,
                          eos_token_ids: Sequence[int] = ...) -> None: ...
@@ -778,23 +822,21 @@ class RouterFront:
     def set_engine_model(self, num: int, model: str | None) -> None: ...
     @property
     def fast_policy(self) -> str | None: ...
-    def fast_active(self, num: int) -> int: ...
-    def choose_fast(self, tokens: Sequence[int]) -> tuple[int, str]: ...
     def set_draining(self, draining: bool) -> None: ...
-    def set_session_affinity(self, load_bound: float, from_user: bool) -> None:
-        """Session affinity's bound c (>= 1, else ValueError) and whether the body's `user`
-        names a session when no X-Session-Id does; for requests from now on."""
     def end_requests(self) -> None: ...
-    def drain_fast_records(self) -> tuple[list[FastRequestRecord], int]: ...
+    def set_caller_limits(self, rps: float, burst: int, max_inflight: int) -> None: ...
+    def evacuate(self, from_num: int, target: int) -> int: ...
+    def retry_budget(self) -> tuple[int, int, float]: ...
     def shutdown(self, grace_s: float = 1.0) -> None: ...
 
 
 @final
-class InProcessFront:
+class InProcessFront(_FrontControls):
     """The HTTP front with no listener (tests, the simulator): a request's body runs through
-    the parsing, admission gate and request task a client's request runs, with `bridge` (a
-    FrontBridge) on the loop it was made on; its spans go to `tracer` (None: the process's
-    router tracer, as the HTTP front's). Drive requests with switchyard_sim.fake.in_process."""
+    the parsing, admission gate, request task and executor a client's request runs, with
+    `bridge` (a PolicyRuntime) on the loop it was made on, timed by that loop's clock; its spans
+    go to `tracer` (None: the process's router tracer). Drive requests with
+    switchyard_sim.fake.in_process."""
     def __new__(cls, bridge: Any, tokenizer: RouterTokenizer, vocab: DetokenizerVocab, *,
                 served_model: str, max_context: int, max_inflight: int = 4096,
                 default_temperature: float = 1.0, default_top_p: float = 1.0,
@@ -802,11 +844,8 @@ class InProcessFront:
                 tracer: RouterTracer | None = None) -> InProcessFront: ...
     def request(self, kind: Literal["completion", "chat"], body: bytes,
                 headers: Sequence[tuple[str, str]] = ...) -> InProcessRequest: ...
-    @property
-    def inflight(self) -> int: ...
-    def set_core(self, core: RouterCore) -> None:
-        """The router core whose engine table the admission gate reads (none: the gate never
-        finds the engines saturated)."""
+    def set_engine(self, num: int, client: EngineRpcClient) -> None: ...
+    def set_engine_double(self, num: int, double: Any, address: str) -> None: ...
 
 @final
 class InProcessRequest:
@@ -818,21 +857,18 @@ class InProcessRequest:
     def poll_head(self, wake: Callable[[], None]
                   ) -> tuple[bool, tuple[int, list[tuple[str, str]]] | None]: ...
     def poll_body(self, wake: Callable[[], None]) -> tuple[bool, bytes | None]: ...
+    def outcome(self) -> tuple[list[tuple[str, str]], str, str, int, str]:
+        """(verbs, route, policy, segments, last engine-side id), once its task has ended."""
     def disconnect(self) -> None: ...
 
 @final
 class RouterTracer:
-    """The router's tracer (router_core/src/otel): the front's spans and the Python decisions'."""
+    """The router's tracer (router_core/src/otel): every span of the router's requests."""
 
     @staticmethod
     def from_env() -> RouterTracer | None: ...
     @staticmethod
     def to_file(path: str) -> RouterTracer: ...
-    def segment_parent(self, engine_request_id: str) -> str | None: ...
-    def set_segment(self, engine_request_id: str, parent: str) -> None: ...
-    def start_generate_span(self, engine_request_id: str, engine: str,
-                            start_ns: int) -> list[tuple[str, str]]: ...
-    def forget_request(self, engine_request_id: str) -> None: ...
     def start_span(self, name: str, parent: str, start_ns: int,
                    attributes: Mapping[str, object] | None = None) -> RouterSpan | None: ...
     def flush(self) -> None: ...

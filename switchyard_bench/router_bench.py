@@ -41,6 +41,7 @@ import requests
 from switchyard_bench.anchors import anchor_argv, ensure_anchors
 from switchyard_bench.bench_procs import Procs, free_port, spawn, started_procs
 from switchyard_bench.grpc_direct import count_messages, measure_grpc
+from switchyard_bench.policies import round_robin_py
 from switchyard_bench.proc_cpu import tree_cpu_s
 from switchyard_bench.router_bench_tables import (
     Row,
@@ -126,21 +127,11 @@ _VARIANTS: tuple[tuple[str, list[str], dict[str, str], bool], ...] = (
     ("", [], NO_TRACING, False),
     ("-16msg", ["--no-coalesce"], NO_TRACING, False),
     ("-py", [], NO_TRACING, True))
-PYTHON_POLICY = "round_robin_py"
-_PYTHON_POLICY_FILE = f"""\"\"\"round_robin under another name: the same picks, made in Python.\"\"\"
-from pyrouter.policies.round_robin import route
-from pyrouter.policy_registry import policy
-
-policy("{PYTHON_POLICY}")(route)
-"""
+PYTHON_POLICY = round_robin_py.NAME
 
 
 def _python_policy_file() -> str:
-    path = os.path.join(tempfile.mkdtemp(prefix="switchyard-bench-"), f"{PYTHON_POLICY}.py")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(_PYTHON_POLICY_FILE)
-    return path
-
+    return round_robin_py.__file__
 
 def _start_switchyard(started: Procs, suffix: str, flags: list[str],
                       env: dict[str, str], python_policy: bool = False) -> list[Target]:

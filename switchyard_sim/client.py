@@ -1,5 +1,5 @@
-"""The engine client surface the router's EngineHandle calls (pyrouter/engines/engine_api.py's
-EngineVerbs), answered by a simulated engine in virtual time: what the gRPC servicer and its
+"""The engine interface router_core's executor calls on an in-process engine (switchyard_sim/
+fake/engine_double.py's EngineDouble), answered by a simulated engine in virtual time: what the gRPC servicer and its
 KV sender do (engine/server/servicer.py, kv_sender.py), without processes or sockets.
 
 Errors are the servicer's: engine exceptions become grpc.aio.AioRpcError with the same status
@@ -19,11 +19,11 @@ from engine.core.outputs import StepOutput
 from engine.core.validation import resolve_end
 from engine.server.convert import chunk_from_outputs
 from engine.server.errors import RequestInUse, status_code
-from pyrouter.engines.engine_api import Metadata
 from switchyard_proto.errors import EngineError, InvalidRequest
 from switchyard_proto.sampling_proto import sampling_from_proto
 from switchyard_rpc import engine_pb2 as pb
 from switchyard_sim.engine import SimEngine
+from switchyard_sim.fake.engine_double import Metadata
 from switchyard_sim.fake.fake_engine import rpc_error
 from switchyard_sim.transfer import KvLink, KvTransfer
 
@@ -295,7 +295,7 @@ class SimCall:
         if self._inbox is None:
             raise rpc_error(grpc.StatusCode.CANCELLED, "cancelled")
         if self._done:
-            return grpc.aio.EOF
+            return None
         chunk = chunk_from_outputs(await self._inbox.take())
         if chunk.finish_reason:
             self._done = True

@@ -2,8 +2,8 @@
 summarised exactly as `switchyard bench serve` records and summarises a real run.
 
 Each request goes through the router's own front, in-process (switchyard_sim/fake/front_run.py:
-the Rust request task and the policy bridge a client's request runs through), arriving at its
-scheduled virtual time. Its tokens' times are
+the Rust request task, executor and built-ins and the policy bridge a client's request runs
+through), arriving at its scheduled virtual time. Its tokens' times are
 when they left their engine (the simulation has no network between router and client), and the
 record is filled by bench serve's StreamObserver, so TTFT, TPOT, ITL and JCT have one
 definition for real and simulated runs.
@@ -24,7 +24,6 @@ from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.membership import EngineMembership
 from pyrouter.policy_registry import ActivePolicy, get_policy
 from pyrouter.request import RouterRequest, SloSpec
-from pyrouter.scope import RouterCounters
 from switchyard_bench.serve.request_body import Slo
 from switchyard_bench.serve.stream_record import RequestRecord, StreamObserver
 from switchyard_bench.serve.summary import summarize
@@ -33,7 +32,7 @@ from switchyard_bench.workloads import ArrivalProcess, WorkItem, Workload, Workl
 from switchyard_proto.sampling_params import SamplingParams
 from switchyard_sim.clock import real_perf_counter, run_virtual
 from switchyard_sim.cluster import SimCluster
-from switchyard_sim.fake.front_run import FakeRun, run_through_front
+from switchyard_sim.fake.front_run import FakeRun, FrontHarness
 from switchyard_sim.parallel import in_processes
 from switchyard_sim.profile import HardwareProfile
 
@@ -93,7 +92,8 @@ async def _simulate(cfg: SimConfig, policy: str, params: dict[str, Any],
     spec = get_policy(policy)
     dispatcher = Dispatcher(cluster, PolicySlot(ActivePolicy(spec, spec.check_params(params))),
                             policy_timeout_s=cfg.policy_timeout_s)
-    counters = RouterCounters()
+    # The simulated cluster stands in for the router's EngineMembership.
+    harness = FrontHarness(cast(EngineMembership, cluster), dispatcher)
     records: list[RequestRecord | None] = [None] * len(items)
     bar = tqdm(total=len(items), desc=label, unit="req", disable=not cfg.progress,
                file=sys.stderr, dynamic_ncols=True)
@@ -110,14 +110,13 @@ async def _simulate(cfg: SimConfig, policy: str, params: dict[str, Any],
         req = RouterRequest(f"sim-{index}", list(item.prompt),
                             SamplingParams(max_tokens=item.max_tokens, ignore_eos=True),
                             slo=SloSpec(slo.ttft_ms, slo.tpot_ms))
-        # The simulated cluster stands in for the router's EngineMembership.
-        out = await run_through_front(cast(EngineMembership, cluster), dispatcher, req, counters)
+        out = await harness.run(req)
         end = loop.time()
         cached = int(((out.usage or {}).get("prompt_tokens_details") or {})
                      .get("cached_tokens", 0))
         # The last attempt's engine-side id (a retried request's earlier attempts produced
         # nothing: retries happen only before the first token).
-        times = cluster.tokens.pop(out.request.engine_request_id)
+        times = cluster.tokens.pop(out.engine_request_id)
         records[index] = _record(index, item, sent, start, out, times, end, cached, cfg.slo)
         last_end = max(last_end, end)
         bar.update(1)
@@ -129,6 +128,7 @@ async def _simulate(cfg: SimConfig, policy: str, params: dict[str, Any],
             await asyncio.sleep(delay)
         tasks.append(loop.create_task(one(index, item)))
     await asyncio.gather(*tasks)
+    harness.settle()
     bar.close()
     duration = max(last_end - start, 1e-9)
     busy = {eid: cluster.sim(eid).busy_s / duration for eid in cluster.engines}

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import asyncio
 
-import grpc
-
 from pyrouter.engines.rust_client import dial
-from pyrouter.errors import BadRequest
+from pyrouter.errors import BadRequest, EngineCallError
 
 
 async def check_is_engine(address: str, deadline_s: float = 3.0) -> None:
@@ -29,10 +27,10 @@ async def check_is_engine(address: str, deadline_s: float = 3.0) -> None:
         raise BadRequest(f"{address} did not answer as a Switchyard engine within "
                          f"{deadline_s:g} s; nothing was added", param="address",
                          code="engine_unreachable") from None
-    except grpc.aio.AioRpcError as exc:
-        if exc.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+    except EngineCallError as exc:
+        if exc.code in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
             raise BadRequest(f"{address} refused this deployment's engine token; nothing was "
                              "added", param="address", code="engine_token_refused") from None
         raise BadRequest(f"{address} does not answer as a Switchyard engine "
-                         f"({exc.code().name}); nothing was added", param="address",
+                         f"({exc.code}); nothing was added", param="address",
                          code="engine_unreachable") from None

@@ -11,11 +11,9 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-import grpc
-
 from pyrouter.engines.handle import EngineHandle
 from pyrouter.engines.rust_client import RustEngineClient, dial
-from pyrouter.errors import BadRequest, NotFound
+from pyrouter.errors import BadRequest, EngineCallError, NotFound
 from router_core import RouterCore, RouterFront, engine_name
 from switchyard_rpc import engine_pb2 as pb
 
@@ -30,14 +28,14 @@ def apply_stats(core: RouterCore, handle: EngineHandle, s: pb.StatsResponse) -> 
     """An engine's Stats answer into router_core's table (and the handle's cached blocks): the
     one mapping, for real engines' polls and the simulator's."""
     handle.cached_blocks = int(s.cached_blocks)
-    handle.longest_queued_prefill = int(s.longest_queued_prefill_tokens)
     core.table.update_stats(
         handle.num, int(s.queued_prefill_tokens), int(s.decode_requests),
         int(s.unfinished_tokens), int(s.kv_pages_used), int(s.kv_pages_total),
         float(s.decode_step_ms), latency_model=dict(s.latency_model.coeffs_ms),
         prefill_chunk_size=int(s.prefill_chunk_size),
         decode_context_tokens=int(s.decode_context_tokens),
-        kv_pages_evictable=int(s.kv_pages_evictable), queued_requests=int(s.queued_requests))
+        kv_pages_evictable=int(s.kv_pages_evictable), queued_requests=int(s.queued_requests),
+        longest_queued_prefill_tokens=int(s.longest_queued_prefill_tokens))
 
 
 def _check_address(address: str) -> None:
@@ -70,19 +68,20 @@ class EngineMembership:
         self.front: RouterFront | None = None  # the HTTP front, once it serves
 
     def attach_front(self, front: RouterFront) -> None:
-        """Generations of every engine, present and future, stream through `front`."""
+        """Every engine, present and future, is reached by `front`'s executor (over the client
+        this membership dialled: one connection per engine)."""
         self.front = front
         front.set_core(self.core)
         for handle in self.engines.values():
             self._join_front(handle)
 
-    def fast_active(self, handle: EngineHandle) -> int:
-        """Requests the Rust front's fast path runs on `handle` (no Python holds them)."""
-        return self.front.fast_active(handle.num) if self.front is not None else 0
+    def active(self, handle: EngineHandle) -> int:
+        """Requests with work on `handle` now (router_core's executor holds them)."""
+        return self.front.engine_active(handle.num) if self.front is not None else 0
 
     def _join_front(self, handle: EngineHandle) -> None:
         if self.front is not None:
-            self._clients[handle.id].attach_to(self.front, handle.num)
+            self.front.set_engine(handle.num, self._clients[handle.id].rpc)
             self.front.set_engine_max_context(self.max_context)
             if handle.model is not None:
                 self.front.set_engine_model(handle.num, handle.model)
@@ -123,7 +122,7 @@ class EngineMembership:
         self.core.table.set_health(handle.num, False)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        while (handle.active or self.fast_active(handle)) and loop.time() < deadline:
+        while self.active(handle) and loop.time() < deadline:
             await asyncio.sleep(0.05)
         for task in self._tasks.pop(engine_id, []):
             task.cancel()
@@ -160,7 +159,6 @@ class EngineMembership:
                 or load.queued_prefill_tokens:
             self.core.table.update_stats(handle.num, 0, 0, 0, 0, int(load.kv_pages_total), 0.0)
         handle.cached_blocks = 0
-        handle.longest_queued_prefill = 0
 
     def healthy(self) -> list[EngineHandle]:
         return [e for e in self.engines.values() if e.healthy and not e.draining]
@@ -245,10 +243,10 @@ class EngineMembership:
                     self.core.table.stats_requested(handle.num)
                     s = await client.stats(timeout_s=2.0)
                     apply_stats(self.core, handle, s)
-            except grpc.aio.AioRpcError as exc:
+            except EngineCallError as exc:
                 serving = False
                 log.debug("engine %s (%s) unreachable: %s", handle.id, handle.address,
-                          exc.code())
+                          exc.code)
             except Exception:  # never let one odd answer end this engine's upkeep
                 serving = False
                 log.exception("engine %s (%s): unexpected error while polling", handle.id,
@@ -276,7 +274,7 @@ class EngineMembership:
                                                 list(batch.stored), list(batch.evicted)):
                         snapshot = True
                         break  # reconnect asking for the full set
-            except grpc.aio.AioRpcError:
+            except EngineCallError:
                 snapshot = True
             except Exception:
                 snapshot = True

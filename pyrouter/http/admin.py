@@ -96,7 +96,7 @@ def _engine_view(state: RouterState) -> list[dict[str, Any]]:
                     "kv_pages_evictable": int(load.kv_pages_evictable),
                     "kv_pages_total": int(load.kv_pages_total),
                     "cached_blocks": e.cached_blocks,
-                    "active_requests": len(e.active) + state.engines.fast_active(e)})
+                    "active_requests": state.engines.active(e)})
     return out
 
 
@@ -149,21 +149,16 @@ async def add_engine(state: RouterState, request: OpsRequest) -> OpsResponse:
 
 
 def _evacuate(state: RouterState, engine_id: str) -> int:
-    """Move every request decoding on `engine_id` to the least loaded other engine."""
+    """Move every request decoding on `engine_id` to the least loaded other engine (router_core
+    moves each at its next token boundary)."""
+    front = state.engines.front
     others = [e for e in state.engines.healthy() if e.id != engine_id]
-    moved = 0
-    for run in list(state.runs.values()):
-        if run.stream.engine.id != engine_id or run.stream.delivered or not others:
-            continue
-        loads = {e.id: state.engines.core.table.get(e.num) for e in others}
-        target = min(others, key=lambda e: (loads[e.id].unfinished_tokens
-                                            + loads[e.id].router_tokens, e.num))
-        try:
-            run.migrate(target)
-            moved += 1
-        except BadRequest:  # already moving
-            pass
-    return moved
+    if front is None or not others:
+        return 0
+    loads = {e.id: state.engines.core.table.get(e.num) for e in others}
+    target = min(others, key=lambda e: (loads[e.id].unfinished_tokens
+                                        + loads[e.id].router_tokens, e.num))
+    return int(front.evacuate(state.engines.get(engine_id).num, target.num))
 
 
 async def delete_engine(state: RouterState, request: OpsRequest) -> OpsResponse:

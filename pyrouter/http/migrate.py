@@ -14,9 +14,9 @@ import asyncio
 from typing import Any
 
 from pyrouter.engines.handle import EngineHandle
-from pyrouter.errors import BadRequest, NotFound
+from pyrouter.errors import BadRequest, NoCapacity
 from pyrouter.http.routes import OpsRequest, OpsResponse, json_response
-from pyrouter.migration import copy_context
+from pyrouter.migration import copy_context, move_request
 from pyrouter.state import RouterState
 
 _MOVE_TIMEOUT_S = 120.0
@@ -54,34 +54,22 @@ def _context_tokens(state: RouterState, source: EngineHandle, prefix: object) ->
 
 async def migrate(state: RouterState, body: dict[str, Any]) -> dict[str, Any]:
     target = _engine(state, body, "to")
+    front = state.engines.front
+    if front is None:
+        raise NoCapacity("the router is not serving yet")
     if "request_id" in body:
-        # Runs are keyed by their engine-side id; clients name them by X-Request-Id, which
-        # two clients may share.
-        runs = [r for r in state.runs.values() if r.req.request_id == str(body["request_id"])]
-        if len(runs) > 1:
-            raise BadRequest(f"{len(runs)} running requests share the id "
-                             f"{body['request_id']!r}", param="request_id")
-        run = runs[0] if runs else None
-        if run is None:
-            front = state.engines.front
-            hint = "" if front is None or front.fast_policy is None else (
-                f" (under {front.fast_policy} the Rust front picks engines itself and keeps no "
-                "policy session to move a request with; live migration needs a policy that "
-                "runs in Python)")
-            raise NotFound(f"no running request {body['request_id']!r}{hint}",
-                           param="request_id")
-        _same_model(state, target, run.req.model, "the request is for")
-        move = run.migrate(target)
+        request_id = str(body["request_id"])
         try:
-            await asyncio.wait_for(asyncio.shield(move.done.wait()), _MOVE_TIMEOUT_S)
-        except TimeoutError:
-            pass  # still under way: say so
-        return {"request_id": body["request_id"], "from": move.source.id, "to": target.id,
-                "outcome": move.outcome, "moved_tokens": move.moved_tokens}
+            moved = await asyncio.wait_for(move_request(front, request_id, target),
+                                           _MOVE_TIMEOUT_S)
+        except TimeoutError:  # still under way: say so
+            moved = {"from": None, "to": target.id, "outcome": "pending", "moved_tokens": 0}
+        return {"request_id": request_id, "from": moved["from"], "to": target.id,
+                "outcome": moved["outcome"], "moved_tokens": moved["moved_tokens"]}
     source = _engine(state, body, "from")
     _same_model(state, target, source.model, f"engine {source.id} serves")
     tokens = _context_tokens(state, source, body.get("prefix"))
-    copied = await copy_context(tokens, source, target)
+    copied = await copy_context(front, tokens, source, target)
     return {"from": source.id, "to": target.id, "tokens": len(tokens),
             "matched": copied.matched, "copied": copied.copied,
             "bytes_sent": copied.bytes_sent, "transport": copied.transport}

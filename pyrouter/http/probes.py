@@ -19,10 +19,10 @@ async def ready(state: RouterState, request: OpsRequest) -> OpsResponse:
 
 
 async def metrics(state: RouterState, request: OpsRequest) -> OpsResponse:
-    if state.fast_recorder is not None:
-        state.fast_recorder.record()
+    if state.recorder is not None:
+        state.recorder.record()
     front = state.engines.front
-    state.metrics.in_flight.set(front.inflight if front is not None else state.counters.inflight)
+    state.metrics.in_flight.set(front.inflight if front is not None else 0)
     state.metrics.admission.record(front)
     for e in state.engines.engines.values():
         state.metrics.engine_healthy.labels(e.id, e.role, e.address).set(

@@ -57,11 +57,10 @@ from dataclasses import replace
 
 from pyrouter.cluster import ClusterView
 from pyrouter.degrade import degraded_note, serves
-from pyrouter.engines.handle import EngineHandle, GenerationStream
+from pyrouter.engines.handle import EngineHandle
 from pyrouter.errors import NoCapacity
 from pyrouter.planning.admission import refuse_past_timeout
 from pyrouter.planning.chunk_control import ChunkController, backlog_chunk, lcu_option
-from pyrouter.planning.disaggregate import disaggregate
 from pyrouter.planning.interference import PrefillShare
 from pyrouter.planning.placement import (
     DP,
@@ -77,6 +76,7 @@ from pyrouter.planning.placement import (
 )
 from pyrouter.policy_registry import Param, comma_names, policy
 from pyrouter.request import RouterRequest
+from router_core import Dp, Pd
 
 PARAMS = {"ttft_ms": Param(2000.0, gt=0), "tpot_ms": Param(200.0, gt=0),
           "kv_watermark": Param(0.9, gt=0, le=1),
@@ -109,7 +109,7 @@ def _slo(req: RouterRequest, cluster: ClusterView) -> Slo:
 
 
 @policy("adaptive", params=PARAMS)
-async def route(req: RouterRequest, cluster: ClusterView) -> GenerationStream:
+async def route(req: RouterRequest, cluster: ClusterView) -> Dp | Pd:
     engines = cluster.engines("any")
     if not engines:
         raise NoCapacity("no healthy engine", code="no_capacity")
@@ -151,7 +151,7 @@ async def route(req: RouterRequest, cluster: ClusterView) -> GenerationStream:
     if chunk_control:
         _control_chunks(req, cluster, slo, share, chosen,
                         [by_id[chosen.prefill], by_id[chosen.decode]])
-    return await _run(req, chosen, by_id[chosen.prefill], by_id[chosen.decode], transfer)
+    return _placement(req, chosen, by_id[chosen.prefill], by_id[chosen.decode], transfer)
 
 
 def _at_lcu_chunks(req: RouterRequest, cluster: ClusterView, placements: list[Placement],
@@ -199,24 +199,20 @@ def _control_chunks(req: RouterRequest, cluster: ClusterView, slo: Slo, share: P
             chunks.apply(engine, table, chunk)
 
 
-async def _run(req: RouterRequest, chosen: Placement, prefill: EngineHandle,
-               decode: EngineHandle, transfer: TransferCost) -> GenerationStream:
+def _placement(req: RouterRequest, chosen: Placement, prefill: EngineHandle,
+               decode: EngineHandle, transfer: TransferCost) -> Dp | Pd:
+    """The chosen placement for router_core to carry out: a disaggregation's transfer (its
+    tokens and exposed time) teaches the transfer cost; router_core notes prefill, decode,
+    matched and decode_start (and a failed transfer's fallback) after these."""
     note: dict[str, object] = {"chose": chosen.pattern}
     if chosen.pattern == DP:
         note["engine"] = decode.id
-        begin = 0
-    else:
-        done = await disaggregate(req, prefill, decode)
-        if done.send is not None:
-            transfer.observe(done.sent_tokens, done.send.tail_ms)
-        note.update(prefill=prefill.id, decode=decode.id, matched=done.matched,
-                    decode_start=done.begin)
-        if done.failed:
-            note["fallback"] = "transfer_failed"
-        begin = done.begin
     if chosen.chunk:
         note["chunk"] = chosen.chunk
     note.update(ttft_ms=round(chosen.ttft_ms, 1), tpot_ms=round(chosen.tpot_ms, 1),
                 fits=int(chosen.meets), harm=chosen.harm)
     req.note_route("adaptive", **note)
-    return decode.start_generate(req, begin=begin)
+    if chosen.pattern == DP:
+        return Dp(decode)
+    req.on_sent = transfer.observe
+    return Pd(prefill, decode)

@@ -7,10 +7,11 @@ decode engine's unfinished tokens, so a busy decode engine prefills less.
 from __future__ import annotations
 
 from pyrouter.cluster import ClusterView
-from pyrouter.engines.handle import EngineHandle, GenerationStream
-from pyrouter.errors import BadRequest, NoCapacity, TransferFailed
+from pyrouter.engines.handle import EngineHandle
+from pyrouter.errors import BadRequest, NoCapacity
 from pyrouter.policy_registry import Param, policy
 from pyrouter.request import RouterRequest
+from router_core import Pd
 
 
 def _decode_start(req: RouterRequest, cluster: ClusterView, prefill: EngineHandle,
@@ -33,27 +34,13 @@ def _decode_start(req: RouterRequest, cluster: ClusterView, prefill: EngineHandl
 @policy("balanced_pd", roles=("prefill", "decode"),
         params={"ratio": Param(None, kind=float, ge=0, le=1, nullable=True),
                 "align": Param(16, ge=1)})
-async def route(req: RouterRequest, cluster: ClusterView) -> GenerationStream:
+async def route(req: RouterRequest, cluster: ClusterView) -> Pd:
     decode = cluster.best("decode", req)
     try:
         prefill = cluster.best("prefill", req, exclude=(decode,))
     except NoCapacity:  # no second engine: run locally and say so in the route header
-        req.note_route("balanced_pd", prefill="-", decode=decode.id, matched=0, decode_start=0,
-                       fallback="no_prefill_engine")
-        return decode.start_generate(req, begin=0)
+        req.note_route("balanced_pd", fallback="no_prefill_engine")
+        return Pd(None, decode, end=0)
+    req.note_route("balanced_pd")
     decode_start = _decode_start(req, cluster, prefill, decode)
-    if decode_start <= 0:
-        req.note_route("balanced_pd", prefill="-", decode=decode.id, matched=0, decode_start=0)
-        return decode.start_generate(req, begin=0)
-    kv = await decode.prep_recv(req, end=decode_start)
-    if kv.matched < kv.end:
-        try:
-            await prefill.remote_send(req, kv, begin=kv.matched, end=kv.end)
-        except TransferFailed:  # fall back to prefilling everything on the decode engine
-            req.note_route("balanced_pd", prefill=prefill.id, decode=decode.id,
-                           matched=kv.matched, decode_start=kv.matched,
-                           fallback="transfer_failed")
-            return decode.start_generate(req, begin=kv.matched)
-    req.note_route("balanced_pd", prefill=prefill.id, decode=decode.id, matched=kv.matched,
-                   decode_start=kv.end)
-    return decode.start_generate(req, begin=kv.end)
+    return Pd(prefill, decode, end=decode_start)

@@ -20,14 +20,13 @@ import logging
 
 from pyrouter.cluster import ClusterView
 from pyrouter.degrade import serves
-from pyrouter.engines.handle import GenerationStream
 from pyrouter.errors import NoCapacity
 from pyrouter.planning.admission import refuse_past_timeout
-from pyrouter.planning.disaggregate import disaggregate
 from pyrouter.planning.slo_fit import MUX, PREFILL, MuxRoles, dp_fit, mux_fit, queue_saturated
 from pyrouter.policy_registry import Param, policy
 from pyrouter.request import RouterRequest
 from pyrouter.shared_policy_state import share_state
+from router_core import Dp, Pd
 
 log = logging.getLogger("switchyard.router")
 PARAMS = {"ttft_ms": Param(2000.0, gt=0), "tpot_ms": Param(200.0, gt=0),
@@ -51,7 +50,7 @@ def _switch_roles(cluster: ClusterView, roles: MuxRoles, req: RouterRequest) -> 
 
 
 @policy("slo_mux", roles=("decode", "prefill", "decode"), params=PARAMS)
-async def route(req: RouterRequest, cluster: ClusterView) -> GenerationStream:
+async def route(req: RouterRequest, cluster: ClusterView) -> Dp | Pd:
     engines = {e.id: e for e in cluster.engines("any")}
     if not engines:
         raise NoCapacity("no healthy engine", code="no_capacity")
@@ -87,7 +86,7 @@ async def route(req: RouterRequest, cluster: ClusterView) -> GenerationStream:
                        ttft_ms=round(preds[engine.id].ttft_ms, 1),
                        slack_ms=round(preds[engine.id].tpot_slack_ms, 1))
         _switch_roles(cluster, roles, req)
-        return engine.start_generate(req)
+        return Dp(engine)
     # path 1: prefill engine, then decode on the multiplexing engine with the most slack
     prefill_engines = [engines[e] for e in roles.of(PREFILL)]
     decoders = mux or prefill_engines
@@ -99,7 +98,7 @@ async def route(req: RouterRequest, cluster: ClusterView) -> GenerationStream:
     if not candidates:
         refuse_past_timeout(preds[decode.id].ttft_ms, every_ttft_ms, cluster.first_output_timeout_s)
         req.note_route("slo_mux", path="mux_forced", engine=decode.id, reason=why)
-        return decode.start_generate(req)
+        return Dp(decode)
     prefill = min(candidates, key=lambda e: (preds[e.id].ttft_ms, e.num))
     roles.late.append(preds[prefill.id].ttft_ms > ttft_ms)
     try:
@@ -110,11 +109,11 @@ async def route(req: RouterRequest, cluster: ClusterView) -> GenerationStream:
     except NoCapacity:
         _switch_roles(cluster, roles, req)  # its lateness still counts towards a role switch
         raise
-    begin = (await disaggregate(req, prefill, decode)).begin
-    req.note_route("slo_mux", path="pd", prefill=prefill.id, decode=decode.id,
-                   decode_start=begin, reason=why)
+    # router_core carries the disaggregation out and notes prefill, decode, matched and
+    # decode_start (a failed transfer: the decode engine prefills, fallback=transfer_failed).
+    req.note_route("slo_mux", path="pd", reason=why)
     _switch_roles(cluster, roles, req)
-    return decode.start_generate(req, begin=begin)
+    return Pd(prefill, decode)
 
 
 def _finite(value: float) -> float:

@@ -8,21 +8,21 @@ constrained utilisation point for the ITL SLO (pyrouter/planning/chunk_control.p
 is the ITL SLO (a request's own `slo.tpot_ms` wins); `k_default` tokens come from the lead when
 that does not delay the first token, `k_max` when the follow's batch is over the SLO. A plan
 whose first output would come only past the router's first-output timeout is refused at once,
-503 `overloaded` (pyrouter/planning/admission.py).
+503 `overloaded` (pyrouter/planning/admission.py). The policy returns a `Split`; router_core
+carries it out (the lead's segment, the KV's crossing, the follow's generation).
 """
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from dataclasses import replace
 
 from pyrouter.cluster import ClusterView
-from pyrouter.engines.handle import EngineHandle, GenerationStream
-from pyrouter.errors import BadRequest, NoCapacity, TransferFailed
+from pyrouter.errors import BadRequest, NoCapacity
 from pyrouter.planning.admission import refuse_past_timeout
 from pyrouter.planning.chunk_control import ChunkController
 from pyrouter.planning.tandem_split import TandemPlan, plan_tandem
 from pyrouter.policy_registry import Param, policy
 from pyrouter.request import RouterRequest
+from router_core import Dp, Split
 
 PARAMS = {"tpot_ms": Param(200.0, gt=0), "ttft_ms": Param(2000.0, gt=0),
           "k_default": Param(1, ge=0), "k_max": Param(8, ge=0), "align": Param(16, ge=1),
@@ -33,19 +33,6 @@ PARAMS = {"tpot_ms": Param(200.0, gt=0), "ttft_ms": Param(2000.0, gt=0),
           # split_ratio of the prompt, or all of it and lead_tokens tokens.
           "split_ratio": Param(None, kind=float, ge=0, le=1, nullable=True),
           "lead_tokens": Param(None, kind=int, ge=1, nullable=True)}
-
-
-async def _send(req: RouterRequest, lead: EngineHandle, follow: EngineHandle,
-                end: int | None = None) -> int:
-    """KV of tokens[:end] from lead into follow; the begin the follow's generation gets."""
-    kv = await follow.prep_recv(req, end=end)
-    if kv.matched < kv.end:
-        try:
-            await lead.remote_send(req, kv, begin=kv.matched, end=kv.end)
-        except TransferFailed:
-            req.route.params["fallback"] = "transfer_failed"
-            return kv.matched  # the follow computes the rest itself
-    return kv.end
 
 
 def _fixed(plan: TandemPlan, params: dict[str, object], tokens_len: int) -> TandemPlan:
@@ -64,15 +51,14 @@ def _fixed(plan: TandemPlan, params: dict[str, object], tokens_len: int) -> Tand
 
 
 @policy("tandem", params=PARAMS)
-async def route(req: RouterRequest, cluster: ClusterView) -> AsyncIterator[GenerationStream]:
+async def route(req: RouterRequest, cluster: ClusterView) -> Split | Dp:
     engines = cluster.engines("any")
     if not engines:
         raise NoCapacity("no healthy engine", code="no_capacity")
     if len(engines) == 1:
         req.note_route("tandem", lead="-", follow=engines[0].id, s=0, k=0,
                        fallback="one_engine")
-        yield engines[0].start_generate(req)
-        return
+        return Dp(engines[0])
     params = cluster.params
     itl_ms = float(cluster.slo(req).tpot_ms or params["tpot_ms"])
     preds = cluster.predict(req)
@@ -93,11 +79,7 @@ async def route(req: RouterRequest, cluster: ClusterView) -> AsyncIterator[Gener
                         cluster.first_output_timeout_s)
     req.note_route("tandem", lead=plan.lead.id, follow=plan.follow.id, s=plan.split,
                    k=plan.lead_tokens, ttft_ms=round(plan.ttft_ms, 1), reason=plan.reason)
-    if plan.lead_tokens:
-        yield plan.lead.start_generate(req, begin=0, max_new_tokens_here=plan.lead_tokens)
-        begin = await _send(req, plan.lead, plan.follow)
-    elif plan.split > 0:
-        begin = await _send(req, plan.lead, plan.follow, end=plan.split)
-    else:
-        begin = 0
-    yield plan.follow.start_generate(req, begin=begin)
+    # The lead prefills (and, with k, starts decoding), its KV crosses, the follow continues:
+    # router_core carries it out (a failed transfer: the follow computes what it lacks).
+    return Split(plan.lead, plan.follow, plan.split if not plan.lead_tokens else 0,
+                 plan.lead_tokens)

@@ -67,6 +67,9 @@ pub struct EngineLoad {
     pub latency: StepModel,
     /// The engine's prefill token budget per step (0 = not reported: a prefill is one step).
     pub prefill_chunk_size: u64,
+    /// The most prefill tokens one queued request has left: the engine's last Stats, or a
+    /// larger prefill the router has sent it since (one long prompt tells from a long queue).
+    pub longest_queued_prefill: u64,
     /// Router-side: requests dispatched and not completed.
     pub inflight: u64,
     /// Router-side: prefill + decode tokens dispatched that the engine's latest Stats cannot
@@ -123,6 +126,7 @@ impl EngineLoad {
             decode_step_ms: 0.0,
             latency: StepModel::unknown(),
             prefill_chunk_size: 0,
+            longest_queued_prefill: 0,
             inflight: 0,
             router_tokens: 0,
             router_prefill_tokens: 0,
@@ -284,6 +288,12 @@ impl EngineTable {
         Ok(())
     }
 
+    /// The most prefill tokens one queued request has left, as the engine's Stats reported it.
+    pub fn set_longest_queued_prefill(&mut self, engine_id: u32, tokens: u64) -> Result<()> {
+        self.row_mut(engine_id)?.longest_queued_prefill = tokens;
+        Ok(())
+    }
+
     /// A Stats request is about to go out: its answer will include the work dispatched so far.
     pub fn stats_requested(&mut self, engine_id: u32) -> Result<()> {
         let row = self.row_mut(engine_id)?;
@@ -308,6 +318,7 @@ impl EngineTable {
     ) -> Result<u64> {
         let row = self.row_mut(engine_id)?;
         row.inflight += 1;
+        row.longest_queued_prefill = row.longest_queued_prefill.max(prefill_tokens);
         let delta = DispatchDelta {
             tokens: prefill_tokens + decode_tokens,
             prefill_tokens,
@@ -326,6 +337,7 @@ impl EngineTable {
     pub fn on_prefill_dispatch(&mut self, engine_id: u32, prefill_tokens: u64) -> Result<u64> {
         let row = self.row_mut(engine_id)?;
         row.router_prefill_tokens = row.router_prefill_tokens.saturating_add(prefill_tokens);
+        row.longest_queued_prefill = row.longest_queued_prefill.max(prefill_tokens);
         let stamp = row.stats_asked;
         let delta = DispatchDelta {
             prefill_tokens,

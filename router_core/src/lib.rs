@@ -5,6 +5,11 @@
 //! Every module here is pure Rust with no PyO3 types; the Python binding lives in `python/`
 //! behind the `python` cargo feature so `cargo test` never links libpython.
 
+/// Rust's allocations in the extension (Python keeps its own allocator): see Cargo.toml.
+#[cfg(feature = "python")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 pub mod admission_queue;
 #[cfg(any(feature = "mock-engine", feature = "mock-worker", feature = "front"))]
 pub mod background_server;
@@ -15,6 +20,8 @@ pub mod engine_rpc;
 pub mod engine_set;
 pub mod engine_table;
 pub mod error;
+#[cfg(feature = "front")]
+pub mod executor;
 #[cfg(feature = "front")]
 pub mod front;
 pub mod hashing;

@@ -6,15 +6,17 @@
     cluster.assert_clean()
 
 A request runs the path a client's request runs: its body goes through the router's front
-(router_core.InProcessFront: parsing, admission, the Rust request task that streams every
-segment, stop strings and the client going away) and its bridge (pyrouter/front_bridge.py: the
-dispatcher, the policy unchanged, the request's scope), with router_core's prefix index, engine
-table and scoring; only the engines are fakes (switchyard_sim/fake/fake_engine.py) whose loads the
-test sets and whose verbs are recorded. So each decision a policy makes — which engine, which
-pattern, which split — and each clean-up gets a fast unit test.
+(router_core.InProcessFront: parsing, admission, the Rust request task and executor — every
+verb, retry and clean-up — the Rust built-ins, stop strings and the client going away) and its
+policy bridge (pyrouter/runtime/bridge.py: the dispatcher, the policy unchanged), with
+router_core's prefix index, engine table and scoring; only the engines are fakes (switchyard_sim/
+fake/fake_engine.py) whose loads the test sets and whose verbs are recorded. So each decision a
+policy makes — which engine, which pattern, which split — and each clean-up gets a fast unit
+test.
 """
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -28,17 +30,10 @@ from pyrouter.outcomes import RecentOutcomes
 from pyrouter.planning.prediction_feedback import PredictionFeedback
 from pyrouter.policy_registry import ActivePolicy, PolicySpec, get_policy
 from pyrouter.request import RouterRequest, SloSpec
-from pyrouter.scope import RouterCounters
 from router_core import InProcessFront, RouterCore, engine_name
 from switchyard_proto.sampling_params import SamplingParams
 from switchyard_sim.fake.fake_engine import FakeEngineClient, Fault, next_token
-from switchyard_sim.fake.front_run import (
-    FAKE_MODEL,
-    FakeRun,
-    OnTokens,
-    in_process_front,
-    run_through_front,
-)
+from switchyard_sim.fake.front_run import FAKE_MODEL, FakeRun, FrontHarness, OnTokens
 from switchyard_sim.fake.local_engines import LocalEngines
 
 
@@ -69,7 +64,6 @@ class FakeCluster(LocalEngines):
     def __init__(self, engines: Sequence[FakeEngine], block_size: int = 16,
                  policy_timeout_s: float = 5.0) -> None:
         super().__init__(RouterCore(block_size, router_core.model_seed(FAKE_MODEL)))
-        self.counters = RouterCounters()
         self.outcomes = RecentOutcomes()  # kept across runs, as a router's dispatcher keeps it
         self.feedback = PredictionFeedback()  # likewise
         self.policy_timeout_s = policy_timeout_s
@@ -78,6 +72,7 @@ class FakeCluster(LocalEngines):
         self.traceparent: str | None = None
         self._clients: dict[str, FakeEngineClient] = {}
         self._slot: PolicySlot | None = None  # kept across runs, as a router keeps its policy
+        self._harness: FrontHarness | None = None  # its one front (made on the loop it runs on)
         for num, spec in enumerate(engines):
             name = engine_name(num)
             client = FakeEngineClient(self, name, f"fake-{num}:1", num, block_size,
@@ -99,14 +94,14 @@ class FakeCluster(LocalEngines):
         """Set an engine's health and load as its Stats would."""
         handle = self.engines[engine_id]
         handle.healthy = spec.healthy
-        handle.longest_queued_prefill = spec.longest_queued_prefill_tokens
         self.core.table.set_health(handle.num, spec.healthy)
         self.core.table.update_stats(
             handle.num, spec.queued_prefill_tokens, spec.running_decodes, spec.unfinished_tokens,
             spec.kv_pages_used, spec.kv_pages_total, spec.decode_step_ms,
             latency_model=dict(spec.latency_model), prefill_chunk_size=spec.prefill_chunk_size,
             decode_context_tokens=spec.decode_context_tokens,
-            kv_pages_evictable=spec.kv_pages_evictable)
+            kv_pages_evictable=spec.kv_pages_evictable,
+            longest_queued_prefill_tokens=spec.longest_queued_prefill_tokens)
 
     def request(self, tokens: Sequence[int], max_tokens: int = 8, slo: SloSpec | None = None,
                 **sampling: Any) -> RouterRequest:
@@ -129,12 +124,16 @@ class FakeCluster(LocalEngines):
 
     def assert_clean(self) -> None:
         """Router accounting at zero and no engine holding anything for any request."""
-        assert self.counters.inflight == 0, f"{self.counters.inflight} requests still counted"
+        front = self._harness.front if self._harness is not None else None
+        if self._harness is not None:
+            self._harness.settle()
+            assert front is not None and front.inflight == 0, "requests still counted"
         assert self.feedback.running_requests == 0, "a prediction held past its request's end"
         for handle in self.engines.values():
             load = self.core.table.get(handle.num)
             assert load.inflight == 0, (handle.id, load.inflight)
-            assert not handle.active, (handle.id, handle.active)
+            active = front.engine_active(handle.num) if front is not None else 0
+            assert not active, (handle.id, active)
             client = self._clients[handle.id]
             assert client.holds_nothing, (handle.id, client.reservations, client.generations)
 
@@ -142,6 +141,7 @@ class FakeCluster(LocalEngines):
         """Record every request's spans (the front's and the policy's) with `tracer`, as
         children of the client's `traceparent` when given."""
         self.tracer, self.traceparent = tracer, traceparent
+        self._harness = None  # the next front records with it
 
     # ---- running a policy ----
     def _active(self, policy: str | PolicySpec, params: dict[str, Any] | None) -> ActivePolicy:
@@ -155,34 +155,42 @@ class FakeCluster(LocalEngines):
             self._slot = PolicySlot(active)
         elif (self._slot.current.spec, self._slot.current.params) != (active.spec, active.params):
             self._slot.current = active  # a switch: fresh policy state, as PUT /admin/policy
-        dispatcher = Dispatcher(self, self._slot, policy_timeout_s=self.policy_timeout_s)
-        dispatcher.outcomes, dispatcher.feedback = self.outcomes, self.feedback
-        return dispatcher
+        if self._harness is not None and self._harness.loop is not asyncio.get_running_loop():
+            self._harness = None  # a front lives on the loop it was made on
+        if self._harness is None:
+            dispatcher = Dispatcher(self, self._slot, policy_timeout_s=self.policy_timeout_s)
+            dispatcher.outcomes, dispatcher.feedback = self.outcomes, self.feedback
+            self._harness = FrontHarness(cast(EngineMembership, self), dispatcher, self.tracer)
+        return self._harness.state.dispatcher
+
+    def harness(self, policy: str | PolicySpec, params: dict[str, Any] | None = None
+                ) -> FrontHarness:
+        """The cluster's one front under `policy` (switched to it when another ran before)."""
+        self._dispatcher(policy, params)
+        assert self._harness is not None
+        return self._harness
 
     def front(self, policy: str | PolicySpec, params: dict[str, Any] | None = None
               ) -> InProcessFront:
-        """One front over the cluster for several requests at once (sent with
+        """The cluster's front for several requests at once (sent with
         switchyard_sim.fake.in_process.send), sharing its admission gate as a router's
         requests do (`router_core.set_admission(front, ...)` turns it on)."""
-        return in_process_front(cast(EngineMembership, self), self._dispatcher(policy, params),
-                                self.counters, self.tracer)[0]
+        return self.harness(policy, params).front
 
     async def run(self, policy: str | PolicySpec, request: RouterRequest | Sequence[int],
                   params: dict[str, Any] | None = None, max_tokens: int = 8,
                   disconnect_after: int | None = None, stop_after: int | None = None,
                   on_tokens: OnTokens | None = None) -> FakeRun:
-        """Send one request through the router's front and bridge, as a client does
-        (switchyard_sim/fake/front_run.py); `disconnect_after=k` makes the client go away after k
-        tokens, `stop_after=k` sends a stop string the router matches on token k;
-        `on_tokens(run, n)` runs after each event the client reads (n tokens so far), e.g. to
-        migrate the request mid-stream."""
+        """Send one request through the router's front, as a client does (switchyard_sim/fake/
+        front_run.py); `disconnect_after=k` makes the client go away after k tokens,
+        `stop_after=k` sends a stop string the router matches on token k;
+        `on_tokens(harness, n)` runs after each event the client reads (n tokens so far), e.g.
+        to migrate the request mid-stream."""
         req = request if isinstance(request, RouterRequest) else self.request(request,
                                                                               max_tokens)
-        dispatcher = self._dispatcher(policy, params)
+        harness = self.harness(policy, params)
         reference = (self.reference(req.tokens, req.sampling.max_tokens)
                      if stop_after is not None else None)
-        # The cluster stands in for the router's EngineMembership (healthy(), mark_unhealthy()).
-        return await run_through_front(
-            cast(EngineMembership, self), dispatcher, req, self.counters,
-            disconnect_after=disconnect_after, stop_after=stop_after, reference=reference,
-            on_tokens=on_tokens, tracer=self.tracer, traceparent=self.traceparent)
+        return await harness.run(req, disconnect_after=disconnect_after, stop_after=stop_after,
+                                 reference=reference, on_tokens=on_tokens,
+                                 traceparent=self.traceparent)

@@ -83,7 +83,8 @@ class FakeGeneration:
 
 @dataclass(eq=False)
 class FakeEngineClient:
-    """Stands in for the router's engine client (engine_api.EngineVerbs: what EngineHandle calls)."""
+    """An engine as router_core's executor reaches it in-process (switchyard_sim/fake/
+    engine_double.py's EngineDouble: the verbs, in the engine's messages)."""
 
     cluster: FakeCluster
     name: str
@@ -249,7 +250,7 @@ class FakeEngineClient:
 
 
 class FakeCall:
-    """A StartGenerate stream: `read()` yields one token per chunk, then grpc.aio.EOF."""
+    """A StartGenerate stream: `read()` yields one token per chunk, then None."""
 
     def __init__(self, client: FakeEngineClient, request: pb.StartGenerateRequest) -> None:
         self._client = client
@@ -258,7 +259,7 @@ class FakeCall:
         self._gen: FakeGeneration | None = None
         self._cancelled = False
 
-    async def read(self) -> pb.GenerateChunk | object:
+    async def read(self) -> pb.GenerateChunk | None:
         await asyncio.sleep(0)  # a real read waits for the engine's step: others run meanwhile
         # The call starts at once but, as with gRPC, its outcome surfaces on the first read.
         if self._gen is None:
@@ -270,7 +271,7 @@ class FakeCall:
         gen = self._gen
         assert gen is not None
         if gen.done:
-            return grpc.aio.EOF
+            return None
         return self._client.step(gen)
 
     def cancel(self) -> bool:

@@ -1,27 +1,25 @@
-"""FaultyClient: a real engine client with faults injected at chosen calls (fault tests only).
+"""FaultyClient: a real engine's client with faults injected at chosen calls (fault tests only).
 
-Wraps the router's client of a real engine (pyrouter/engines/engine_api.py's EngineVerbs): the
-`nth` prep_recv / remote_send / start_generate fails before or after the real call went through
-(switchyard_sim/fake/fake_engine.py's Fault), so tests can check that whatever a real engine was
-left holding is given back.
+Wraps a grpc.aio client of a real engine (switchyard_proto/client.py's EngineClient) as the
+engine double router_core's executor calls in-process (switchyard_sim/fake/engine_double.py):
+the `nth` prep_recv / remote_send / start_generate fails before or after the real call went
+through (switchyard_sim/fake/fake_engine.py's Fault), so tests can check that whatever a real
+engine was left holding is given back.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from pyrouter.engines.engine_api import (
-    EngineCall,
-    EngineVerbs,
-    Metadata,
-    PrepRecvAnswer,
-    RemoteSendAnswer,
-)
+import grpc
+
+from switchyard_proto.client import EngineClient
 from switchyard_rpc import engine_pb2 as pb
+from switchyard_sim.fake.engine_double import Metadata
 from switchyard_sim.fake.fake_engine import Fault
 
 
 class FaultyClient:
-    def __init__(self, inner: EngineVerbs, faults: list[Fault]) -> None:
+    def __init__(self, inner: EngineClient, faults: list[Fault]) -> None:
         self.inner = inner
         self.faults = faults
         self._counts: dict[str, int] = {}
@@ -39,14 +37,14 @@ class FaultyClient:
             if (fault.verb, fault.nth, fault.after) == (verb, nth, after):
                 await fault.fire(f"{verb}#{nth} on {self.inner.address}")
 
-    async def prep_recv(self, *args: Any, **kwargs: Any) -> PrepRecvAnswer:
+    async def prep_recv(self, *args: Any, **kwargs: Any) -> pb.PrepRecvResponse:
         nth = self._nth("prep_recv")
         await self.fire("prep_recv", nth, after=False)
         resp = await self.inner.prep_recv(*args, **kwargs)
         await self.fire("prep_recv", nth, after=True)
         return resp
 
-    async def remote_send(self, *args: Any, **kwargs: Any) -> RemoteSendAnswer:
+    async def remote_send(self, *args: Any, **kwargs: Any) -> pb.RemoteSendResponse:
         nth = self._nth("remote_send")
         await self.fire("remote_send", nth, after=False)
         resp = await self.inner.remote_send(*args, **kwargs)
@@ -56,25 +54,33 @@ class FaultyClient:
     def start_generate_request(self, request: pb.StartGenerateRequest, *,
                                metadata: Metadata | None = None) -> _FaultyCall:
         nth = self._nth("start_generate")
-        return _FaultyCall(self, nth, self.inner.start_generate_request(request,
-                                                                        metadata=metadata))
+        call = self.inner.start_generate_request(
+            request, metadata=tuple(metadata) if metadata else None)
+        return _FaultyCall(self, nth, call)
 
 
 class _FaultyCall:
     """The real StartGenerate call; faults surface on its first read, as gRPC errors do."""
 
-    def __init__(self, client: FaultyClient, nth: int, call: EngineCall) -> None:
+    def __init__(self, client: FaultyClient, nth: int, call: Any) -> None:
         self._client, self._nth, self._call = client, nth, call
         self._first = True
 
-    async def read(self) -> Any:
+    async def read(self) -> pb.GenerateChunk | None:
         if not self._first:
-            return await self._call.read()
+            return _chunk(await self._call.read())
         self._first = False
         await self._client.fire("start_generate", self._nth, after=False)
         chunk = await self._call.read()
         await self._client.fire("start_generate", self._nth, after=True)
-        return chunk
+        return _chunk(chunk)
 
     def cancel(self) -> bool:
         return bool(self._call.cancel())
+
+
+def _chunk(read: Any) -> pb.GenerateChunk | None:
+    """grpc.aio's end of stream as an engine double's (None)."""
+    return None if read is grpc.aio.EOF else read  # type: ignore[no-any-return]
+
+

@@ -1,8 +1,10 @@
-"""Run one request through the router's front in-process, as a client sends it: the front's
-parsing, admission and Rust request task (router_core.InProcessFront) and its bridge
-(pyrouter/front_bridge.py) over a dispatcher and its engines — the code a client's request runs,
-with the engines the caller has (fakes, the simulator's, or real ones behind a fault-injecting
-client). Shared by FakeCluster, the simulator and the real-engine fault tests.
+"""The router's front in-process, requests sent to it as a client sends them: the front's
+parsing, admission, request task and executor (router_core.InProcessFront) and its policy bridge
+(pyrouter/runtime/bridge.py) over a dispatcher and its engines — the code a client's request
+runs, the Rust built-ins included, with the engines the caller has (fakes, the simulator's, or
+real ones, behind a fault-injecting client or not). One front per cluster, as a router has one:
+the built-ins' cursors, the retry budget and the observations the policies learn from live
+there. Shared by FakeCluster, the simulator and the real-engine fault tests.
 """
 from __future__ import annotations
 
@@ -11,26 +13,20 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyrouter.dispatch import Dispatcher, RequestRun
+from pyrouter.dispatch import Dispatcher
 from pyrouter.engines.membership import EngineMembership
-from pyrouter.front_bridge import FrontBridge, FrontRequest
+from pyrouter.migration import move_request
 from pyrouter.request import RouterRequest
-from pyrouter.scope import RouterCounters
+from pyrouter.runtime.bridge import PolicyRuntime
+from pyrouter.runtime.builtins import sync_builtins
+from pyrouter.runtime.records import RequestRecorder
 from pyrouter.state import RouterConfig, RouterState
-from router_core import (
-    AdmitOutcome,
-    AdmitSpec,
-    IncrementalDetokenizer,
-    InProcessFront,
-    RequestEnd,
-    RouterTracer,
-)
+from router_core import IncrementalDetokenizer, InProcessFront, RouterTracer
+from switchyard_sim.fake.engine_double import attach
 from switchyard_sim.fake.fake_tokenizer import fake_tokenizers
-from switchyard_sim.fake.in_process import ClientError, ClientView, send
+from switchyard_sim.fake.in_process import ClientError, ClientView, send_request
 
 FAKE_MODEL = "fake-model"
-# After each event the client reads: the request's run (live migration) and its tokens so far.
-OnTokens = Callable[[RequestRun, int], Awaitable[None]]
 
 
 @dataclass(slots=True)
@@ -40,14 +36,15 @@ class FakeRun:
     request: RouterRequest
     tokens: list[int] = field(default_factory=list)
     finish_reason: str = ""
+    # What ran (X-Switchyard-Route as the request ended: a migration or resumption noted after
+    # the response began is in it).
     route: str = ""
     segments: int = 0
     error: ClientError | None = None
     usage: dict[str, Any] | None = None
-
-    @property
-    def verbs(self) -> list[tuple[str, str]]:
-        return list(self.request.scope.verbs)
+    # (verb, engine id) in issue order, and the id engines knew its last attempt by.
+    verbs: list[tuple[str, str]] = field(default_factory=list)
+    engine_request_id: str = ""
 
 
 def stop_string_at(tokens: Sequence[int], at: int) -> str:
@@ -67,27 +64,6 @@ def stop_string_at(tokens: Sequence[int], at: int) -> str:
         if ends == [at]:
             return stop
     raise ValueError(f"no stop string ends the text on token {at}")
-
-
-class _Bridge(FrontBridge):
-    """The router's bridge, remembering the request it admitted and telling when it closed."""
-
-    def __init__(self, state: RouterState) -> None:
-        super().__init__(state)
-        self.handle: FrontRequest | None = None
-        self.closed = asyncio.Event()
-
-    async def admit(self, spec: AdmitSpec) -> AdmitOutcome:
-        outcome = await super().admit(spec)
-        if isinstance(outcome.run, FrontRequest):
-            self.handle = outcome.run
-        return outcome
-
-    async def close(self, handle: FrontRequest, end: RequestEnd) -> None:
-        try:
-            await super().close(handle, end)
-        finally:
-            self.closed.set()
 
 
 def request_body(req: RouterRequest, model: str = FAKE_MODEL) -> dict[str, Any]:
@@ -110,68 +86,87 @@ def request_body(req: RouterRequest, model: str = FAKE_MODEL) -> dict[str, Any]:
     return body
 
 
-def in_process_front(engines: EngineMembership, dispatcher: Dispatcher, counters: RouterCounters,
-                     tracer: RouterTracer | None = None) -> tuple[InProcessFront, _Bridge]:
-    """A front in-process over `dispatcher` and `engines`, as the router's over its own: the
-    bridge's state, and the engines' router core for the admission gate to read (off until
-    `router_core.set_admission` turns it on)."""
-    engine_tokenizer, tokenizer, vocab = fake_tokenizers()
-    # A cluster that knows its engines' context (a simulated profile's) is fronted by a router
-    # configured for it; the others (FakeCluster: SmolLM2-sized, or 0: not known) by the
-    # router's default.
-    max_context = getattr(engines, "max_context", None)
-    config = (RouterConfig(FAKE_MODEL) if not max_context
-              else RouterConfig(FAKE_MODEL, max_context=int(max_context)))
-    state = RouterState(config, engine_tokenizer, engines, dispatcher.slot,
-                        dispatcher, vocab, counters=counters, tracer=tracer)
-    bridge = _Bridge(state)
-    front = InProcessFront(bridge, tokenizer, vocab, served_model=FAKE_MODEL,
-                           max_context=state.config.max_context,
-                           first_chunk_timeout_s=dispatcher.policy_timeout_s, tracer=tracer)
-    core = getattr(engines, "core", None)
-    if core is not None:
-        front.set_core(core)
-    return front, bridge
+# After each event the client reads: the harness (to migrate the request, say) and the tokens
+# it has so far.
+OnTokens = Callable[["FrontHarness", int], Awaitable[None]]
 
 
-async def run_through_front(engines: EngineMembership, dispatcher: Dispatcher, req: RouterRequest,
-                            counters: RouterCounters, *, disconnect_after: int | None = None,
-                            stop_after: int | None = None,
-                            reference: Sequence[int] | None = None,
-                            on_tokens: OnTokens | None = None,
-                            tracer: RouterTracer | None = None,
-                            traceparent: str | None = None) -> FakeRun:
-    """Send `req` (its tokens, sampling and SLO as a client's body) through a front over
-    `dispatcher` and `engines`; returns when its clean-up is done. `disconnect_after=k`: the
-    client goes away after k tokens; `stop_after=k`: a stop string the router first matches
-    on token k of `reference` (the tokens the request will produce). With `tracer` the front
-    and the policy record the request's spans there, under the client's `traceparent`."""
-    front, bridge = in_process_front(engines, dispatcher, counters, tracer)
-    state = bridge.state
-    body = request_body(req)
-    if stop_after is not None:
-        if reference is None:
-            raise ValueError("stop_after needs the tokens the request will produce")
-        body["stop"] = [stop_string_at(reference, stop_after)]
+class FrontHarness:
+    """One in-process front over `dispatcher` and `engines` (make it on the loop that drives
+    its requests)."""
 
-    async def each_event(n: int) -> None:
-        run = None if bridge.handle is None else state.runs.get(bridge.handle.key)
-        if on_tokens is not None and run is not None:
-            await on_tokens(run, n)
+    def __init__(self, engines: EngineMembership, dispatcher: Dispatcher,
+                 tracer: RouterTracer | None = None) -> None:
+        self.loop = asyncio.get_running_loop()
+        engine_tokenizer, tokenizer, vocab = fake_tokenizers()
+        # A cluster that knows its engines' context (a simulated profile's) is fronted by a
+        # router configured for it; the others (FakeCluster: SmolLM2-sized, or 0: not known) by
+        # the router's default.
+        max_context = getattr(engines, "max_context", None)
+        config = (RouterConfig(FAKE_MODEL) if not max_context
+                  else RouterConfig(FAKE_MODEL, max_context=int(max_context)))
+        self.state = RouterState(config, engine_tokenizer, engines, dispatcher.slot,
+                                 dispatcher, vocab, tracer=tracer)
+        self.front = InProcessFront(
+            PolicyRuntime(self.state), tokenizer, vocab, served_model=FAKE_MODEL,
+            max_context=config.max_context, first_chunk_timeout_s=dispatcher.policy_timeout_s,
+            tracer=tracer)
+        core = getattr(engines, "core", None)
+        if core is not None:
+            self.front.set_core(core)
+        for handle in engines.engines.values():
+            attach(self.front, handle.num, handle.client, handle.address)
+        sync_builtins(self.state, self.front)
+        dispatcher.slot.on_change(lambda _active: sync_builtins(self.state, self.front))
+        self.state.recorder = RequestRecorder(self.state, self.front)
 
-    headers = [("x-request-id", req.request_id)]
-    if traceparent is not None:
-        headers.append(("traceparent", traceparent))
-    view: ClientView = await send(front, body, headers=headers,
-                                  disconnect_after=disconnect_after,
-                                  on_tokens=each_event if on_tokens is not None else None)
-    handle = bridge.handle
-    if handle is not None:
-        await bridge.closed.wait()
-    for _ in range(3):  # let background aborts reach the engines
-        await asyncio.sleep(0)
-    out = FakeRun(handle.req if handle is not None else req, view.tokens, view.finish_reason,
-                  view.route, error=view.error, usage=view.usage)
-    if handle is not None and handle.run is not None:
-        out.segments = handle.run.segments
-    return out
+    def settle(self) -> None:
+        """What the finished requests taught: observations to the policies, records to the
+        metrics and outcome window (a router does both a few times a second)."""
+        self.front.deliver_observations()
+        assert self.state.recorder is not None
+        self.state.recorder.record()
+
+    async def migrate(self, request_id: str, target: Any) -> dict[str, Any]:
+        """Move the running request `request_id` to engine handle `target` (a live migration,
+        as POST /admin/migrate does)."""
+        return await move_request(self.front, request_id, target)
+
+    async def run(self, req: RouterRequest, *, disconnect_after: int | None = None,
+                  stop_after: int | None = None, reference: Sequence[int] | None = None,
+                  on_tokens: OnTokens | None = None, traceparent: str | None = None) -> FakeRun:
+        """Send `req` (its tokens, sampling and SLO as a client's body); returns when its
+        clean-up is done. `disconnect_after=k`: the client goes away after k tokens;
+        `stop_after=k`: a stop string the router first matches on token k of `reference` (the
+        tokens the request will produce). With a tracer the request's spans go there, under
+        the client's `traceparent`."""
+        body = request_body(req)
+        if stop_after is not None:
+            if reference is None:
+                raise ValueError("stop_after needs the tokens the request will produce")
+            body["stop"] = [stop_string_at(reference, stop_after)]
+
+        async def each_event(n: int) -> None:
+            if on_tokens is not None:
+                await on_tokens(self, n)
+
+        headers = [("x-request-id", req.request_id)]
+        if req.session_id is not None:
+            headers.append(("x-session-id", req.session_id))
+        if traceparent is not None:
+            headers.append(("traceparent", traceparent))
+        view, request = await send_request(self.front, body, headers=headers,
+                                           disconnect_after=disconnect_after,
+                                           on_tokens=each_event if on_tokens else None)
+        for _ in range(3):  # let background aborts reach the engines
+            await asyncio.sleep(0)
+        self.settle()
+        verbs, route, _policy, segments, engine_request_id = request.outcome()
+        return _fake_run(req, view, route, verbs, segments, engine_request_id)
+
+
+def _fake_run(req: RouterRequest, view: ClientView, route: str, verbs: list[tuple[str, str]],
+              segments: int, engine_request_id: str) -> FakeRun:
+    return FakeRun(req, view.tokens, view.finish_reason, route or view.route, segments,
+                   error=view.error, usage=view.usage, verbs=list(verbs),
+                   engine_request_id=engine_request_id)

@@ -6,7 +6,8 @@ it — status, X-Switchyard-Route, the streamed tokens (`return_token_ids`), the
 the error — after the front's own parsing, admission, request task and bridge
 (pyrouter/front_bridge.py) ran it. The front's futures are polled here, on this asyncio loop,
 and wake it when they can go on; nothing of the front runs on another thread, so the
-simulator's virtual clock only moves when the whole router is waiting.
+simulator's virtual clock only moves when the whole router is waiting (the policies' verbs are
+driven the same way: pyrouter/runtime/pollable.py).
 """
 from __future__ import annotations
 
@@ -14,12 +15,11 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
+from pyrouter.runtime.pollable import until_ready
 from router_core import InProcessFront, InProcessRequest
 
-T = TypeVar("T")
-Wake = Callable[[], None]
 # Called after each streamed event that brought tokens, with the number the client has so far.
 OnTokens = Callable[[int], Awaitable[None]]
 
@@ -54,30 +54,6 @@ class ClientView:
     error: ClientError | None = None
     usage: dict[str, Any] | None = None
     disconnected: bool = False
-
-
-def _settle(woken: asyncio.Future[None]) -> None:
-    if not woken.done():
-        woken.set_result(None)
-
-
-async def until_ready(poll: Callable[[Wake], tuple[bool, T]]) -> T:
-    """Polls a front future until it is ready; between polls this loop runs, and the future's
-    waker schedules the next poll."""
-    loop = asyncio.get_running_loop()
-    while True:
-        woken: asyncio.Future[None] = loop.create_future()
-
-        def wake(woken: asyncio.Future[None] = woken) -> None:
-            try:
-                loop.call_soon_threadsafe(_settle, woken)
-            except RuntimeError:
-                pass  # the loop has closed: nobody waits any more
-
-        ready, value = poll(wake)
-        if ready:
-            return value
-        await woken
 
 
 def _events(buffer: bytearray) -> list[bytes]:
@@ -136,7 +112,17 @@ async def send(front: InProcessFront, body: dict[str, Any], *, kind: str = "comp
                on_tokens: OnTokens | None = None) -> ClientView:
     """Sends one request and reads its response (streamed: `stream` in `body`); with
     `disconnect_after=k` the client goes away once it has k tokens. Returns when the request
-    task has ended (its clean-up done, but for the bridge's close, a task on this loop)."""
+    task has ended (its clean-up done)."""
+    view, _ = await send_request(front, body, kind=kind, headers=headers,
+                                 disconnect_after=disconnect_after, on_tokens=on_tokens)
+    return view
+
+
+async def send_request(front: InProcessFront, body: dict[str, Any], *, kind: str = "completion",
+                       headers: Sequence[tuple[str, str]] = (),
+                       disconnect_after: int | None = None, on_tokens: OnTokens | None = None
+                       ) -> tuple[ClientView, InProcessRequest]:
+    """As `send`, with the request itself (its `outcome()`: how it ran)."""
     request = front.request("chat" if kind == "chat" else "completion",
                             json.dumps(body).encode(), list(headers))
     view = ClientView(request.engine_request_id)
@@ -148,4 +134,4 @@ async def send(front: InProcessFront, body: dict[str, Any], *, kind: str = "comp
         raise
     finally:
         await task
-    return view
+    return view, request

@@ -11,7 +11,6 @@ from typing import Any
 import grpc
 import pytest
 
-from pyrouter.retry_budget import RetryBudget
 from router_core import retry_engine_request_id
 from switchyard_sim.fake import FakeCluster, FakeEngine, Fault
 
@@ -79,7 +78,7 @@ def test_tandem_follow_dying_after_the_hand_off_continues_on_a_live_engine(
     # The lead's 2 tokens, then the rest from a re-prefill on the live engine: the tokens one
     # engine alone produces.
     assert run.tokens == cluster.reference(PROMPT, MAX_TOKENS)
-    assert f"resumed=e{follow}->e{lead}" in run.request.route.header()
+    assert f"resumed=e{follow}->e{lead}" in run.route
     assert not cluster.engines[f"e{follow}"].healthy
     cluster.assert_clean()
 
@@ -98,12 +97,14 @@ def test_the_retry_budget_bounds_retries() -> None:
     cluster.assert_clean()
 
 
-def test_a_spent_budget_surfaces_the_failure(monkeypatch: pytest.MonkeyPatch) -> None:
-    import pyrouter.dispatch as dispatch
-
-    monkeypatch.setattr(dispatch, "RetryBudget", lambda: RetryBudget(reserve=0.5))
+def test_a_spent_budget_surfaces_the_failure() -> None:
     cluster = _cluster({0: [Fault("start_generate", 0, code=grpc.StatusCode.CANCELLED)]})
-    run = _run(cluster, "round_robin")
+
+    async def scenario() -> Any:
+        cluster.front("round_robin").set_retry_budget(reserve=0.5)
+        return await cluster.run("round_robin", PROMPT, max_tokens=MAX_TOKENS)
+
+    run = asyncio.run(scenario())
     assert run.error is not None and run.error.status == 502 and run.error.code == "engine_error"
     assert "CANCELLED" in run.error.message
     cluster.assert_clean()
@@ -202,5 +203,5 @@ def test_a_policy_that_hangs_by_itself_is_still_a_policy_failure() -> None:
     run = _run(cluster, "sleeps_then_generates")
     assert run.error is not None
     assert (run.error.status, run.error.code) == (500, "policy_error"), run.error
-    assert "did not return a stream within 1 s" in run.error.message
+    assert "did not decide within 1 s" in run.error.message
     cluster.assert_clean()

@@ -209,11 +209,14 @@ async def test_adaptive_idle_engines_run_data_parallel() -> None:
 
 async def test_the_closed_loop_learns_a_ttft_at_the_first_token_and_a_tpot_at_the_end() -> None:
     # Learned at the request's end, a long decode's TTFT reached the placements after it seconds
-    # late: after a phase of long prompts, every short queue looked late.
+    # late: after a phase of long prompts, every short queue looked late. What a request taught
+    # reaches the policy before its next decision (the observations router_core delivers then):
+    # by the first token, the TTFT is there to deliver; the TPOT only at the end.
     cluster = FakeCluster([_engine(), _engine()])
     learned: list[set[str]] = []
 
-    async def on_tokens(run: Any, n: int) -> None:
+    async def on_tokens(harness: Any, n: int) -> None:
+        harness.front.deliver_observations()  # as the next decision would
         learned.append(set(cluster.feedback.summary()))
 
     run = await cluster.run("adaptive", PROMPT, max_tokens=8, on_tokens=on_tokens)

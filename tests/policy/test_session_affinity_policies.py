@@ -1,15 +1,14 @@
-"""Session affinity in the Python versions of the data-parallel built-ins (they run instead of the
-Rust fast path when per-caller limits are on): a request with `req.session_id` goes to its
-session's engine — router_core's ring with bounded load, the one the fast path uses — and the
-route says `session=stuck`, or `session=overflow` once that engine is over the bound the
-request arrived with (FakeCluster: constructed engine states, no processes)."""
+"""Session affinity under the data-parallel built-ins, through the front as a client sends it (the
+X-Session-Id header): a request of a session goes to its session's engine — router_core's ring
+with bounded load — and the route says `session=stuck`, or `session=overflow` once that engine
+is over the bound in force when the request arrived (FakeCluster: constructed engine states, no
+processes)."""
 from __future__ import annotations
 
 import pytest
 
-import pyrouter.policies  # noqa: F401  (registers the built-ins)
-from pyrouter.policy_registry import get_policy
 from pyrouter.request import RouterRequest
+from pyrouter.session_affinity import DEFAULT_LOAD_BOUND
 from router_core import session_pick
 from switchyard_sim.fake import FakeCluster, FakeEngine
 
@@ -19,17 +18,13 @@ DP = ["round_robin", "least_load", "cache_aware"]
 
 async def _route(cluster: FakeCluster, policy: str, session: str | None,
                  load_bound: float | None = None) -> dict[str, str]:
-    """The route params `policy` gives a request of `session` (its stream is left unread)."""
+    """The route params `policy` gives a request of `session`."""
+    cluster.front(policy).set_session_affinity(load_bound or DEFAULT_LOAD_BOUND, False)
     req: RouterRequest = cluster.request(PROMPT)
     req.session_id = session
-    if load_bound is not None:
-        req.session_load_bound = load_bound
-    req.scope.open(cluster.counters)
-    try:
-        await get_policy(policy).route(req, cluster.view(policy))
-        return dict(kv.split("=", 1) for kv in req.route.header().split()[1:])
-    finally:
-        req.scope.close()
+    run = await cluster.run(policy, req)
+    assert run.error is None, run.error
+    return dict(kv.split("=", 1) for kv in run.route.split()[1:])
 
 
 @pytest.mark.parametrize("policy", DP)

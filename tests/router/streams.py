@@ -15,7 +15,9 @@ class Stream:
     base: str
     max_tokens: int
     prompt: str = "replica"
-    tokens: int = 0
+    tokens: int = 0  # the usage's completion tokens (an event can carry several: a character
+    # split across tokens is sent whole, and sampling here is random)
+    events: int = 0  # content events so far
     done: bool = False  # `data: [DONE]` arrived
     error: str | None = None
     status: int | None = None
@@ -34,7 +36,8 @@ class Stream:
         try:
             with requests.post(f"{self.base}/v1/completions", stream=True, timeout=120,
                                json={"prompt": self.prompt, "max_tokens": self.max_tokens,
-                                     "ignore_eos": True, "stream": True}) as r:
+                                     "ignore_eos": True, "stream": True,
+                                     "stream_options": {"include_usage": True}}) as r:
                 self.status = r.status_code
                 if r.status_code != 200:
                     self.error = r.text
@@ -43,10 +46,13 @@ class Stream:
                     if line == b"data: [DONE]":
                         self.done = True
                     elif line.startswith(b"data: "):
-                        if "error" in json.loads(line[6:]):
+                        event = json.loads(line[6:])
+                        if "error" in event:
                             self.error = line.decode()
+                        elif event.get("usage"):
+                            self.tokens = event["usage"]["completion_tokens"]
                         else:
-                            self.tokens += 1
+                            self.events += 1
                             self.started.set()
         except Exception as exc:  # the connection a killed router had dies with it
             self.error = repr(exc)

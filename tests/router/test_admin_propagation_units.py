@@ -18,7 +18,7 @@ from pyrouter.policy_registry import ActivePolicy, get_policy
 from pyrouter.replica_admin_sync import adopt_shared_state, share_on_events
 from pyrouter.router_peers import RouterPeers
 from switchyard_sim.fake import FakeCluster, FakeEngine
-from switchyard_sim.fake.front_run import run_through_front
+from switchyard_sim.fake.front_run import FrontHarness
 
 MODEL = {"const": 5.0, "prefill_tokens": 0.5, "decode_seqs": 2.0, "decode_context": 0.001}
 PROMPT = list(range(5000, 5060))
@@ -114,6 +114,7 @@ class Replica:
         self.dispatcher = Dispatcher(self.cluster, self.slot, policy_timeout_s=60.0)
         self.group = ModelGroup(ModelSpec("m", None), self.cluster, self.slot, self.dispatcher)
         self.peers: list[Replica] = []
+        self.harness: FrontHarness | None = None  # its front, made on the loop that runs it
         self.replication = AdminPropagation(RouterPeers(("127.0.0.1:1",)), self._apply)
         self.replication.origin = name
         self.replication.push = self._push  # type: ignore[method-assign]
@@ -126,8 +127,9 @@ class Replica:
 
     async def run(self, salt: int) -> str:
         req = self.cluster.request([7, *PROMPT, salt], max_tokens=4)
-        run = await run_through_front(cast(EngineMembership, self.cluster), self.dispatcher, req,
-                                      self.cluster.counters)
+        if self.harness is None:
+            self.harness = FrontHarness(cast(EngineMembership, self.cluster), self.dispatcher)
+        run = await self.harness.run(req)
         assert run.error is None, run.error
         return run.route
 

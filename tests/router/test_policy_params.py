@@ -11,7 +11,6 @@ from pyrouter.dispatch import PolicySlot
 from pyrouter.errors import BadRequest
 from pyrouter.policy_fallback import PolicyFallback
 from pyrouter.policy_registry import ActivePolicy, Param, get_policy, policy
-from pyrouter.retry_budget import RetryBudget
 
 
 def _refused(name: str, params: dict[str, Any]) -> BadRequest:
@@ -83,13 +82,3 @@ def test_a_policy_failing_n_in_a_row_falls_back_once() -> None:
     for _ in range(5):  # the policy it fell back to has nothing to fall back to
         guard.record(slot.current, policy_failed=True)
     assert slot.current.name == "round_robin" and guard.fallbacks == 1
-
-
-def test_retry_budget_bounds_each_request_and_the_router() -> None:
-    budget = RetryBudget(per_request=2, ratio=0.5, reserve=3)
-    assert budget.allow(0) and budget.allow(1) and not budget.allow(2)
-    assert budget.allow(0) and not budget.allow(0)  # the reserve is spent
-    budget.admitted()
-    budget.admitted()
-    assert budget.allow(0) and not budget.allow(0)
-    assert (budget.spent, budget.refused) == (4, 3)

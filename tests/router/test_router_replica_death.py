@@ -55,8 +55,8 @@ def test_sigkill_of_one_replica_fails_only_its_own_streams(
                    for _ in range(STREAMS_EACH)]
         for s in streams:
             assert s.started.wait(60)
-        assert all(s.tokens > 0 and not s.ended.is_set() for s in streams), \
-            [(s.base, s.tokens, s.error) for s in streams]
+        assert all(s.events > 0 and not s.ended.is_set() for s in streams), \
+            [(s.base, s.events, s.error) for s in streams]
         assert sum(_running(e) for e in engines) == len(streams)  # every stream is running
 
         b.popen.kill()

@@ -2,9 +2,9 @@
 pool at its baseline (pages held only by the prefix cache) and the router's accounting at zero.
 
 Two real engine processes (SmolLM2, fp32); the router's front and dispatcher run in-process
-(switchyard_sim/fake/front_run.py: the request task and bridge a client's request runs through) so
-their counts can be read, with faults injected into the engine clients (switchyard_sim/fake/
-faulty_client.py). Each run uses a fresh prompt, so every pattern really moves KV; a stop-string
+(switchyard_sim/fake/front_run.py: the request task, executor and bridge a client's request runs
+through) so their counts can be read, each engine reached through a grpc.aio client with faults
+injected (switchyard_sim/fake/faulty_client.py). Each run uses a fresh prompt, so every pattern really moves KV; a stop-string
 case first runs its prompt plainly (greedy) to learn the text its stop string ends on.
 """
 from __future__ import annotations
@@ -24,11 +24,11 @@ from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.membership import EngineMembership
 from pyrouter.policy_registry import ActivePolicy, get_policy
 from pyrouter.request import RouterRequest
-from pyrouter.scope import RouterCounters
+from switchyard_proto.client import EngineClient
 from switchyard_proto.sampling_params import SamplingParams
 from switchyard_sim.fake import Fault
 from switchyard_sim.fake.faulty_client import FaultyClient
-from switchyard_sim.fake.front_run import run_through_front
+from switchyard_sim.fake.front_run import FrontHarness
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "policy"))
 from docs_example import LEAD_FOLLOW  # noqa: E402  (docs/policies.md example, registered)
@@ -60,7 +60,7 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[EnginePro
     stop_engines(procs)
 
 
-async def _idle(es: EngineMembership) -> None:
+async def _idle(es: EngineMembership, harness: FrontHarness) -> None:
     """Every engine idle with only its prefix cache holding pages; router counts at zero."""
     deadline = asyncio.get_running_loop().time() + 30
     while True:
@@ -71,9 +71,10 @@ async def _idle(es: EngineMembership) -> None:
                 or s.kv_pages_used != s.cached_blocks]
         # Dispatched tokens leave the router's load with the next Stats answer (poll_s), so a
         # dispatch cancelled before the engine saw it clears within one poll.
-        counted = [(h.num, load.inflight, load.router_tokens, len(h.active))
+        counted = [(h.num, load.inflight, load.router_tokens, active)
                    for h in es.engines.values() for load in [es.core.table.get(h.num)]
-                   if load.inflight or load.router_tokens or h.active]
+                   for active in [harness.front.engine_active(h.num)]
+                   if load.inflight or load.router_tokens or active]
         if not busy and not counted:
             break
         assert asyncio.get_running_loop().time() < deadline, \
@@ -90,11 +91,12 @@ async def _run_case(engines: list[EngineProcess], policy: str, roles: tuple[str,
             es.add(engine.address, role)
         assert await es.wait_ready(2, 60)
         for handle in es.engines.values():
-            handle.client = FaultyClient(handle.client, faults.get(handle.num, []))  # type: ignore[assignment]
+            handle.client = FaultyClient(EngineClient(handle.address),  # type: ignore[assignment]
+                                         faults.get(handle.num, []))
         spec = get_policy(policy)
         dispatcher = Dispatcher(es, PolicySlot(ActivePolicy(spec, spec.check_params(params))),
                                 policy_timeout_s=30)
-        counters = RouterCounters()
+        harness = FrontHarness(es, dispatcher)
         prompt = _prompt()
 
         def request() -> RouterRequest:
@@ -102,11 +104,10 @@ async def _run_case(engines: list[EngineProcess], policy: str, roles: tuple[str,
                                  SamplingParams(max_tokens=4, ignore_eos=True, temperature=0.0))
         reference = None
         if "stop_after" in cut:
-            reference = (await run_through_front(es, dispatcher, request(), counters)).tokens
-        run = await run_through_front(es, dispatcher, request(), counters, reference=reference,
-                                      **cut)
-        assert counters.inflight == 0
-        await _idle(es)
+            reference = (await harness.run(request())).tokens
+        run = await harness.run(request(), reference=reference, **cut)
+        assert harness.front.inflight == 0
+        await _idle(es, harness)
         return run.verbs
     finally:
         await es.close()

@@ -11,11 +11,14 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 from router_procs import start_serve, wait_ready
+
+from switchyard_bench.policies import round_robin_py
 
 pytestmark = [pytest.mark.procs, pytest.mark.slow, pytest.mark.timeout(1800)]
 STORY = ("In the harbour town the fishermen rose before dawn, mended their nets by lantern "
@@ -23,12 +26,8 @@ STORY = ("In the harbour town the fishermen rose before dawn, mended their nets 
          "and said that a storm was coming, and the young ones laughed, because")
 
 
-# round_robin's own code, registered from a policy file: the same picks, always made in Python.
-ROUND_ROBIN_PY = """from pyrouter.policies.round_robin import route
-from pyrouter.policy_registry import policy
-
-policy("round_robin_py")(route)
-"""
+# round_robin's picks written as a user's policy file: the same picks, always made in Python.
+ROUND_ROBIN_PY = Path(round_robin_py.__file__).read_text(encoding="utf-8")
 
 
 @pytest.fixture(scope="module")

@@ -1,16 +1,17 @@
-"""Multi-segment requests under one trace (FakeCluster: the router's front and its request task
-in-process, the real dispatcher, router_core's tracer): a tandem hand-off and a live migration
-(what POST /admin/migrate runs) each give every segment its own decision span, with the verbs
-the policy called under the decision and the segment's generation under the segment; every span
-nests in its parent."""
+"""Multi-segment requests under one trace (FakeCluster: the router's front, its request task and
+executor in-process, the real dispatcher, router_core's tracer): a tandem hand-off and a live
+migration (what POST /admin/migrate runs) each give every segment its own decision span — the
+policy's, the placement's second half, the migration's — with the verbs run for it under the
+decision and the segment's generation under the segment; every span nests in its parent."""
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from trace_front import CLIENT, spans_by_id
 
-from pyrouter.dispatch import RequestRun
 from router_core import RouterTracer
+from switchyard_bench.policies import round_robin_py
 from switchyard_sim.fake import FakeCluster, FakeEngine
 
 PROMPT = list(range(5000, 5200))
@@ -82,8 +83,7 @@ async def test_tandem_handoff_gives_each_segment_its_decision(tmp_path) -> None:
     assert under_decision == [("verb.prep_recv", follow), ("verb.remote_send", lead)]
     assert under_segment == [("verb.start_generate", follow)]
     assert decision["attrs"]["switchyard.engine"] == follow
-    assert decision["attrs"]["switchyard.decided_by"] == "policy"
-    assert "tandem" in decision["attrs"]["switchyard.explanation"]
+    assert decision["attrs"]["switchyard.decided_by"] == "placement"
     cluster.assert_clean()
 
 
@@ -91,17 +91,19 @@ async def test_live_migration_is_a_decision_by_migration(tmp_path) -> None:
     path = str(tmp_path / "spans.jsonl")
     cluster = FakeCluster([FakeEngine(), FakeEngine(), FakeEngine()])
     tracer = _traced(cluster, path)
-    moves = []
+    moves: list[asyncio.Task[dict[str, Any]]] = []
 
-    async def move_at_5(run: RequestRun, n: int) -> None:
-        if n == 5 and not moves:
-            target = next(e for e in cluster.engines.values() if e is not run.stream.engine)
-            moves.append(run.migrate(target))
+    async def move_at_5(harness: Any, n: int) -> None:
+        if n == 5 and not moves:  # round_robin_py's first pick is e0
+            moves.append(asyncio.ensure_future(harness.migrate("fake-req",
+                                                               cluster.engines["e1"])))
 
-    run = await cluster.run("round_robin", PROMPT, max_tokens=12, on_tokens=move_at_5)
+    # A Python policy: its first segment has a decision (a Rust built-in's has none).
+    run = await cluster.run(round_robin_py.NAME, PROMPT, max_tokens=12, on_tokens=move_at_5)
     assert run.error is None and run.tokens == cluster.reference(PROMPT, 12)
-    assert moves[0].outcome == "migrated"
-    source, target = moves[0].source.id, moves[0].target.id
+    moved = await moves[0]
+    assert moved["outcome"] == "migrated"
+    source, target = moved["from"], moved["to"]
     _, segments, spans = _finish(tracer, path)
     decisions = [_verbs(spans, segment) for segment in segments]
     assert [(d["attrs"]["switchyard.decided_by"], d["attrs"]["switchyard.engine"])

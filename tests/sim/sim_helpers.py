@@ -16,15 +16,13 @@ from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.membership import EngineMembership
 from pyrouter.policy_registry import ActivePolicy, get_policy
 from pyrouter.request import RouterRequest
-from pyrouter.scope import RouterCounters
 from switchyard_proto.sampling_params import SamplingParams
 from switchyard_sim.clock import run_virtual
 from switchyard_sim.cluster import SimCluster
-from switchyard_sim.fake.front_run import FakeRun, run_through_front
+from switchyard_sim.fake.front_run import FakeRun, FrontHarness
 from switchyard_sim.profile import HardwareProfile, profile_from_dict
 
 TINY = os.path.join(os.path.dirname(__file__), "tiny_profile.json")
-
 
 def tiny_profile(**changes: Any) -> HardwareProfile:
     """step_ms = 10 + 0.5 x prefill tokens + 1 x decodes + 0.01 x decode context; 64-token
@@ -34,15 +32,13 @@ def tiny_profile(**changes: Any) -> HardwareProfile:
     body.update(changes)
     return profile_from_dict(body, "tiny")
 
-
 @dataclass
 class Outcome:
     runs: list[FakeRun]
     token_times_ms: list[list[float]]  # per request, from its arrival
     cluster: SimCluster
-    counters: RouterCounters
+    harness: FrontHarness
     dispatcher: Dispatcher
-
 
 def run_requests(profile: HardwareProfile, policy: str, prompts: Sequence[Sequence[int]],
                  max_tokens: int | Sequence[int] = 3, arrivals_ms: Sequence[float] | None = None,
@@ -62,7 +58,7 @@ def run_requests(profile: HardwareProfile, policy: str, prompts: Sequence[Sequen
         await cluster.start()
         dispatcher = Dispatcher(cluster, PolicySlot(ActivePolicy(spec, spec.check_params(
             params or {}))), policy_timeout_s=policy_timeout_s)
-        counters = RouterCounters()
+        harness = FrontHarness(cast(EngineMembership, cluster), dispatcher)
         start = loop.time()
 
         async def one(i: int) -> tuple[FakeRun, list[float]]:
@@ -70,29 +66,29 @@ def run_requests(profile: HardwareProfile, policy: str, prompts: Sequence[Sequen
             sent = loop.time()
             req = RouterRequest(f"r{i}", list(prompts[i]),
                                 SamplingParams(max_tokens=limits[i], ignore_eos=True))
-            run = await run_through_front(cast(EngineMembership, cluster), dispatcher, req, counters)
-            times = cluster.tokens.pop(run.request.engine_request_id)
+            run = await harness.run(req)
+            times = cluster.tokens.pop(run.engine_request_id)
             return run, [round((t - sent) * 1e3, 6) for t in times]
 
         done = await asyncio.gather(*(one(i) for i in range(len(prompts))))
         await asyncio.sleep(1.0)  # background aborts, the last polls
         await cluster.stop()
         assert loop.time() - start < 3600
-        return Outcome([r for r, _ in done], [t for _, t in done], cluster, counters,
+        harness.settle()
+        return Outcome([r for r, _ in done], [t for _, t in done], cluster, harness,
                        dispatcher)
 
     return run_virtual(main)
 
-
 def assert_clean(out: Outcome) -> None:
     """Nothing left anywhere: no request, send or reservation on any engine, every page back in
     the pool or the prefix cache, router counts at zero."""
-    assert out.counters.inflight == 0
+    assert out.harness.front.inflight == 0
     for engine_id, handle in out.cluster.engines.items():
         core = out.cluster.sim(engine_id).core
         assert not core._requests, (engine_id, list(core._requests))
         assert len(core.reservations) == 0, engine_id
         assert not core.scheduler.has_work(), engine_id
         assert core.pool.num_used == len(core.cache), engine_id  # only cached pages held
-        assert not handle.active, (engine_id, handle.active)
+        assert not out.harness.front.engine_active(handle.num), engine_id
         assert out.cluster.core.table.get(handle.num).inflight == 0

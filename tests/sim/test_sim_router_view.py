@@ -15,11 +15,10 @@ from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.membership import EngineMembership
 from pyrouter.policy_registry import ActivePolicy, get_policy
 from pyrouter.request import RouterRequest
-from pyrouter.scope import RouterCounters
 from switchyard_proto.sampling_params import SamplingParams
 from switchyard_sim.clock import run_virtual
 from switchyard_sim.cluster import POLL_S, SimCluster
-from switchyard_sim.fake.front_run import run_through_front
+from switchyard_sim.fake.front_run import FrontHarness
 from tests.sim.sim_helpers import assert_clean, run_requests, tiny_profile
 
 PROMPT = list(range(1000, 1100))
@@ -39,8 +38,8 @@ def test_dispatched_work_counts_as_router_tokens_until_a_stats_covers_it() -> No
         dispatcher = Dispatcher(cluster, PolicySlot(ActivePolicy(spec, spec.check_params({}))))
         await asyncio.sleep(0.1)
         req = RouterRequest("r", PROMPT, SamplingParams(max_tokens=40, ignore_eos=True))
-        task = asyncio.create_task(run_through_front(cast(EngineMembership, cluster), dispatcher, req,
-                                                     RouterCounters()))
+        harness = FrontHarness(cast(EngineMembership, cluster), dispatcher)
+        task = asyncio.create_task(harness.run(req))
         seen = []
         for at in (0.2, 0.45, 0.55):  # before the next poll, just before it, just after it
             await asyncio.sleep(at - asyncio.get_running_loop().time())

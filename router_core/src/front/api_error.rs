@@ -12,6 +12,8 @@ pub struct ApiError {
     pub message: String,
     pub param: Option<String>,
     pub code: Option<String>,
+    /// Seconds for the `Retry-After` header of a 429 or 503 (None: one second).
+    pub retry_after_s: Option<f64>,
 }
 
 impl ApiError {
@@ -22,7 +24,18 @@ impl ApiError {
             message: message.into(),
             param: None,
             code: None,
+            retry_after_s: None,
         }
+    }
+
+    pub fn with_type(mut self, error_type: &'static str) -> Self {
+        self.error_type = error_type;
+        self
+    }
+
+    pub fn with_retry_after(mut self, seconds: f64) -> Self {
+        self.retry_after_s = Some(seconds);
+        self
     }
 
     pub fn with_param(mut self, param: impl Into<String>) -> Self {
@@ -142,6 +155,18 @@ impl From<RouterCoreError> for ApiError {
 pub struct ShapedError {
     pub status: u16,
     pub body: Vec<u8>,
+    /// Whole seconds for `Retry-After` (0: one second).
+    pub retry_after_s: u64,
+}
+
+impl ShapedError {
+    pub fn new(status: u16, body: Vec<u8>) -> Self {
+        ShapedError {
+            status,
+            body,
+            retry_after_s: 0,
+        }
+    }
 }
 
 impl From<&ApiError> for ShapedError {
@@ -149,6 +174,7 @@ impl From<&ApiError> for ShapedError {
         ShapedError {
             status: err.status,
             body: err.body_bytes(),
+            retry_after_s: err.retry_after_s.map_or(0, |s| s.max(0.0).ceil() as u64),
         }
     }
 }

@@ -1,32 +1,37 @@
-//! What the HTTP front asks of the side that decides (the Python policies, pyrouter/
-//! front_bridge.py, through the binding): admit a request (run its policy to the first chunk of
-//! its first segment), continue after a hand-off, close a request, and answer the routes that
-//! are operations rather than the hot path (admin, /ready, /metrics). The front calls it once
-//! per request, once per segment boundary and once at the end — never per token.
+//! What the HTTP front asks of the side that decides (the Python policies, pyrouter/runtime/
+//! bridge.py, through the binding): decide where a request goes (a placement the executor
+//! carries out; a verb-API policy's own verbs run through the request's executor while it
+//! decides), decide again after a segment hands off, hear how a placement went (the policy's
+//! closed loop), and answer the routes that are operations rather than the hot path (admin,
+//! /ready, /metrics). Everything else — the verbs, the first chunk, retries, error mapping,
+//! finish checks, the engine table's accounting, the close — is the executor's (crate::executor).
 
 use super::api_error::ShapedError;
 use super::openai_request::GenerationRequest;
-use super::segment_call::SegmentCall;
-use crate::rpc::pb;
+use crate::executor::{Placement, RequestExec, RouteNote};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 /// A parsed request handed to the policy.
 #[derive(Debug, Clone)]
-pub struct AdmitSpec {
+pub struct DecideSpec {
     /// The id the client sees (X-Request-Id, the body's id, the trace).
     pub request_id: String,
-    /// The id engines see (random; `-rN` after a retry).
+    /// The request's router-made name (its first attempt's engine-side id): its key in the
+    /// deciding side's bookkeeping, the same through every attempt.
+    pub key: String,
+    /// The id engines see for this attempt (random; `-rN` after a retry).
     pub engine_request_id: String,
     pub model: String,
     pub request: GenerationRequest,
-    /// W3C trace context headers the client sent (traceparent, tracestate), for the trace.
-    pub trace_headers: Vec<(String, String)>,
     pub caller: Caller,
+    /// Retries of this request so far (0: its first attempt).
+    pub retries: u32,
+    /// The request is traced: the decision's explanation goes on its span.
+    pub traced: bool,
 }
 
 /// Who sent a request, as per-caller limits see it: the deciding side names the caller by its
@@ -39,43 +44,71 @@ pub struct Caller {
     pub host: String,
 }
 
-/// A segment's stream the front now reads (the router's gRPC call, or an in-process engine
-/// double's), and the engine running it (for messages).
-pub struct Segment {
-    pub call: Arc<dyn SegmentCall>,
-    pub engine: String,
-}
-
-/// The policy ran: its first segment and that segment's first chunk.
-pub struct Admitted {
-    pub segment: Segment,
-    pub first: pb::GenerateChunk,
-    /// X-Switchyard-Route.
-    pub route: String,
-    /// The pattern that ran (the route's first word; metrics).
-    pub pattern: String,
-}
-
-pub struct AdmitOutcome<R> {
-    /// The request's state on the deciding side; `close` ends it, whatever happened (None: the
-    /// deciding side refused it before making one, and has nothing to close).
-    pub run: Option<R>,
-    /// The policy that admitted it (metrics).
-    pub policy: String,
-    pub result: Result<Admitted, ShapedError>,
-}
-
-/// How a request ended, for the close call.
+/// A span attribute's value.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RequestEnd {
-    /// "ok", or "error" (a failure, or the client went away).
-    pub status: &'static str,
-    pub completion_tokens: u64,
-    /// The running segment's engine sent its finish: it holds nothing more for this request.
-    pub delivered: bool,
-    /// Time since the request arrived, and since its first token (None: no token).
-    pub since_start: Duration,
-    pub since_first_token: Option<Duration>,
+pub enum AttributeValue {
+    Text(String),
+    Int(i64),
+    Float(f64),
+}
+
+/// What the policy decided.
+pub struct Decision<R> {
+    pub placement: Placement,
+    pub route: RouteNote,
+    /// The policy that decided (metrics, errors).
+    pub policy: String,
+    /// A policy that decides again after a hand-off: its run, asked by `next_segment` and
+    /// closed when the request ends.
+    pub run: Option<R>,
+    /// Told how the placement went (`observe`): its KV transfer, its first token, its end.
+    pub observer: Option<R>,
+    /// Why it went where it went, for the decision's span (traced requests).
+    pub explanation: Vec<(String, AttributeValue)>,
+}
+
+/// Why the deciding side gave no placement.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Refused {
+    /// An error it shaped itself (status and body): bad input, no capacity, a policy's failure.
+    Shaped(ShapedError),
+    /// The policy (named) let a verb's failure through: the executor maps the failure it
+    /// recorded.
+    VerbFailed { policy: String },
+    /// The active policy became a Rust built-in while the request waited for the decision
+    /// (a switch): the built-in decides it.
+    Builtin,
+}
+
+/// A segment ended with a hand-off (its own limit) or an interruption: the policy's next
+/// decision gets this.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SegmentEnd {
+    pub engine: u32,
+    /// "handoff" or "interrupted".
+    pub reason: &'static str,
+    /// The segment's tokens (already appended to the request's).
+    pub tokens: Vec<u32>,
+    /// Why it was interrupted (e.g. `after_s`).
+    pub detail: Vec<(String, f64)>,
+}
+
+/// How a placement went, for its observer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Observation {
+    /// The placement's generation started (its verbs before it done).
+    Started,
+    /// KV of `tokens` crossed; its exposed part took `tail_ms`.
+    Sent { tokens: u64, tail_ms: f64 },
+    /// The first token came, `ttft_s` after the request arrived and `attempt_s` after the
+    /// attempt that placed it began.
+    FirstToken { ttft_s: f64, attempt_s: f64 },
+    /// The request ended (`ok`), with its mean time per token after the first.
+    Ended {
+        ok: bool,
+        tpot_s: Option<f64>,
+        completion_tokens: u64,
+    },
 }
 
 /// Which listener a request came in on: the public one, or the admin plane's own
@@ -120,32 +153,41 @@ pub struct OpsResponse {
 }
 
 pub trait PolicyBridge: Send + Sync + 'static {
-    /// The deciding side's handle on one request.
-    type Run: Send + 'static;
+    /// The deciding side's handle on a policy run or an observer.
+    type Run: Clone + Send + Sync + 'static;
 
-    fn admit(&self, spec: AdmitSpec) -> BoxFuture<AdmitOutcome<Self::Run>>;
+    /// Where `spec` goes; a policy's own verbs go through `exec` while it decides.
+    fn decide(
+        &self,
+        spec: DecideSpec,
+        exec: Arc<RequestExec>,
+    ) -> BoxFuture<Result<Decision<Self::Run>, Refused>>;
 
-    /// The client went away while `admit` or `next_segment` runs: stop it (it still returns,
-    /// then is closed). Named by its first engine-side id: clients may share an X-Request-Id.
-    fn cancel_admission(&self, engine_request_id: &str);
-
-    /// The running segment ended with a hand-off after `segment_tokens`: where next, and that
-    /// segment's first chunk (an engine failing before it is replaced on the deciding side).
+    /// The running segment ended (`end`): where the request goes next (None: the policy has
+    /// nothing more).
     fn next_segment(
         &self,
         run: &Self::Run,
-        segment_tokens: Vec<u32>,
-    ) -> BoxFuture<Result<(Segment, pb::GenerateChunk), ShapedError>>;
+        end: SegmentEnd,
+        exec: Arc<RequestExec>,
+    ) -> BoxFuture<Result<Option<Decision<Self::Run>>, Refused>>;
 
-    fn close(&self, run: Self::Run, end: RequestEnd) -> BoxFuture<()>;
+    /// How a placement went (queued for the deciding side: no wait).
+    fn observe(&self, observer: &Self::Run, observation: Observation);
+
+    /// The request ended: a policy run still open is closed (its clean-up runs).
+    fn close(&self, run: Self::Run);
+
+    /// The client went away while `decide` or `next_segment` runs for the request named `key`:
+    /// stop it (it still answers).
+    fn cancel_decision(&self, key: &str);
 
     /// Routes the front does not serve itself (/ready, /metrics, /openapi.json, /admin/...,
     /// unknown paths, everything but /health on the admin plane); the deciding side checks
     /// their keys.
     fn ops(&self, request: OpsRequest) -> BoxFuture<OpsResponse>;
 
-    /// An engine failed a fast-path request before any output: out of rotation (as the
-    /// deciding side's own retries do), with this log line.
+    /// An engine failed a request before any output and leaves rotation, with this log line.
     fn engine_unavailable(&self, engine: u32, message: String);
 
     /// A warning for the router's log.

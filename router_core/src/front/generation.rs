@@ -1,38 +1,47 @@
 //! One generation request from admission to close, in its own task (so a client that goes away
-//! never skips the clean-up): admit it — on the fast path (a Rust pick, no Python) or through the
-//! policy bridge — then read the engines' chunks segment after segment and write the response,
-//! then close it: the running generation cancelled unless it finished, the deciding side told,
-//! metrics and outcomes recorded, the in-flight count released.
+//! never skips the clean-up): the router's one executor. Each attempt asks for a decision — a
+//! Rust built-in's pick, or the policy's through the bridge (whose verbs run through this
+//! request's `RequestExec`) — carries the placement out, reads the first chunk and, when an
+//! engine failed before any output, takes it out of rotation and tries again within the retry
+//! budget. Then it streams every segment (front/segment_stream.rs) and closes: the running
+//! generation cancelled unless it finished, everything still held on engines given back, the
+//! deciding side told, the request's record kept for the metrics and the outcome window.
 
 use super::admission::AdmissionPermit;
 use super::api_error::{ApiError, ShapedError};
-use super::bridge::{AdmitSpec, Caller, PolicyBridge, RequestEnd, Segment};
-use super::engine_errors::{first_chunk, first_chunk_timeout, next_chunk};
+use super::bridge::{
+    AttributeValue, Caller, DecideSpec, Decision, Observation, PolicyBridge, Refused,
+};
+use super::caller_limits::CallerPermit;
+use super::client::Client;
+use super::clock::Clock;
 use super::engine_names::{engine_name, retry_engine_request_id};
-use super::fast_path::FastPolicy;
 use super::fast_session::choose_fast;
-use super::front_state::{ended, FastRecord, Front, FrontEngine, InflightGuard};
-use super::openai_request::{GenerationRequest, RequestKind};
-use super::response_body::ResponseBody;
-use super::segment_call::SegmentCall;
+use super::front_state::{ended, Front, InflightGuard, RequestRecord, Running, SegmentRecord};
+use super::openai_request::GenerationRequest;
+use super::segment_stream::Interrupt;
 use super::served_models::ServedModel;
-use crate::engine_rpc::GenerateCall;
+use crate::executor::{
+    carry_out, failure, ExecState, Failure, Generation, Placement, RequestExec, RouteNote,
+    SegmentPlan, Stage, Then, TraceParent,
+};
 use crate::otel::{router_tracer, RequestSpans, RequestSummary, RouterTracer};
 use crate::router::lock;
 use crate::rpc::pb;
-use axum::body::{Body, Bytes};
-use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
-use std::convert::Infallible;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use opentelemetry::KeyValue;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
-pub const ROUTE_HEADER: &str = "x-switchyard-route";
-/// Tries of a fast-path request: the first and two retries on other engines.
-const FAST_ATTEMPTS: u32 = 3;
-pub const REQUEST_ID_HEADER: &str = "x-request-id";
+pub use super::client::{error_response, json_response, REQUEST_ID_HEADER, ROUTE_HEADER};
+
+/// The code of a refusal that hands the decision to a Rust built-in (never shown to a client).
+const BUILTIN: &str = "use_builtin";
+
+/// How long a retry that found no healthy engine waits for one to come back (the failure before
+/// it may have taken a live engine out of rotation; its health check brings it back).
+const ENGINE_BACK: Duration = Duration::from_secs(2);
 
 /// A request that passed parsing and admission control.
 pub struct Prepared {
@@ -47,6 +56,20 @@ pub struct Prepared {
     pub inflight: InflightGuard,
     /// From the admission gate, held until the request ends (front/admission.rs).
     pub admission: Option<AdmissionPermit>,
+    /// Where an in-process caller learns how the request ran (None: nobody asks).
+    pub outcome: Option<Arc<Mutex<TaskOutcome>>>,
+}
+
+/// How a request ran, for an in-process caller (tests, the simulator): the verbs it issued, in
+/// order, as (verb, engine), its route and its segments.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TaskOutcome {
+    pub verbs: Vec<(String, String)>,
+    pub route: String,
+    pub policy: String,
+    pub segments: u32,
+    /// The id engines knew its last attempt by.
+    pub engine_request_id: String,
 }
 
 /// One request's run past the admission gate, its response's head going to `head` (then,
@@ -60,98 +83,13 @@ pub async fn request_task<B: PolicyBridge>(
     head: oneshot::Sender<Response>,
     tracer: Option<Arc<RouterTracer>>,
 ) {
-    RequestTask::new(front, prepared, head, tracer).run().await;
-}
-
-/// A JSON response with the envelope headers.
-pub fn json_response(status: u16, body: Vec<u8>, route: &str, request_id: &str) -> Response {
-    let mut resp = Response::new(Body::from(body));
-    *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let headers = resp.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    envelope(headers, route, request_id);
-    resp
-}
-
-pub fn error_response(err: &ShapedError, route: &str, request_id: &str) -> Response {
-    let mut resp = json_response(err.status, err.body.clone(), route, request_id);
-    if err.status == 429 || err.status == 503 {
-        // Busy, draining or no capacity: worth a retry soon.
-        resp.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    }
-    resp
-}
-
-/// X-Request-Id and X-Switchyard-Route on every response.
-pub fn envelope(headers: &mut axum::http::HeaderMap, route: &str, request_id: &str) {
-    if let Ok(id) = HeaderValue::from_str(request_id) {
-        headers.insert(REQUEST_ID_HEADER, id);
-    }
-    let route = HeaderValue::from_str(route).unwrap_or(HeaderValue::from_static("unknown"));
-    headers.insert(ROUTE_HEADER, route);
-}
-
-/// Where the response goes: first its head (then, streaming, the body's bytes).
-enum Client {
-    Waiting(oneshot::Sender<Response>),
-    Streaming(mpsc::Sender<Bytes>),
-    Answered,
-}
-
-impl Client {
-    /// Resolves when the client has gone away.
-    async fn gone(&mut self) {
-        match self {
-            Client::Waiting(tx) => tx.closed().await,
-            Client::Streaming(tx) => tx.closed().await,
-            Client::Answered => std::future::pending().await,
-        }
-    }
-
-    fn answer(&mut self, resp: Response) {
-        if let Client::Waiting(tx) = std::mem::replace(self, Client::Answered) {
-            let _ = tx.send(resp);
-        }
-    }
-
-    /// Sends the streaming head with `first` bytes already in the body.
-    fn start_stream(&mut self, route: &str, request_id: &str, first: Vec<u8>) {
-        let (tx, mut rx) = mpsc::channel::<Bytes>(8);
-        if !first.is_empty() {
-            let _ = tx.try_send(Bytes::from(first));
-        }
-        let stream = futures_util::stream::poll_fn(move |cx| {
-            rx.poll_recv(cx)
-                .map(|item| item.map(Ok::<Bytes, Infallible>))
-        });
-        let mut resp = Response::new(Body::from_stream(stream));
-        let headers = resp.headers_mut();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/event-stream"),
-        );
-        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        envelope(headers, route, request_id);
-        self.answer(resp);
-        *self = Client::Streaming(tx);
-    }
-
-    /// False when the client has gone.
-    async fn send(&mut self, bytes: Vec<u8>) -> bool {
-        match self {
-            Client::Streaming(tx) if !bytes.is_empty() => tx.send(Bytes::from(bytes)).await.is_ok(),
-            Client::Streaming(tx) => !tx.is_closed(),
-            _ => false,
-        }
-    }
+    let mut task = RequestTask::new(front, prepared, head, tracer);
+    let ok = task.run().await;
+    task.close(ok).await;
 }
 
 /// Why a response stopped before its end.
-enum Stop {
+pub enum Stop {
     ClientGone,
     Failed(ShapedError),
 }
@@ -162,117 +100,150 @@ impl From<ApiError> for Stop {
     }
 }
 
-/// The fast path's accounting for its running generation (what pyrouter's scope and
-/// GenerationStream do for the Python path): the engine table's dispatch, the engine's active
-/// count, and — unless the engine delivered its finish — the cancel and the Abort.
-struct FastHold<B: PolicyBridge> {
-    front: Arc<Front<B>>,
-    num: u32,
-    engine: Arc<FrontEngine>,
-    call: Arc<GenerateCall>,
-    engine_request_id: String,
-    delivered: bool,
-    /// Prefill tokens still counted as queued on the engine, with their dispatch's stamp
-    /// (engine_table.rs `on_prefill_done`); None once released.
-    prefill: Option<(u64, u64)>,
-}
-
-impl<B: PolicyBridge> FastHold<B> {
-    fn dispatch(
-        front: &Arc<Front<B>>,
-        num: u32,
-        engine: Arc<FrontEngine>,
-        call: Arc<GenerateCall>,
-        engine_request_id: String,
-        prefill: u64,
-        decode: u64,
-    ) -> Self {
-        let stamp = front
-            .core()
-            .and_then(|core| lock(&core.table).on_dispatch(num, prefill, decode).ok());
-        engine.fast_active.fetch_add(1, Ordering::AcqRel);
-        FastHold {
-            front: front.clone(),
-            num,
-            engine,
-            call,
-            engine_request_id,
-            delivered: false,
-            prefill: stamp.map(|stamp| (prefill, stamp)),
-        }
-    }
-
-    /// Its prefill is done (the first token arrived, or the call ended): predictions stop
-    /// counting it as queued before the engine's next Stats, as for the Python path's streams.
-    fn prefill_done(&mut self) {
-        if let (Some((tokens, stamp)), Some(core)) = (self.prefill.take(), self.front.core()) {
-            // Err: the engine was removed meanwhile.
-            let _ = lock(&core.table).on_prefill_done(self.num, tokens, stamp);
-        }
+impl From<ShapedError> for Stop {
+    fn from(err: ShapedError) -> Self {
+        Stop::Failed(err)
     }
 }
 
-impl<B: PolicyBridge> Drop for FastHold<B> {
-    fn drop(&mut self) {
-        if !self.delivered {
-            self.call.cancel();
-            let rpc = self.engine.rpc.clone();
-            let id = std::mem::take(&mut self.engine_request_id);
-            // Best effort, as pyrouter's abandon: the engine may have missed the reset.
-            self.front.runtime.spawn(async move {
-                let _ = rpc.abort(&id, false).await;
-            });
+/// A decision's explanation as span attributes.
+pub(super) fn span_attributes(explanation: Vec<(String, AttributeValue)>) -> Vec<KeyValue> {
+    explanation
+        .into_iter()
+        .map(|(key, value)| match value {
+            AttributeValue::Text(text) => KeyValue::new(key, text),
+            AttributeValue::Int(n) => KeyValue::new(key, n),
+            AttributeValue::Float(x) => KeyValue::new(key, x),
+        })
+        .collect()
+}
+
+/// The explanation's one line (`switchyard.explanation`, which the policy side writes without
+/// the route) led by the route as carried out: the engines a pd placement's prefill and decode
+/// landed on are only known once it ran.
+pub(super) fn with_route(
+    mut explanation: Vec<(String, AttributeValue)>,
+    route: &RouteNote,
+) -> Vec<(String, AttributeValue)> {
+    for (key, value) in &mut explanation {
+        if key == EXPLANATION {
+            if let AttributeValue::Text(text) = value {
+                *text = if text.is_empty() {
+                    route.header()
+                } else {
+                    format!("{}; {text}", route.header())
+                };
+            }
         }
-        self.prefill_done();
-        if let Some(core) = self.front.core() {
-            // Err: the engine was removed meanwhile.
-            let _ = lock(&core.table).on_complete(self.num);
-        }
-        self.engine.fast_active.fetch_sub(1, Ordering::AcqRel);
+    }
+    explanation
+}
+
+/// The attribute holding a decision's explanation in one line (`switchyard trace show`).
+const EXPLANATION: &str = "switchyard.explanation";
+
+/// Why an attempt ended without a first chunk.
+pub(super) enum AttemptEnd {
+    Stop(Stop),
+    Failed(Failure),
+}
+
+impl From<Stop> for AttemptEnd {
+    fn from(stop: Stop) -> Self {
+        AttemptEnd::Stop(stop)
     }
 }
 
-struct RequestTask<B: PolicyBridge> {
-    front: Arc<Front<B>>,
-    request_id: String,
-    engine_request_id: String,
+impl From<Failure> for AttemptEnd {
+    fn from(failure: Failure) -> Self {
+        AttemptEnd::Failed(failure)
+    }
+}
+
+pub(super) struct RequestTask<B: PolicyBridge> {
+    pub(super) front: Arc<Front<B>>,
+    pub(super) request_id: String,
+    /// The request's router-made name: its first attempt's engine-side id.
+    pub(super) key: String,
     caller: Caller,
-    request: GenerationRequest,
-    model: Arc<ServedModel>,
-    trace_headers: Vec<(String, String)>,
-    started: Instant,
-    first_token: Option<Instant>,
-    client: Client,
-    client_gone: bool,
+    pub(super) request: GenerationRequest,
+    pub(super) model: Arc<ServedModel>,
+    /// When it arrived and when its first token came (the front's clock, seconds).
+    pub(super) started: f64,
+    pub(super) first_token: Option<f64>,
+    pub(super) client: Client,
+    pub(super) client_gone: bool,
     /// The drain's end (`Front::end_requests`), watched while waiting for the engine.
-    ending: tokio::sync::watch::Receiver<bool>,
-    policy: String,
-    route: String,
-    pattern: Option<String>,
-    /// Fast-path requests: the engine that took it and the route's pattern, and why it failed
-    /// ("" when it did not).
-    fast_engine: Option<(u32, &'static str)>,
-    fast_error: String,
-    /// The deciding side's handle (Python-path requests).
-    run: Option<B::Run>,
-    /// Fast-path requests: the running generation's accounting.
-    hold: Option<FastHold<B>>,
-    fast: bool,
-    /// The request's spans when it is traced (sampled).
-    spans: Option<RequestSpans>,
-    /// Why it failed (the error body's code), for its span.
-    error_type: String,
-    call: Option<Arc<dyn SegmentCall>>,
-    /// The running segment's engine sent its finish.
-    delivered: bool,
-    completion_tokens: u64,
-    finished: bool,
+    pub(super) ending: tokio::sync::watch::Receiver<bool>,
+    pub(super) exec: Arc<RequestExec>,
+    pub(super) policy: String,
+    pub(super) route: RouteNote,
+    /// The deciding side's run (a policy that decides again after a hand-off).
+    pub(super) run: Option<B::Run>,
+    /// Told how the placement went.
+    pub(super) observer: Option<B::Run>,
+    /// What follows the running segment.
+    pub(super) then: Then,
+    /// The running segment's generation.
+    pub(super) generation: Option<Generation>,
+    pub(super) spans: Option<RequestSpans>,
+    tracer: Option<Arc<RouterTracer>>,
+    /// Why it failed (the error body's code).
+    pub(super) error_type: String,
+    pub(super) completion_tokens: u64,
+    pub(super) segments: Vec<SegmentRecord>,
+    /// Retries so far (admission's and a segment's resumption share the budget's bound).
+    pub(super) retries: u32,
+    /// When the current attempt began (the closed loop's TTFT counts from it).
+    attempt_started: f64,
+    /// Index into the scope's verbs where the current attempt began.
+    pub(super) attempt_verbs: usize,
+    /// Control taken back from the running segment (a migration, the policy's timer).
+    pub(super) interrupt: Option<Interrupt>,
+    /// When the policy's `control_after_s` on the running segment passes, and its value.
+    pub(super) segment_timer: Option<f64>,
+    pub(super) segment_timer_s: f64,
+    pub(super) control: mpsc::UnboundedReceiver<super::front_state::Control>,
+    pub(super) running: Running<B>,
     _inflight: InflightGuard,
     admission: Option<AdmissionPermit>,
+    _caller_permit: Option<CallerPermit>,
+    outcome: Option<Arc<Mutex<TaskOutcome>>>,
 }
 
-fn proto_tokens(tokens: &[u32]) -> Vec<i32> {
-    tokens.iter().map(|&t| t as i32).collect()
+/// The request's sampling as the engines take it (stop strings stay with the router, which
+/// matches them on the text).
+fn sampling_message(request: &GenerationRequest) -> pb::SamplingParams {
+    let s = &request.sampling;
+    pb::SamplingParams {
+        temperature: s.temperature,
+        top_p: s.top_p,
+        top_k: i32::try_from(s.top_k).unwrap_or(i32::MAX),
+        max_tokens: i32::try_from(s.max_tokens).unwrap_or(i32::MAX),
+        min_tokens: i32::try_from(s.min_tokens).unwrap_or(i32::MAX),
+        seed: s.seed,
+        stop_token_ids: Vec::new(),
+        stop: Vec::new(),
+        ignore_eos: s.ignore_eos,
+        return_logprobs: false,
+        response_format: s
+            .response_format
+            .as_ref()
+            .map(super::response_format::ResponseFormat::to_proto),
+        priority: s.priority,
+    }
+}
+
+/// A Rust built-in's route ("dp engine=e1 via=round_robin") as a note.
+fn note_of(route: &str) -> RouteNote {
+    let mut parts = route.split(' ');
+    let mut note = RouteNote::new(parts.next().unwrap_or_default());
+    for part in parts {
+        if let Some((key, value)) = part.split_once('=') {
+            note.set(key, value);
+        }
+    }
+    note
 }
 
 impl<B: PolicyBridge> RequestTask<B> {
@@ -284,395 +255,503 @@ impl<B: PolicyBridge> RequestTask<B> {
     ) -> Self {
         let ending = front.watch_ending();
         let tracer = tracer.or_else(|| router_tracer(&front.runtime).cloned());
-        let spans = tracer.and_then(|tracer| {
-            RequestSpans::start(&tracer, &p.trace_headers, p.started, &p.engine_request_id)
-        });
+        let spans = tracer
+            .as_ref()
+            .and_then(|tracer| RequestSpans::start(tracer, &p.trace_headers, p.started));
+        let exec = RequestExec::new(
+            front.fleet.clone(),
+            front.runtime.clone(),
+            ExecState {
+                scope: Default::default(),
+                tokens: p.request.tokens.clone(),
+                prompt_len: p.request.tokens.len(),
+                engine_request_id: p.engine_request_id.clone(),
+                sampling: sampling_message(&p.request),
+                generating: false,
+                trace: None,
+                last_error: None,
+                placed: None,
+            },
+        );
+        let (running, control) = front.register(&p.engine_request_id, &p.request_id, &p.model.name);
         RequestTask {
-            front,
             request_id: p.request_id,
-            engine_request_id: p.engine_request_id,
+            key: p.engine_request_id,
             caller: p.caller,
             request: p.request,
             model: p.model,
-            trace_headers: p.trace_headers,
-            started: p.started,
+            started: front.clock.now() - p.started.elapsed().as_secs_f64(),
             first_token: None,
             client: Client::Waiting(head),
             client_gone: false,
             ending,
+            exec,
             policy: String::new(),
-            route: "none".into(),
-            pattern: None,
-            fast_engine: None,
-            fast_error: String::new(),
+            route: RouteNote::new("none"),
             run: None,
-            hold: None,
-            fast: false,
+            observer: None,
+            then: Then::End,
+            generation: None,
             spans,
+            tracer,
             error_type: String::new(),
-            call: None,
-            delivered: false,
             completion_tokens: 0,
-            finished: false,
+            segments: Vec::new(),
+            retries: 0,
+            attempt_started: 0.0,
+            attempt_verbs: 0,
+            interrupt: None,
+            segment_timer: None,
+            segment_timer_s: 0.0,
+            control,
+            running,
             _inflight: p.inflight,
             admission: p.admission,
+            _caller_permit: None,
+            outcome: p.outcome,
+            front,
         }
     }
 
-    async fn run(mut self) {
-        let fast = self.front.fast_policy(&self.model.name);
-        let admitted = match &fast {
-            Some(policy) => self.admit_fast(policy).await,
-            None => self.admit_bridge().await,
-        };
+    /// Admits the request and streams it; false when it failed (or its client went away).
+    async fn run(&mut self) -> bool {
+        let admitted = self.admit().await;
         // On an engine now (or failed): the engine table counts its tokens from here.
         if let Some(permit) = &mut self.admission {
             permit.admitted();
         }
-        let ok = match admitted {
-            Ok((segment, first)) => {
-                self.first_token = Some(Instant::now());
-                match self.respond(segment, first).await {
-                    Ok(()) => true,
-                    Err(stop) => {
-                        self.fail(stop).await;
-                        false
-                    }
-                }
+        let outcome = match admitted {
+            Ok(first) => {
+                self.first_token = Some(self.front.clock.now());
+                self.respond(first).await
             }
+            Err(stop) => Err(stop),
+        };
+        match outcome {
+            Ok(()) => true,
             Err(stop) => {
                 self.fail(stop).await;
                 false
             }
+        }
+    }
+
+    /// Runs attempts until one has its first chunk, retrying an engine failure before any output
+    /// on another engine within the retry budget.
+    async fn admit(&mut self) -> Result<pb::GenerateChunk, Stop> {
+        if let Err(err) = self.caller_limits() {
+            return Err(err.into());
+        }
+        self.front.budget.admitted();
+        let mut waited = false;
+        loop {
+            let failure = match self.attempt().await {
+                Ok(first) => return Ok(first),
+                Err(AttemptEnd::Stop(stop)) => return Err(stop),
+                Err(AttemptEnd::Failed(failure)) => failure,
+            };
+            if let Some(spans) = &mut self.spans {
+                spans.generate_failed(failure.message());
+            }
+            self.end_attempt();
+            if failure.is_no_capacity() && self.retries > 0 && !waited {
+                // A retry found no healthy engine: the failure before it may have taken a live
+                // one out of rotation; its health check brings it back within a poll.
+                waited = true;
+                if self.engine_back().await {
+                    self.next_attempt();
+                    continue;
+                }
+            }
+            if !failure.retryable || !self.front.budget.allow(self.retries) {
+                return Err(Stop::Failed(failure.error));
+            }
+            self.retries += 1;
+            self.take_out_of_rotation(&failure);
+            self.next_attempt();
+        }
+    }
+
+    /// Per-caller limits (429 with Retry-After), counted until the request ends.
+    fn caller_limits(&mut self) -> Result<(), ShapedError> {
+        let keyed = !self.front.config.api_keys.is_empty();
+        match self.front.caller_limits.acquire(&self.caller, keyed) {
+            Ok(permit) => {
+                self._caller_permit = permit;
+                Ok(())
+            }
+            Err(refused) => {
+                self.error_type = refused.code.clone().unwrap_or_default();
+                Err(ShapedError::from(&refused))
+            }
+        }
+    }
+
+    /// Engines the failure names (else every engine the attempt touched) leave rotation.
+    fn take_out_of_rotation(&self, failure: &Failure) {
+        let failed = match failure.engine {
+            Some(num) => vec![num],
+            None => {
+                let state = self.exec.state();
+                let verbs =
+                    &state.scope.verbs()[self.attempt_verbs.min(state.scope.verbs().len())..];
+                let mut touched: Vec<u32> = Vec::new();
+                for &(_, num) in verbs {
+                    if !touched.contains(&num) {
+                        touched.push(num);
+                    }
+                }
+                touched
+            }
         };
-        self.close(ok).await;
-    }
-
-    /// The engine request the fast path sends (sampling as pyrouter's sampling_to_proto: stop
-    /// strings stay with the router, which matches them on the text).
-    fn proto_request(&self, engine_request_id: &str) -> pb::StartGenerateRequest {
-        let s = &self.request.sampling;
-        pb::StartGenerateRequest {
-            request_id: engine_request_id.to_owned(),
-            tokens: proto_tokens(&self.request.tokens),
-            begin: 0,
-            sampling: Some(pb::SamplingParams {
-                temperature: s.temperature,
-                top_p: s.top_p,
-                top_k: i32::try_from(s.top_k).unwrap_or(i32::MAX),
-                max_tokens: i32::try_from(s.max_tokens).unwrap_or(i32::MAX),
-                min_tokens: i32::try_from(s.min_tokens).unwrap_or(i32::MAX),
-                seed: s.seed,
-                stop_token_ids: Vec::new(),
-                stop: Vec::new(),
-                ignore_eos: s.ignore_eos,
-                return_logprobs: false,
-                response_format: s
-                    .response_format
-                    .as_ref()
-                    .map(super::response_format::ResponseFormat::to_proto),
-                priority: s.priority,
-            }),
-            max_new_tokens_here: 0,
-            output_offset: 0,
+        let core = self.front.fleet.core();
+        for num in failed {
+            if let Some(core) = &core {
+                // Err: the engine was removed meanwhile.
+                let _ = lock(&core.table).set_health(num, false);
+            }
+            self.front.bridge.engine_unavailable(
+                num,
+                format!(
+                    "request {}: {}; retrying on another engine",
+                    self.request_id,
+                    failure.message()
+                ),
+            );
         }
     }
 
-    async fn admit_fast(
+    /// The attempt failed: everything it took is given back, and its placement's observer
+    /// hears it ended.
+    fn end_attempt(&mut self) {
+        self.generation = None;
+        self.exec.abandon();
+        if let Some(run) = self.run.take() {
+            self.front.bridge.close(run);
+        }
+        if let Some(observer) = self.observer.take() {
+            let ended = Observation::Ended {
+                ok: false,
+                tpot_s: None,
+                completion_tokens: 0,
+            };
+            self.front.bridge.observe(&observer, ended);
+        }
+    }
+
+    /// A fresh engine-side id and route for the next attempt (the failed one may linger on its
+    /// engine).
+    fn next_attempt(&mut self) {
+        let id = retry_engine_request_id(&self.key, self.retries.max(1));
+        let mut state = self.exec.state();
+        state.engine_request_id = id;
+        state.generating = false;
+        self.route = RouteNote::new("none");
+        self.then = Then::End;
+    }
+
+    /// Waits (up to ENGINE_BACK) for a healthy engine of the request's model.
+    async fn engine_back(&self) -> bool {
+        let clock = &self.front.clock;
+        let deadline = clock.now() + ENGINE_BACK.as_secs_f64();
+        loop {
+            if let Some(core) = self.front.fleet.core() {
+                let healthy = lock(&core.table)
+                    .all()
+                    .any(|e| e.healthy && self.front.models.serves(e.engine_id, &self.model.name));
+                if healthy {
+                    return true;
+                }
+            }
+            if clock.now() >= deadline {
+                return false;
+            }
+            clock.sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// One attempt: a decision, the placement carried out, its segment's first chunk.
+    async fn attempt(&mut self) -> Result<pb::GenerateChunk, AttemptEnd> {
+        self.attempt_started = self.front.clock.now();
+        self.attempt_verbs = self.exec.state().scope.verbs().len();
+        let decision = self.decide().await?;
+        let Decision {
+            placement,
+            mut route,
+            policy,
+            run,
+            observer,
+            explanation,
+        } = decision;
+        self.policy = policy;
+        self.run = run;
+        self.observer = observer;
+        let (plan, then, sent) = self.prepare(&placement, &mut route).await?;
+        self.decided(with_route(explanation, &route), plan.engine, "policy");
+        if let (Some(observer), Some(sent)) = (&self.observer, &sent) {
+            self.front.bridge.observe(
+                observer,
+                Observation::Sent {
+                    tokens: sent.tokens,
+                    tail_ms: sent.result.tail_ms,
+                },
+            );
+        }
+        if route.pattern.is_empty() || route.pattern == "none" {
+            // A policy that noted nothing: its name and the engine that ran it.
+            route = RouteNote::new(self.policy.clone());
+            route.set("engine", engine_name(plan.engine));
+        }
+        self.route = route;
+        self.then = then;
+        let first = self.start_segment(&plan).await;
+        if let (Some(observer), Some(_)) = (&self.observer, &self.generation) {
+            self.front.bridge.observe(observer, Observation::Started);
+        }
+        let first = first?;
+        if let Some(observer) = &self.observer {
+            let now = self.front.clock.now();
+            self.front.bridge.observe(
+                observer,
+                Observation::FirstToken {
+                    ttft_s: now - self.started,
+                    attempt_s: now - self.attempt_started,
+                },
+            );
+        }
+        Ok(first)
+    }
+
+    /// The verbs `placement` runs before its generation, bounded by the first-output deadline.
+    pub(super) async fn prepare(
         &mut self,
-        policy: &FastPolicy,
-    ) -> Result<(Segment, pb::GenerateChunk), Stop> {
-        self.fast = true;
-        self.policy = policy.name.clone();
-        let core = self
-            .front
-            .core()
-            .ok_or_else(|| ApiError::no_capacity("no healthy engine"))?;
+        placement: &Placement,
+        route: &mut RouteNote,
+    ) -> Result<(SegmentPlan, Then, Option<crate::executor::Transfer>), AttemptEnd> {
         let deadline = self.front.config.first_chunk_timeout;
-        let mut engine_request_id = self.engine_request_id.clone();
-        let prefill = self.request.tokens.len() as u64;
-        let decode = u64::try_from(self.request.sampling.max_tokens).unwrap_or(0);
+        let preparing = carry_out::prepare(&self.exec, placement, route, &self.policy);
+        let clock = self.front.clock.clone();
+        bounded(
+            clock.as_ref(),
+            &self.exec,
+            &self.policy,
+            deadline,
+            preparing,
+        )
+        .await
+    }
+
+    /// The decision: the Rust built-in's (no Python runs), else the policy's through the bridge.
+    async fn decide(&mut self) -> Result<Decision<B::Run>, AttemptEnd> {
         if let Some(spans) = &mut self.spans {
-            spans.begin_segment(false);
+            spans.begin_segment();
         }
-        for attempt in 1..=FAST_ATTEMPTS {
+        match self.decide_once().await {
+            // A built-in was switched in while the policy was asked: it decides.
+            Err(AttemptEnd::Failed(f))
+                if f.code == BUILTIN && self.front.fast_policy(&self.model.name).is_some() =>
+            {
+                self.decide_once().await
+            }
+            decided => decided,
+        }
+    }
+
+    async fn decide_once(&mut self) -> Result<Decision<B::Run>, AttemptEnd> {
+        if self.front.is_draining() {
+            return Err(Failure::fatal(ApiError::shutting_down()).into());
+        }
+        if let Some(policy) = self.front.fast_policy(&self.model.name) {
+            self.policy = policy.name.clone();
+            let core = self
+                .front
+                .fleet
+                .core()
+                .ok_or_else(|| Failure::fatal(ApiError::no_capacity("no healthy engine")))?;
             let (models, model) = (&self.front.models, self.model.name.as_str());
             let member = |num| models.serves(num, model);
             // A request with a session: its session's engine (front/fast_session.rs).
             let session = self.request.session.as_ref();
             let session = session.map(|s| (&self.front.sessions, s));
-            let choice = choose_fast(policy, &core, &self.request.tokens, &member, session)?;
-            let engine = self
-                .front
-                .engine(choice.engine)
-                .ok_or_else(|| ApiError::no_capacity("no healthy engine"))?;
-            let name = engine_name(choice.engine);
-            // The verb's span travels to the engine in the call's metadata (traced requests).
-            let metadata = match &mut self.spans {
-                Some(spans) => spans.start_generate(&name),
-                None => Vec::new(),
-            };
-            let call = engine.rpc.start_generate(
-                self.proto_request(&engine_request_id),
-                &metadata,
-                &self.front.runtime,
-            );
-            self.call = Some(call.clone());
-            self.hold = Some(FastHold::dispatch(
-                &self.front,
-                choice.engine,
-                engine,
-                call.clone(),
-                engine_request_id.clone(),
-                prefill,
-                decode,
-            ));
-            let read = tokio::select! {
-                _ = ended(&mut self.ending) => return Err(ApiError::shutting_down().into()),
-                read = tokio::time::timeout(deadline, call.next()) => read,
-                _ = self.client.gone() => {
-                    self.client_gone = true;
-                    return Err(Stop::ClientGone);
-                }
-            };
-            let failure = match read {
-                Err(_) => return Err(first_chunk_timeout(&name, deadline).into()),
-                Ok(read) => match first_chunk(read, &self.engine_request_id) {
-                    Ok(chunk) => {
-                        if let Some(hold) = &mut self.hold {
-                            hold.prefill_done();
-                        }
-                        if let Some(spans) = &mut self.spans {
-                            spans.segment_on(&name);
-                        }
-                        self.route = self.with_model(choice.route);
-                        self.pattern = Some(choice.pattern.to_owned());
-                        self.fast_engine = Some((choice.engine, choice.pattern));
-                        return Ok((Segment { call, engine: name }, chunk));
-                    }
-                    Err(failure) => failure,
-                },
-            };
-            if let Some(spans) = &mut self.spans {
-                spans.generate_failed(failure.error.message.clone());
-            }
-            if !failure.retryable || attempt == FAST_ATTEMPTS {
-                return Err(failure.error.into());
-            }
-            // Failed before any output: out of rotation, and again elsewhere (each retry takes
-            // an engine out, so a failing cluster runs out of engines, not of requests).
-            self.hold = None;
-            let _ = lock(&core.table).set_health(choice.engine, false);
-            self.front.bridge.engine_unavailable(
-                choice.engine,
-                format!(
-                    "request {}: {}; retrying on another engine",
-                    self.request_id, failure.error.message
-                ),
-            );
-            // Router-made like the first: nothing the client sent names work on an engine.
-            engine_request_id = retry_engine_request_id(&self.engine_request_id, attempt);
+            let tokens = self.exec.state().tokens.clone();
+            let choice =
+                choose_fast(&policy, &core, &tokens, &member, session).map_err(Failure::fatal)?;
+            let placement = Placement::Segment(SegmentPlan::whole(choice.engine));
+            self.exec.place(&placement);
+            return Ok(Decision {
+                placement,
+                route: note_of(&choice.route),
+                policy: policy.name.clone(),
+                run: None,
+                observer: None,
+                explanation: Vec::new(),
+            });
         }
-        Err(ApiError::internal("unreachable: the retry loop ended").into())
-    }
-
-    async fn admit_bridge(&mut self) -> Result<(Segment, pb::GenerateChunk), Stop> {
-        let spec = AdmitSpec {
+        self.deciding();
+        let spec = DecideSpec {
             request_id: self.request_id.clone(),
-            engine_request_id: self.engine_request_id.clone(),
+            key: self.key.clone(),
+            engine_request_id: self.exec.state().engine_request_id.clone(),
             model: self.model.name.clone(),
             request: self.request.clone(),
-            trace_headers: std::mem::take(&mut self.trace_headers),
-            caller: std::mem::take(&mut self.caller),
+            caller: self.caller.clone(),
+            retries: self.retries,
+            traced: self.spans.is_some(),
         };
-        if let Some(spans) = &mut self.spans {
-            spans.begin_segment(true); // the policy's decision hangs there
-        }
-        let admitting = self.front.bridge.admit(spec);
-        tokio::pin!(admitting);
-        let outcome = tokio::select! {
-            outcome = &mut admitting => outcome,
-            _ = self.client.gone() => {
+        let deciding = self.front.bridge.decide(spec, self.exec.clone());
+        tokio::pin!(deciding);
+        let decided = tokio::select! {
+            decided = &mut deciding => decided,
+            () = self.client.gone() => {
                 self.client_gone = true;
-                self.front.bridge.cancel_admission(&self.engine_request_id);
-                admitting.await
-            }
-        };
-        self.run = outcome.run;
-        self.policy = outcome.policy;
-        let admitted = match outcome.result {
-            Ok(admitted) => admitted,
-            // The client went away while the policy ran: nothing to answer, nothing to log.
-            Err(_) if self.client_gone => return Err(Stop::ClientGone),
-            Err(err) => return Err(Stop::Failed(err)),
-        };
-        if let Some(spans) = &mut self.spans {
-            spans.segment_on(&admitted.segment.engine);
-        }
-        self.route = self.with_model(admitted.route);
-        self.pattern = Some(admitted.pattern);
-        self.call = Some(admitted.segment.call.clone());
-        if self.client_gone {
-            return Err(Stop::ClientGone);
-        }
-        Ok((admitted.segment, admitted.first))
-    }
-
-    /// The deciding side's next segment after a hand-off, with its first chunk (read there, so
-    /// an engine failing before it is replaced first).
-    async fn next_segment(
-        &mut self,
-        segment_tokens: Vec<u32>,
-    ) -> Result<(Segment, pb::GenerateChunk), Stop> {
-        let Some(run) = &self.run else {
-            return Err(ApiError::internal("a fast-path generation handed off").into());
-        };
-        if let Some(spans) = &mut self.spans {
-            spans.segment_ended(segment_tokens.len() as u64, "handoff");
-            spans.begin_segment(true);
-        }
-        // The ended segment's finish is the deciding side's to account (it marks it delivered
-        // as it takes the hand-off); until the next segment's stream is read here, nothing it
-        // started counts as delivered: if the next segment fails, its close releases what the
-        // policy took for it (a reservation the failed segment never consumed).
-        self.delivered = false;
-        // The next engine may still queue or prefill for a long time: a client that goes away
-        // meanwhile stops the deciding side's call (as an admission's), whose answer is then
-        // awaited so that the close sees everything it started.
-        let next = self.front.bridge.next_segment(run, segment_tokens);
-        tokio::pin!(next);
-        let answer = tokio::select! {
-            answer = &mut next => answer,
-            _ = self.client.gone() => {
-                self.client_gone = true;
-                self.front.bridge.cancel_admission(&self.engine_request_id);
-                if let Ok((segment, _)) = next.await {
-                    self.call = Some(segment.call); // the close cancels it
-                }
-                return Err(Stop::ClientGone);
-            }
-        };
-        let segment = answer.map_err(Stop::Failed)?;
-        if let Some(spans) = &mut self.spans {
-            spans.segment_on(&segment.0.engine);
-        }
-        self.call = Some(segment.0.call.clone());
-        Ok(segment)
-    }
-
-    async fn read(&mut self, call: &dyn SegmentCall) -> Result<pb::GenerateChunk, Stop> {
-        let read = tokio::select! {
-            _ = ended(&mut self.ending) => return Err(ApiError::shutting_down().into()),
-            read = call.next() => read,
-            _ = self.client.gone() => {
-                self.client_gone = true;
-                return Err(Stop::ClientGone);
-            }
-        };
-        Ok(next_chunk(read, &self.engine_request_id)?)
-    }
-
-    /// The route header, naming the model when the router serves several.
-    fn with_model(&self, route: String) -> String {
-        if self.front.models.several() {
-            format!("{route} model={}", self.model.name)
-        } else {
-            route
-        }
-    }
-
-    fn response_body(&self) -> Result<ResponseBody, ApiError> {
-        let created = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        ResponseBody::new(
-            self.model.vocab.clone(),
-            self.request.sampling.stop.clone(),
-            self.request.kind,
-            self.request.stream,
-            self.request.include_usage,
-            self.request.return_token_ids,
-            &self.request_id,
-            &self.model.name,
-            created,
-        )
-        .map_err(ApiError::from)
-    }
-
-    /// Streams (or collects) every segment's chunks: hand-offs hidden, one SSE event per token.
-    async fn respond(&mut self, segment: Segment, first: pb::GenerateChunk) -> Result<(), Stop> {
-        let mut body = self.response_body()?;
-        let cached_tokens = u64::try_from(first.cached_tokens).unwrap_or(0);
-        let prompt_tokens = self.request.tokens.len() as u64;
-        let mut pending = body.opening();
-        let mut call = segment.call;
-        let mut chunk = first;
-        let mut segment_tokens: Vec<u32> = Vec::new();
-        let mut head_sent = false;
-        loop {
-            let ids: Vec<u32> = chunk
-                .token_ids
-                .iter()
-                .map(|&t| u32::try_from(t).unwrap_or(u32::MAX))
-                .collect();
-            segment_tokens.extend_from_slice(&ids);
-            let handoff = chunk.finish_reason == "handoff";
-            let finish = (!handoff && !chunk.finish_reason.is_empty())
-                .then_some(chunk.finish_reason.as_str());
-            let out = body
-                .push(&ids, finish)
-                .map_err(|err| ApiError::engine_failed(format!("engine sent {err}")))?;
-            self.completion_tokens = body.completion_tokens();
-            pending.extend_from_slice(&out.bytes);
-            if finish.is_some() || handoff {
-                call.finish(&self.front.runtime);
-                self.delivered = true;
-                if let Some(hold) = &mut self.hold {
-                    hold.delivered = true;
-                }
-            }
-            if out.stopped || finish.is_some() {
-                // A stop string ending it early leaves the engine's work to the clean-up.
-                pending.extend_from_slice(&body.finish(prompt_tokens, cached_tokens));
-                self.finished = true;
-                if let Some(spans) = &mut self.spans {
-                    // No finish reason: a stop string ended it.
-                    spans.segment_ended(segment_tokens.len() as u64, finish.unwrap_or("stop"));
-                }
-                if body.is_stream() {
-                    if head_sent {
-                        self.client.send(pending).await;
-                    } else {
-                        self.client
-                            .start_stream(&self.route, &self.request_id, pending);
+                self.front.bridge.cancel_decision(&self.key);
+                let decided = deciding.await;
+                if let Ok(decision) = decided {
+                    if let Some(run) = decision.run {
+                        self.front.bridge.close(run);
                     }
-                } else {
-                    self.client
-                        .answer(json_response(200, pending, &self.route, &self.request_id));
                 }
-                return Ok(());
+                return Err(Stop::ClientGone.into());
             }
-            if body.is_stream() {
-                let bytes = std::mem::take(&mut pending);
-                if !head_sent {
-                    self.client
-                        .start_stream(&self.route, &self.request_id, bytes);
-                    head_sent = true;
-                } else if !self.client.send(bytes).await {
-                    self.client_gone = true;
-                    return Err(Stop::ClientGone);
+        };
+        decided.map_err(|refused| self.refusal(refused).into())
+    }
+
+    /// What the deciding side's refusal is for the client.
+    pub(super) fn refusal(&mut self, refused: Refused) -> Failure {
+        match refused {
+            Refused::Shaped(error) => Failure::shaped(error),
+            Refused::Builtin => {
+                let mut failure = Failure::fatal(failure::policy_failed(
+                    &self.policy,
+                    "the active policy is a Rust built-in, which decides no segment after a \
+                     hand-off",
+                ));
+                failure.code = BUILTIN.to_owned();
+                failure
+            }
+            Refused::VerbFailed { policy } => {
+                self.policy = policy;
+                let mut state = self.exec.state();
+                let verbs = state.scope.verbs();
+                let attempt = verbs[self.attempt_verbs.min(verbs.len())..].to_vec();
+                let id = state.engine_request_id.clone();
+                match state.last_error.take() {
+                    Some(error) => failure::verb_failure(
+                        &error,
+                        Stage::PolicyVerbs,
+                        &self.policy,
+                        &attempt,
+                        &id,
+                    ),
+                    None => Failure::fatal(failure::policy_failed(
+                        &self.policy,
+                        "an engine verb failed and left no failure to report",
+                    )),
                 }
-            }
-            if handoff {
-                let (next, first) = self
-                    .next_segment(std::mem::take(&mut segment_tokens))
-                    .await?;
-                call = next.call;
-                chunk = first;
-            } else {
-                chunk = self.read(call.as_ref()).await?;
             }
         }
+    }
+
+    /// A decision begins for the open segment: its span opens (traced requests), and the verbs
+    /// issued from now on — the policy's, then the placement's own — hang under it.
+    pub(super) fn deciding(&mut self) {
+        let parent = match (&mut self.spans, &self.tracer) {
+            (Some(spans), Some(tracer)) => spans.begin_decision().map(|parent| TraceParent {
+                tracer: tracer.clone(),
+                parent,
+            }),
+            _ => None,
+        };
+        self.exec.state().trace = parent;
+    }
+
+    /// The decision was carried out up to its generation on `engine`: its span ends with why
+    /// (`explanation`), and verbs from now on hang under the segment.
+    pub(super) fn decided(
+        &mut self,
+        explanation: Vec<(String, AttributeValue)>,
+        engine: u32,
+        decided_by: &'static str,
+    ) {
+        let role = self
+            .front
+            .fleet
+            .core()
+            .and_then(|core| lock(&core.table).get(engine).ok().map(|e| e.role.as_str()));
+        if let Some(spans) = &mut self.spans {
+            spans.end_decision(
+                span_attributes(explanation),
+                &engine_name(engine),
+                role.unwrap_or("any"),
+                decided_by,
+            );
+        }
+        let parent = match (&self.spans, &self.tracer) {
+            (Some(spans), Some(tracer)) => spans.segment_context().map(|parent| TraceParent {
+                tracer: tracer.clone(),
+                parent,
+            }),
+            _ => None,
+        };
+        self.exec.state().trace = parent;
+    }
+
+    /// Starts `plan`'s generation and reads its first chunk.
+    pub(super) async fn start_segment(
+        &mut self,
+        plan: &SegmentPlan,
+    ) -> Result<pb::GenerateChunk, AttemptEnd> {
+        let name = engine_name(plan.engine);
+        // The verb's span travels to the engine in the call's metadata (traced requests).
+        let metadata = match &mut self.spans {
+            Some(spans) => spans.start_generate(&name),
+            None => Vec::new(),
+        };
+        let generation = self.exec.start_generate(plan, metadata).map_err(|err| {
+            let state = self.exec.state();
+            failure::verb_failure(
+                &err,
+                Stage::Generate,
+                &self.policy,
+                state.scope.verbs(),
+                &state.engine_request_id,
+            )
+        })?;
+        let call = generation.call.clone();
+        self.generation = Some(generation);
+        self.interrupt_after(plan.control_after);
+        let deadline = self.front.config.first_chunk_timeout;
+        let read = tokio::select! {
+            () = ended(&mut self.ending) => return Err(Stop::from(ApiError::shutting_down()).into()),
+            read = within(self.front.clock.as_ref(), deadline, call.next()) => read,
+            () = self.client.gone() => {
+                self.client_gone = true;
+                return Err(Stop::ClientGone.into());
+            }
+        };
+        let read = read.map_err(|_| failure::first_chunk_timeout(plan.engine, deadline))?;
+        let first = {
+            let state = self.exec.state();
+            let verbs = state.scope.verbs();
+            let attempt = &verbs[self.attempt_verbs.min(verbs.len())..];
+            failure::first_chunk(
+                read,
+                plan.engine,
+                &self.policy,
+                attempt,
+                &state.engine_request_id,
+            )?
+        };
+        if let Some(generation) = &mut self.generation {
+            generation.prefill_done();
+        }
+        if let Some(spans) = &mut self.spans {
+            spans.segment_on(&name);
+        }
+        self.running.on_engine(plan.engine);
+        self.segments.push(SegmentRecord::new(plan.engine));
+        Ok(first)
     }
 
     /// The response could not be completed: an error status (nothing sent yet), or an error
@@ -683,9 +762,6 @@ impl<B: PolicyBridge> RequestTask<B> {
             return;
         };
         self.error_type = error_code(&err.body);
-        if self.fast {
-            self.fast_error = self.error_type.clone();
-        }
         if err.status >= 500 {
             let body = String::from_utf8_lossy(&err.body);
             self.front.bridge.warn(format!(
@@ -695,12 +771,16 @@ impl<B: PolicyBridge> RequestTask<B> {
         }
         match &mut self.client {
             Client::Waiting(_) => {
-                let resp = error_response(&err, &self.route, &self.request_id);
+                let resp = error_response(
+                    &err,
+                    &self.route.header_with(&self.front, &self.model),
+                    &self.request_id,
+                );
                 self.client.answer(resp);
             }
             Client::Streaming(_) => {
                 self.client
-                    .send(ResponseBody::error_events(&err.body))
+                    .send(super::response_body::ResponseBody::error_events(&err.body))
                     .await;
             }
             Client::Answered => {}
@@ -708,95 +788,168 @@ impl<B: PolicyBridge> RequestTask<B> {
     }
 
     async fn close(mut self, ok: bool) {
-        let ended = Instant::now();
-        if !self.delivered {
-            if let Some(call) = &self.call {
-                call.cancel();
-            }
-        }
-        self.hold = None;
-        let status = if ok { "ok" } else { "error" };
+        let ended = self.front.clock.now();
+        self.generation = None;
+        self.exec.close();
         if let Some(run) = self.run.take() {
-            let end = RequestEnd {
-                status,
-                completion_tokens: self.completion_tokens,
-                delivered: self.delivered,
-                since_start: ended.duration_since(self.started),
-                since_first_token: self.first_token.map(|t| ended.duration_since(t)),
-            };
-            self.front.bridge.close(run, end).await;
+            self.front.bridge.close(run);
         }
+        let n = self.completion_tokens;
+        let tpot_s = match self.first_token {
+            Some(first) if n > 1 => Some((ended - first) / (n - 1) as f64),
+            _ => None,
+        };
+        if let Some(observer) = self.observer.take() {
+            self.front.bridge.observe(
+                &observer,
+                Observation::Ended {
+                    ok,
+                    tpot_s,
+                    completion_tokens: n,
+                },
+            );
+        }
+        let status = if ok { "ok" } else { "error" };
+        let route = self.route.header_with(&self.front, &self.model);
         if let Some(spans) = self.spans.take() {
-            self.finish_spans(spans, status);
+            self.finish_spans(spans, status, &route);
         }
-        if self.fast {
-            self.push_fast_record(ended, ok);
+        if let Some(outcome) = &self.outcome {
+            let state = self.exec.state();
+            *outcome.lock().unwrap_or_else(PoisonError::into_inner) = TaskOutcome {
+                verbs: state
+                    .scope
+                    .verbs()
+                    .iter()
+                    .map(|&(verb, num)| (verb.name().to_owned(), engine_name(num)))
+                    .collect(),
+                route: route.clone(),
+                policy: self.policy.clone(),
+                segments: self.segments.len() as u32,
+                engine_request_id: state.engine_request_id.clone(),
+            };
         }
+        self.push_record(ended, ok, tpot_s);
     }
 
-    fn finish_spans(&self, spans: RequestSpans, status: &str) {
+    fn finish_spans(&self, spans: RequestSpans, status: &str, route: &str) {
         let error_type = match (status, self.error_type.as_str()) {
             ("ok", _) => None,
             (_, "") => Some("client_or_engine"),
             (_, code) => Some(code),
         };
+        let engine_request_id = self.exec.state().engine_request_id.clone();
+        let label = self.route.label();
         spans.finish(RequestSummary {
-            chat: self.request.kind == RequestKind::Chat,
+            chat: self.request.kind == super::openai_request::RequestKind::Chat,
             model: &self.model.name,
             max_tokens: self.request.sampling.max_tokens,
             temperature: self.request.sampling.temperature,
             input_tokens: self.request.tokens.len() as u64,
             output_tokens: self.completion_tokens,
             request_id: &self.request_id,
-            engine_request_id: &self.engine_request_id,
+            engine_request_id: &engine_request_id,
             policy: &self.policy,
             status,
-            route: &self.route,
-            pattern: self.pattern.as_deref(),
-            ttft_ms: self
-                .first_token
-                .map(|t| t.duration_since(self.started).as_secs_f64() * 1e3),
+            route,
+            pattern: Some(label.as_str()).filter(|_| !self.segments.is_empty()),
+            ttft_ms: self.first_token.map(|t| (t - self.started) * 1e3),
             error_type,
         });
     }
 
-    fn push_fast_record(&mut self, ended: Instant, ok: bool) {
-        let n = self.completion_tokens;
-        let ttft_s = self
-            .first_token
-            .map(|t| t.duration_since(self.started).as_secs_f64());
-        let tpot_s = match self.first_token {
-            Some(first) if n > 1 => {
-                Some(ended.duration_since(first).as_secs_f64() / (n - 1) as f64)
-            }
-            _ => None,
-        };
-        let error_type = match (ok, self.fast_error.is_empty()) {
+    fn push_record(&mut self, ended: f64, ok: bool, tpot_s: Option<f64>) {
+        let error_type = match (ok, self.error_type.is_empty()) {
             (true, _) => String::new(),
             (false, true) => "client_or_engine".to_owned(),
-            (false, false) => std::mem::take(&mut self.fast_error),
+            (false, false) => std::mem::take(&mut self.error_type),
         };
-        self.front.push_record(FastRecord {
+        let served = !self.segments.is_empty();
+        self.front.push_record(RequestRecord {
             ended,
             model: self.model.name.clone(),
             policy: std::mem::take(&mut self.policy),
-            pattern: self.fast_engine.map(|(_, pattern)| pattern),
-            engine: self.fast_engine.map(|(engine, _)| engine),
+            pattern: if served {
+                self.route.label()
+            } else {
+                "none".to_owned()
+            },
+            segments: std::mem::take(&mut self.segments),
             ok,
             error_type,
-            ttft_s,
+            ttft_s: self.first_token.map(|t| t - self.started),
             tpot_s,
-            e2e_s: ended.duration_since(self.started).as_secs_f64(),
+            e2e_s: ended - self.started,
             prompt_tokens: self.request.tokens.len() as u64,
-            completion_tokens: n,
+            completion_tokens: self.completion_tokens,
             slo_ttft_ms: self.request.slo_ttft_ms,
             slo_tpot_ms: self.request.slo_tpot_ms,
         });
     }
 }
 
+impl RouteNote {
+    /// The header's text, naming the model when the router serves several.
+    pub(super) fn header_with<B: PolicyBridge>(
+        &self,
+        front: &Front<B>,
+        model: &ServedModel,
+    ) -> String {
+        let header = self.header();
+        if front.models.several() {
+            format!("{header} model={}", model.name)
+        } else {
+            header
+        }
+    }
+}
+
+/// `work` (verbs the executor runs for a placement) within `deadline`: an engine that does not
+/// answer one within it is overloaded (502 `engine_timeout`, naming the engine and the verb it
+/// had not answered when the deadline passed), not failed.
+pub(super) async fn bounded<T>(
+    clock: &dyn Clock,
+    exec: &RequestExec,
+    policy: &str,
+    deadline: Duration,
+    work: impl std::future::Future<Output = Result<T, Failure>>,
+) -> Result<T, AttemptEnd> {
+    tokio::pin!(work);
+    tokio::select! {
+        done = &mut work => Ok(done?),
+        () = clock.sleep(deadline) => {
+            // Read while the verb's call is still open (dropping `work` answers it).
+            let waiting = exec.state().scope.waiting_on();
+            let (verb, engine) = waiting.map_or(("a verb", "?".to_owned()), |(verb, num)| {
+                (verb.name(), engine_name(num))
+            });
+            Err(Failure::fatal(
+                ApiError::engine_failed(format!(
+                    "engine {engine} did not answer {verb} within {} s (policy '{policy}' \
+                     waited on it)",
+                    failure::seconds(deadline)
+                ))
+                .with_code("engine_timeout"),
+            )
+            .into())
+        }
+    }
+}
+
+/// `work`'s outcome, or Err once `deadline` has passed on `clock` first.
+async fn within<T>(
+    clock: &dyn Clock,
+    deadline: Duration,
+    work: impl std::future::Future<Output = T>,
+) -> Result<T, ()> {
+    tokio::select! {
+        done = work => Ok(done),
+        () = clock.sleep(deadline) => Err(()),
+    }
+}
+
 /// The OpenAI error body's code (else its type), for the error metric's label.
-fn error_code(body: &[u8]) -> String {
+pub fn error_code(body: &[u8]) -> String {
     let value: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
     let error = &value["error"];
     error["code"]
@@ -804,4 +957,41 @@ fn error_code(body: &[u8]) -> String {
         .or_else(|| error["type"].as_str())
         .unwrap_or("internal_error")
         .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_explanation_leads_with_the_route_as_carried_out() {
+        let mut route = RouteNote::new("pd");
+        route.set("prefill", "e0");
+        route.set("decode", "e1");
+        let explained = with_route(
+            vec![
+                (
+                    "switchyard.pattern".into(),
+                    AttributeValue::Text("pd".into()),
+                ),
+                (
+                    EXPLANATION.into(),
+                    AttributeValue::Text("matched e0=32".into()),
+                ),
+            ],
+            &route,
+        );
+        assert_eq!(
+            explained[1].1,
+            AttributeValue::Text("pd prefill=e0 decode=e1; matched e0=32".into())
+        );
+        let bare = with_route(
+            vec![(EXPLANATION.into(), AttributeValue::Text(String::new()))],
+            &route,
+        );
+        assert_eq!(
+            bare[0].1,
+            AttributeValue::Text("pd prefill=e0 decode=e1".into())
+        );
+    }
 }

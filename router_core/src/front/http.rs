@@ -9,9 +9,9 @@
 
 use super::api_error::{ApiError, ShapedError};
 use super::bridge::{OpsRequest, Plane, PolicyBridge};
+use super::client::{envelope, error_response, json_response};
 use super::client_close::watch_close;
 use super::front_state::Front;
-use super::generation::{envelope, error_response, json_response};
 use super::openai_request::RequestKind;
 use super::parse_error_reply::ShapedParseErrors;
 use super::request_start::{start_request, Identity};
@@ -236,9 +236,18 @@ async fn handle<B: PolicyBridge>(State(conn): State<Connection<B>>, request: Req
                 Ok(body) => body,
                 Err(resp) => return resp,
             };
-            start_request(front, kind, &body, &parts.headers, identity, started, None)
-                .spawned()
-                .await
+            start_request(
+                front,
+                kind,
+                &body,
+                &parts.headers,
+                identity,
+                started,
+                None,
+                None,
+            )
+            .spawned()
+            .await
         }
         (&Method::GET | &Method::HEAD, None) if path == "/health" => {
             json_response(200, br#"{"status":"ok"}"#.to_vec(), "none", &request_id)

@@ -7,13 +7,14 @@
 
 use super::bridge::PolicyBridge;
 use super::front_state::Front;
+use super::generation::TaskOutcome;
 use super::openai_request::RequestKind;
 pub use super::request_start::TaskFuture;
 use super::request_start::{start_request, Identity};
 use crate::otel::RouterTracer;
 use axum::http::HeaderMap;
 use axum::response::Response;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tokio::sync::oneshot;
 
@@ -25,6 +26,8 @@ pub struct InProcessRequest {
     pub head: oneshot::Receiver<Response>,
     /// The id engines see for its first attempt (router-made, as on the listener).
     pub engine_request_id: String,
+    /// How it ran, once its task has ended (default until then).
+    pub outcome: Arc<Mutex<TaskOutcome>>,
 }
 
 /// Starts `body` as a request of `kind` from a client at `client_host`, with the headers it
@@ -40,11 +43,22 @@ pub fn start_in_process<B: PolicyBridge>(
 ) -> InProcessRequest {
     let identity = Identity::of(kind.id_prefix(), headers, client_host.to_owned());
     let engine_request_id = identity.engine_request_id.clone();
-    let started = start_request(front, kind, body, headers, identity, Instant::now(), tracer);
+    let outcome = Arc::new(Mutex::new(TaskOutcome::default()));
+    let started = start_request(
+        front,
+        kind,
+        body,
+        headers,
+        identity,
+        Instant::now(),
+        tracer,
+        Some(outcome.clone()),
+    );
     InProcessRequest {
         task: started.task,
         head: started.head,
         engine_request_id,
+        outcome,
     }
 }
 

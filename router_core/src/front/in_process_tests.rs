@@ -5,9 +5,12 @@
 use super::*;
 use crate::detok::DetokenizerVocab;
 use crate::engine_rpc::CallError;
+use crate::executor::{
+    EngineVerbs, Metadata, Placement, RequestExec, RouteNote, SegmentPlan, VerbFuture,
+};
 use crate::front::api_error::{ApiError, ShapedError};
 use crate::front::bridge::{
-    AdmitOutcome, AdmitSpec, Admitted, BoxFuture, OpsRequest, OpsResponse, RequestEnd, Segment,
+    BoxFuture, DecideSpec, Decision, Observation, OpsRequest, OpsResponse, Refused, SegmentEnd,
 };
 use crate::front::segment_call::{ReadFuture, SegmentCall};
 use crate::front::FrontConfig;
@@ -15,7 +18,7 @@ use crate::rpc::pb;
 use crate::tokenize::RouterTokenizer;
 use futures_util::StreamExt;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -51,48 +54,87 @@ impl SegmentCall for ScriptedCall {
     }
 }
 
-/// Admits every request onto `call` with `first` as its first chunk; records each close.
-struct TestBridge {
+/// The engine 0 of these tests: each StartGenerate streams `script` (the first call is
+/// `call`, which the tests inspect).
+struct ScriptedEngine {
     call: Arc<ScriptedCall>,
-    first: pb::GenerateChunk,
-    ends: Arc<Mutex<Vec<RequestEnd>>>,
+    script: Vec<pb::GenerateChunk>,
+    started: AtomicUsize,
+}
+
+impl EngineVerbs for ScriptedEngine {
+    fn prep_recv(&self, _: pb::PrepRecvRequest, _: Metadata) -> VerbFuture<pb::PrepRecvResponse> {
+        Box::pin(async { Err(CallError::Cancelled) })
+    }
+
+    fn remote_send(
+        &self,
+        _: pb::RemoteSendRequest,
+        _: Metadata,
+    ) -> VerbFuture<pb::RemoteSendResponse> {
+        Box::pin(async { Err(CallError::Cancelled) })
+    }
+
+    fn start_generate(
+        &self,
+        _: pb::StartGenerateRequest,
+        _: Metadata,
+        _: &tokio::runtime::Handle,
+    ) -> Arc<dyn SegmentCall> {
+        if self.started.fetch_add(1, Ordering::AcqRel) == 0 {
+            return self.call.clone();
+        }
+        let call = ScriptedCall::default();
+        call.chunks.lock().unwrap().extend(self.script.clone());
+        Arc::new(call)
+    }
+
+    fn abort(&self, _: String, _: bool) -> VerbFuture<bool> {
+        Box::pin(async { Ok(false) })
+    }
+}
+
+/// Decides every request onto engine 0 (data parallel); counts its decisions.
+struct TestBridge {
+    decisions: Arc<AtomicUsize>,
 }
 
 impl PolicyBridge for TestBridge {
     type Run = ();
 
-    fn admit(&self, _spec: AdmitSpec) -> BoxFuture<AdmitOutcome<()>> {
-        let segment = Segment {
-            call: self.call.clone(),
-            engine: "e0".into(),
-        };
-        Box::pin(std::future::ready(AdmitOutcome {
-            run: Some(()),
+    fn decide(
+        &self,
+        _spec: DecideSpec,
+        _exec: Arc<RequestExec>,
+    ) -> BoxFuture<Result<Decision<()>, Refused>> {
+        self.decisions.fetch_add(1, Ordering::AcqRel);
+        let mut route = RouteNote::new("dp");
+        route.set("engine", "e0");
+        Box::pin(std::future::ready(Ok(Decision {
+            placement: Placement::Segment(SegmentPlan::whole(0)),
+            route,
             policy: "test".into(),
-            result: Ok(Admitted {
-                segment,
-                first: self.first.clone(),
-                route: "dp engine=e0".into(),
-                pattern: "dp".into(),
-            }),
-        }))
+            run: None,
+            observer: None,
+            explanation: Vec::new(),
+        })))
     }
-
-    fn cancel_admission(&self, _engine_request_id: &str) {}
 
     fn next_segment(
         &self,
         _run: &(),
-        _segment_tokens: Vec<u32>,
-    ) -> BoxFuture<Result<(Segment, pb::GenerateChunk), ShapedError>> {
+        _end: SegmentEnd,
+        _exec: Arc<RequestExec>,
+    ) -> BoxFuture<Result<Option<Decision<()>>, Refused>> {
         let err = ShapedError::from(&ApiError::internal("no second segment"));
-        Box::pin(std::future::ready(Err(err)))
+        Box::pin(std::future::ready(Err(Refused::Shaped(err))))
     }
 
-    fn close(&self, _run: (), end: RequestEnd) -> BoxFuture<()> {
-        self.ends.lock().unwrap().push(end);
-        Box::pin(std::future::ready(()))
-    }
+    fn observe(&self, _observer: &(), _observation: Observation) {}
+
+    fn close(&self, _run: ()) {}
+
+    fn cancel_decision(&self, _key: &str) {}
 
     fn ops(&self, _request: OpsRequest) -> BoxFuture<OpsResponse> {
         Box::pin(std::future::ready(OpsResponse {
@@ -116,15 +158,16 @@ fn chunk(ids: &[i32], finish: &str) -> pb::GenerateChunk {
     }
 }
 
-type Ends = Arc<Mutex<Vec<RequestEnd>>>;
+type Decisions = Arc<AtomicUsize>;
 
 fn front(
     first: pb::GenerateChunk,
     rest: Vec<pb::GenerateChunk>,
-) -> (Arc<Front<TestBridge>>, Arc<ScriptedCall>, Ends) {
+) -> (Arc<Front<TestBridge>>, Arc<ScriptedCall>, Decisions) {
+    let script: Vec<pb::GenerateChunk> = std::iter::once(first).chain(rest).collect();
     let call = Arc::new(ScriptedCall::default());
-    call.chunks.lock().unwrap().extend(rest);
-    let ends = Ends::default();
+    call.chunks.lock().unwrap().extend(script.clone());
+    let decisions = Decisions::default();
     let config = FrontConfig {
         served_model: "m".into(),
         max_context: 64,
@@ -138,9 +181,7 @@ fn front(
         idle_timeout: Duration::from_secs(5),
     };
     let bridge = TestBridge {
-        call: call.clone(),
-        first,
-        ends: ends.clone(),
+        decisions: decisions.clone(),
     };
     let front = Front::new(
         config,
@@ -150,7 +191,22 @@ fn front(
         tokio::runtime::Handle::current(),
         0,
     );
-    (Arc::new(front), call, ends)
+    let engine = ScriptedEngine {
+        call: call.clone(),
+        script,
+        started: AtomicUsize::new(0),
+    };
+    front
+        .fleet
+        .set_engine(0, Arc::new(engine), "scripted:1".into());
+    (Arc::new(front), call, decisions)
+}
+
+/// The one finished request's record (ok, completion tokens).
+fn record<B: PolicyBridge>(front: &Front<B>) -> (bool, u64) {
+    let (records, _) = front.drain_records();
+    assert_eq!(records.len(), 1);
+    (records[0].ok, records[0].completion_tokens)
 }
 
 const BODY: &[u8] = br#"{"prompt": [0, 1], "max_tokens": 3, "stream": true,
@@ -171,7 +227,7 @@ fn start(front: &Arc<Front<TestBridge>>) -> InProcessRequest {
 #[tokio::test]
 async fn a_request_streams_every_token_and_closes_delivered() {
     let rest = vec![chunk(&[2], ""), chunk(&[3], "length")];
-    let (front, call, ends) = front(chunk(&[1], ""), rest);
+    let (front, call, decisions) = front(chunk(&[1], ""), rest);
     let started = start(&front);
     let task = tokio::spawn(started.task.unwrap());
     let head = started.head.await.unwrap();
@@ -186,17 +242,18 @@ async fn a_request_streams_every_token_and_closes_delivered() {
         assert!(text.contains(&format!("\"token_ids\":{ids}")), "{text}");
     }
     assert!(text.contains("\"finish_reason\":\"length\"") && text.ends_with("[DONE]\n\n"));
-    let ends = ends.lock().unwrap();
-    assert_eq!(ends.len(), 1);
-    assert_eq!((ends[0].status, ends[0].completion_tokens), ("ok", 3));
-    assert!(ends[0].delivered && !call.cancelled.load(Ordering::Acquire));
+    assert_eq!(decisions.load(Ordering::Acquire), 1);
+    assert_eq!(record(&front), (true, 3));
+    // It delivered its finish: nothing to cancel, nothing held.
+    assert!(!call.cancelled.load(Ordering::Acquire));
+    assert_eq!(front.fleet.active(0), 0);
     assert_eq!(front.inflight(), 0);
 }
 
 #[tokio::test]
 async fn a_client_that_goes_away_cancels_the_engine_call() {
     // Two tokens, then an engine that is still generating when the client leaves.
-    let (front, call, ends) = front(chunk(&[1], ""), vec![chunk(&[2], "")]);
+    let (front, call, _decisions) = front(chunk(&[1], ""), vec![chunk(&[2], "")]);
     let started = start(&front);
     let task = tokio::spawn(started.task.unwrap());
     let head = started.head.await.unwrap();
@@ -208,15 +265,15 @@ async fn a_client_that_goes_away_cancels_the_engine_call() {
     }
     drop(body);
     task.await.unwrap();
-    let ends = ends.lock().unwrap();
-    assert_eq!((ends[0].status, ends[0].delivered), ("error", false));
+    assert_eq!(record(&front), (false, 2));
     assert!(call.cancelled.load(Ordering::Acquire));
+    assert_eq!(front.fleet.active(0), 0);
     assert_eq!(front.inflight(), 0);
 }
 
 #[tokio::test]
 async fn a_refused_body_answers_at_once_without_a_task() {
-    let (front, _call, ends) = front(chunk(&[1], ""), Vec::new());
+    let (front, _call, decisions) = front(chunk(&[1], ""), Vec::new());
     let headers = HeaderMap::new();
     let started = start_in_process(
         front,
@@ -228,26 +285,26 @@ async fn a_refused_body_answers_at_once_without_a_task() {
     );
     assert!(started.task.is_none());
     assert_eq!(started.head.await.unwrap().status(), 400);
-    assert!(ends.lock().unwrap().is_empty());
+    assert_eq!(decisions.load(Ordering::Acquire), 0);
 }
 
 /// The front over one engine that one request saturates: the admission gate holds the next,
 /// a queue of one.
-fn gated_front(first: pb::GenerateChunk) -> (Arc<Front<TestBridge>>, Ends) {
+fn gated_front(first: pb::GenerateChunk) -> (Arc<Front<TestBridge>>, Decisions) {
     use crate::admission_queue::AdmissionSettings;
     use crate::engine_table::Role;
     use crate::router::{lock, RouterCore};
     use crate::scoring::ScoreWeights;
-    let (front, _call, ends) = front(first, Vec::new());
+    let (front, _call, decisions) = front(first, Vec::new());
     let core = RouterCore::new(4, 9, ScoreWeights::default(), 1000, 60.0).unwrap();
     lock(&core.table).upsert(0, Role::Any);
-    front.set_core(Arc::new(core));
+    front.fleet.set_core(Arc::new(core));
     front.admission.configure(AdmissionSettings {
         max_inflight_per_engine: 1,
         max_queue_len: 1,
         ..AdmissionSettings::default()
     });
-    (front, ends)
+    (front, decisions)
 }
 
 fn queued(front: &Front<TestBridge>) -> usize {
@@ -264,13 +321,13 @@ async fn until_queued(front: &Front<TestBridge>, n: usize) {
 /// spawned) and a second one queued behind it (its task spawned).
 async fn one_running_one_queued() -> (
     Arc<Front<TestBridge>>,
-    Ends,
+    Decisions,
     tokio::task::JoinHandle<()>,
     Response,
     InProcessRequest,
     tokio::task::JoinHandle<()>,
 ) {
-    let (front, ends) = gated_front(chunk(&[1], ""));
+    let (front, decisions) = gated_front(chunk(&[1], ""));
     // The first request takes the engine's one place and keeps generating.
     let running = start(&front);
     let running_task = tokio::spawn(running.task.unwrap());
@@ -280,7 +337,7 @@ async fn one_running_one_queued() -> (
     until_queued(&front, 1).await;
     (
         front,
-        ends,
+        decisions,
         running_task,
         running_head,
         waiting,
@@ -290,12 +347,12 @@ async fn one_running_one_queued() -> (
 
 #[tokio::test]
 async fn the_admission_gate_holds_sheds_and_lets_through_in_process() {
-    let (front, ends, running_task, running_head, mut waiting, waiting_task) =
+    let (front, decisions, running_task, running_head, mut waiting, waiting_task) =
         one_running_one_queued().await;
     assert_eq!(running_head.status(), 200);
-    // The second waits at the gate: no head, nothing admitted.
+    // The second waits at the gate: no head, nothing decided for it.
     assert!(waiting.head.try_recv().is_err());
-    assert_eq!(ends.lock().unwrap().len(), 0);
+    assert_eq!(decisions.load(Ordering::Acquire), 1);
     // The third finds the queue full: 429 queue_full with Retry-After, and no task ran for it.
     let full = start(&front);
     tokio::spawn(full.task.unwrap()).await.unwrap();
@@ -306,7 +363,7 @@ async fn the_admission_gate_holds_sheds_and_lets_through_in_process() {
         .await
         .unwrap();
     assert!(String::from_utf8_lossy(&body).contains("queue_full"));
-    assert_eq!(ends.lock().unwrap().len(), 0);
+    assert_eq!(decisions.load(Ordering::Acquire), 1);
     // The first client goes away: its close frees the place, the second goes through.
     drop(running_head);
     running_task.await.unwrap();
@@ -315,19 +372,19 @@ async fn the_admission_gate_holds_sheds_and_lets_through_in_process() {
     assert_eq!(queued(&front), 0);
     drop(head);
     waiting_task.await.unwrap();
-    assert_eq!(ends.lock().unwrap().len(), 2);
+    assert_eq!(decisions.load(Ordering::Acquire), 2);
     assert_eq!(front.inflight(), 0);
 }
 
 #[tokio::test]
 async fn a_queued_request_whose_client_goes_away_leaves_the_queue() {
-    let (front, ends, running_task, running_head, waiting, waiting_task) =
+    let (front, decisions, running_task, running_head, waiting, waiting_task) =
         one_running_one_queued().await;
     drop(waiting.head);
     waiting_task.await.unwrap();
     assert_eq!(queued(&front), 0);
     // It never reached the deciding side; the running request is untouched.
-    assert_eq!(ends.lock().unwrap().len(), 0);
+    assert_eq!(decisions.load(Ordering::Acquire), 1);
     assert_eq!(front.inflight(), 1);
     let outcomes: Vec<_> = front
         .admission

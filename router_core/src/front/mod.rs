@@ -7,13 +7,15 @@
 pub mod admission;
 pub mod api_error;
 pub mod bridge;
+mod caller_limits;
+mod client;
 mod client_close;
-mod engine_errors;
+pub mod clock;
 pub mod engine_names;
 pub mod fast_path;
 pub mod fast_session;
 mod front_state;
-mod generation;
+pub mod generation;
 mod http;
 pub mod in_process;
 pub mod openai_request;
@@ -23,9 +25,13 @@ pub mod request_start;
 pub mod response_body;
 pub mod response_format;
 pub mod segment_call;
+mod segment_stream;
 pub mod served_models;
 pub mod session_id;
 
-pub use front_state::{FastRecord, Front, FrontConfig, FrontEngine, InflightGuard};
+pub use caller_limits::{CallerLimits, RateRules};
+pub use front_state::{
+    Front, FrontConfig, InflightGuard, MigrationOutcome, RequestRecord, SegmentRecord,
+};
 pub use http::start_front;
 pub use request_ids::{client_request_id, new_request_id};

@@ -10,7 +10,7 @@ use super::api_error::{ApiError, ShapedError};
 use super::bridge::{Caller, PolicyBridge};
 use super::engine_names::first_engine_request_id;
 use super::front_state::Front;
-use super::generation::{error_response, request_task, Prepared};
+use super::generation::{error_response, request_task, Prepared, TaskOutcome};
 use super::openai_request::{parse_generation, GenerationRequest, RequestKind, RequestLimits};
 use super::request_ids::{client_request_id, new_request_id};
 use super::session_id::request_session;
@@ -20,7 +20,7 @@ use axum::response::Response;
 use serde_json::Value;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tokio::sync::oneshot;
 
@@ -78,7 +78,8 @@ impl StartedRequest {
 
 /// Prepares `body` (a request of `kind` with the client's `headers`) and makes its task: the
 /// admission gate, then the request. Its spans go to `tracer` (None: the process's router
-/// tracer).
+/// tracer); how it ran goes to `outcome` when its task ends (an in-process caller's).
+#[allow(clippy::too_many_arguments)]
 pub fn start_request<B: PolicyBridge>(
     front: Arc<Front<B>>,
     kind: RequestKind,
@@ -87,10 +88,12 @@ pub fn start_request<B: PolicyBridge>(
     identity: Identity,
     started: Instant,
     tracer: Option<Arc<RouterTracer>>,
+    outcome: Option<Arc<Mutex<TaskOutcome>>>,
 ) -> StartedRequest {
     let request_id = identity.request_id.clone();
     match prepare(&front, kind, body, headers, identity, started) {
-        Ok(prepared) => {
+        Ok(mut prepared) => {
+            prepared.outcome = outcome;
             let (head_tx, head) = oneshot::channel();
             let task = async move {
                 // Shed, or its client went away while it waited: the gate answered for it.
@@ -169,5 +172,6 @@ fn prepare<B: PolicyBridge>(
         started,
         inflight,
         admission: None,
+        outcome: None,
     })
 }

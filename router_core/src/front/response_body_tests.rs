@@ -1,6 +1,6 @@
 use super::*;
 use crate::detok::vocab::tests::byte_level_json;
-use crate::front::engine_errors::engine_error_chunk;
+use crate::front::api_error::ApiError;
 
 // byte_level_json's vocab: 0 "H", 1 "ello", 2 " world", 3/4 the two bytes of "é", 5 "\n".
 fn body(kind: RequestKind, stream: bool, stop: &[&str]) -> ResponseBody {
@@ -109,8 +109,7 @@ fn non_streaming_json_body() {
 
 #[test]
 fn errors_end_the_stream() {
-    let err = engine_error_chunk("");
-    assert_eq!(err.message, "engine error: unknown");
+    let err = ApiError::engine_failed("engine error: unknown").with_code("engine_error");
     let bytes = ResponseBody::error_events(&err.body_bytes());
     assert!(bytes.starts_with(b"data: {\"error\""));
     assert!(bytes.ends_with(b"data: [DONE]\n\n"));

@@ -4,15 +4,13 @@
 //! router.request             child of the client's traceparent, if it sent a valid one
 //!   router.segment [k]       from asking for segment k (the fast pick, the policy's admission
 //!                            or its next segment) to that segment's end
-//!     router.decision        the Python policy's (pyrouter/request_trace.py), with the verbs
-//!                            it called: verb.prep_recv / verb.remote_send
+//!     router.decision        the Python policy's, with why it chose (its explanation) and the
+//!                            verbs the executor ran for it: verb.prep_recv / verb.remote_send
 //!     verb.start_generate    the segment's generation -> the engine's engine.generate
 //! ```
 //!
 //! Spans are started and ended as the request goes (the engines need their ids while it
-//! runs); the request's own attributes go on its span when it closes. The segment a traced
-//! request is in is registered with the tracer under the engine-side request id, which is how
-//! the Python decision finds its parent across the bridge.
+//! runs); the request's own attributes go on its span when it closes.
 
 use super::router_tracer::RouterTracer;
 use super::traceparent::{self, KV_PARENT, TRACEPARENT};
@@ -106,6 +104,8 @@ pub fn wall_time(at: Instant) -> SystemTime {
 
 struct OpenSegment {
     span: SpanGuard,
+    /// The policy's decision for it, while the policy decides (its verbs hang under it).
+    decision: Option<SpanGuard>,
     /// Its generation's verb span, while it runs (fast path: one per try).
     generate: Option<SpanGuard>,
     /// Its end is recorded (tokens, reason). A segment handed off ends when the next one
@@ -116,14 +116,11 @@ struct OpenSegment {
 
 pub struct RequestSpans {
     tracer: Arc<RouterTracer>,
-    engine_request_id: String,
     request: SpanGuard,
     segment: Option<OpenSegment>,
     segments: i64,
     /// The engines of the request's segments, in order, repeats included.
     engines: Vec<String>,
-    /// A segment was registered for the Python side (forgotten at the end).
-    shared: bool,
 }
 
 impl RequestSpans {
@@ -133,7 +130,6 @@ impl RequestSpans {
         tracer: &Arc<RouterTracer>,
         client_headers: &[(String, String)],
         started: Instant,
-        engine_request_id: &str,
     ) -> Option<Self> {
         let parent = traceparent::from_headers(client_headers);
         let span = tracer.start(
@@ -147,18 +143,15 @@ impl RequestSpans {
         }
         Some(RequestSpans {
             tracer: tracer.clone(),
-            engine_request_id: engine_request_id.to_owned(),
             request: SpanGuard::new(span),
             segment: None,
             segments: 0,
             engines: Vec::new(),
-            shared: false,
         })
     }
 
-    /// Segment k begins: its decision is about to be made — by the Python policy when
-    /// `for_python` (the segment is registered for it to find), else by the fast path.
-    pub fn begin_segment(&mut self, for_python: bool) {
+    /// Segment k begins: its decision is about to be made.
+    pub fn begin_segment(&mut self) {
         self.segment_ended(0, "abandoned");
         self.segment = None;
         let span = SpanGuard::new(self.tracer.start(
@@ -168,20 +161,58 @@ impl RequestSpans {
             vec![KeyValue::new("switchyard.segment.index", self.segments)],
         ));
         self.segments += 1;
-        if for_python {
-            self.tracer
-                .set_segment(&self.engine_request_id, span.context().clone());
-            self.shared = true;
-        }
         self.segment = Some(OpenSegment {
             span,
+            decision: None,
             generate: None,
             ended: false,
         });
     }
 
-    /// The fast path starts the segment's generation on `engine`: the verb's span, and the
-    /// metadata that carries it to the engine.
+    /// The policy decides the open segment: its span (`router.decision`), whose context the
+    /// verbs it awaits hang under. None when no segment is open.
+    pub fn begin_decision(&mut self) -> Option<SpanContext> {
+        let segment = self.segment.as_mut()?;
+        let span = SpanGuard::new(self.tracer.start(
+            "router.decision",
+            Some(segment.span.context()),
+            SystemTime::now(),
+            Vec::new(),
+        ));
+        let context = span.context().clone();
+        segment.decision = Some(span);
+        Some(context)
+    }
+
+    /// The segment's decision was carried out up to its generation on `engine` (of `role`),
+    /// decided by `decided_by` ("policy", "placement", "migration") for the reasons in
+    /// `explanation`: its span ends.
+    pub fn end_decision(
+        &mut self,
+        mut explanation: Vec<KeyValue>,
+        engine: &str,
+        role: &str,
+        decided_by: &'static str,
+    ) {
+        let index = self.segments - 1;
+        if let Some(mut span) = self.segment.as_mut().and_then(|s| s.decision.take()) {
+            explanation.extend([
+                KeyValue::new("switchyard.decided_by", decided_by),
+                KeyValue::new("switchyard.segment.index", index),
+                KeyValue::new("switchyard.engine", engine.to_owned()),
+                KeyValue::new("switchyard.engine.role", role.to_owned()),
+            ]);
+            span.set_all(explanation);
+        }
+    }
+
+    /// The open segment's context (what a verb outside a decision hangs under).
+    pub fn segment_context(&self) -> Option<SpanContext> {
+        self.segment.as_ref().map(|s| s.span.context().clone())
+    }
+
+    /// The segment's generation starts on `engine`: the verb's span, and the metadata that
+    /// carries it to the engine.
     pub fn start_generate(&mut self, engine: &str) -> Vec<(String, String)> {
         let Some(segment) = &mut self.segment else {
             return Vec::new();
@@ -201,7 +232,7 @@ impl RequestSpans {
         }
     }
 
-    /// A fast-path try failed before any output (it is retried elsewhere, or the request fails).
+    /// An attempt failed before any output (it is retried elsewhere, or the request fails).
     pub fn generate_failed(&mut self, error: String) {
         if let Some(mut span) = self.segment.as_mut().and_then(|s| s.generate.take()) {
             span.fail(error);
@@ -229,10 +260,8 @@ impl RequestSpans {
             return;
         }
         segment.ended = true;
+        drop(segment.decision.take());
         drop(segment.generate.take());
-        if self.shared {
-            self.tracer.end_generate(&self.engine_request_id);
-        }
         segment.span.set_all(vec![
             KeyValue::new("switchyard.segment.tokens", tokens as i64),
             KeyValue::new("switchyard.segment.end_reason", reason.to_owned()),
@@ -325,13 +354,5 @@ impl RequestSummary<'_> {
             attributes.push(KeyValue::new("error.type", error_type.to_owned()));
         }
         attributes
-    }
-}
-
-impl Drop for RequestSpans {
-    fn drop(&mut self) {
-        if self.shared {
-            self.tracer.forget_request(&self.engine_request_id);
-        }
     }
 }

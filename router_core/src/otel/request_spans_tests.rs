@@ -1,11 +1,12 @@
-//! A traced request's spans as the request task and the Python side make them, read back from
-//! the JSONL file the tracer writes: one trace under the client's span, segments under the
-//! request, the policy's generation under its segment (ended by the front), the request's
-//! attributes, and nothing registered once it closes.
+//! A traced request's spans as the request task makes them, read back from the JSONL file the
+//! tracer writes: one trace under the client's span, segments under the request, the policy's
+//! decision and the verbs it awaited under its segment, each generation under its segment, and
+//! the request's attributes.
 
-use super::request_spans::{RequestSpans, RequestSummary};
+use super::request_spans::{verb_span, RequestSpans, RequestSummary};
 use super::router_tracer::{Exporters, RouterTracer};
 use super::traceparent::{self, TRACEPARENT};
+use opentelemetry::KeyValue;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -62,25 +63,32 @@ fn summary<'a>(status: &'a str, error_type: Option<&'a str>) -> RequestSummary<'
 fn a_two_segment_request_is_one_tree() {
     let (tracer, path) = tracer("tree");
     let headers = vec![(TRACEPARENT.to_owned(), CLIENT.to_owned())];
-    let mut request =
-        RequestSpans::start(&tracer, &headers, Instant::now(), "eng-1").expect("sampled");
-    request.begin_segment(true);
-    let first = tracer.segment_parent("eng-1").expect("registered");
-    let metadata = tracer.start_generate("eng-1", "e0", SystemTime::now());
+    let mut request = RequestSpans::start(&tracer, &headers, Instant::now()).expect("sampled");
+    request.begin_segment();
+    let first = request.segment_context().expect("open");
+    let decision = request.begin_decision().expect("a segment is open");
+    // A verb the policy awaits hangs under its decision.
+    let (verb, metadata) =
+        verb_span(&tracer, &decision, "prep_recv", "e1", SystemTime::now()).expect("sampled");
+    assert_eq!(metadata.len(), 2, "traceparent and the KV parent");
+    drop(verb);
+    request.end_decision(
+        vec![KeyValue::new("switchyard.pattern", "tandem")],
+        "e0",
+        "any",
+        "policy",
+    );
+    let metadata = request.start_generate("e0");
     assert_eq!(metadata.len(), 1);
     request.segment_on("e0");
     request.segment_ended(1, "handoff");
-    request.begin_segment(true);
-    let second = tracer.segment_parent("eng-1").expect("registered");
+    request.begin_segment();
+    let second = request.segment_context().expect("open");
     assert_ne!(first.span_id(), second.span_id());
-    let _ = tracer.start_generate("eng-1", "e1", SystemTime::now());
+    let _ = request.start_generate("e1");
     request.segment_on("e1");
     request.segment_ended(2, "length");
     request.finish(summary("ok", None));
-    assert!(
-        tracer.segment_parent("eng-1").is_none(),
-        "forgotten at close"
-    );
 
     let spans = spans(&tracer, &path);
     let by_id: HashMap<&str, &Value> = spans
@@ -101,9 +109,11 @@ fn a_two_segment_request_is_one_tree() {
     assert_eq!(
         names,
         vec![
+            pair("router.decision", Some("router.segment")),
             pair("router.request", None),
             pair("router.segment", Some("router.request")),
             pair("router.segment", Some("router.request")),
+            pair("verb.prep_recv", Some("router.decision")),
             pair("verb.start_generate", Some("router.segment")),
             pair("verb.start_generate", Some("router.segment")),
         ]
@@ -148,9 +158,9 @@ fn a_two_segment_request_is_one_tree() {
 fn an_unsampled_client_trace_makes_nothing_and_a_failure_says_why() {
     let (tracer, path) = tracer("unsampled");
     let unsampled = vec![(TRACEPARENT.to_owned(), CLIENT.replace("-01", "-00"))];
-    assert!(RequestSpans::start(&tracer, &unsampled, Instant::now(), "eng-2").is_none());
-    let mut failed = RequestSpans::start(&tracer, &[], Instant::now(), "eng-3").expect("sampled");
-    failed.begin_segment(false);
+    assert!(RequestSpans::start(&tracer, &unsampled, Instant::now()).is_none());
+    let mut failed = RequestSpans::start(&tracer, &[], Instant::now()).expect("sampled");
+    failed.begin_segment();
     let metadata = failed.start_generate("e0");
     let sent = traceparent::parse(&metadata[0].1).expect("a traceparent");
     failed.generate_failed("engine e0 unavailable".to_owned());

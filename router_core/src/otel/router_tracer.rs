@@ -12,14 +12,12 @@
 //! span hangs.
 
 use super::jsonl::JsonlExporter;
-use super::request_spans::{verb_span, SpanGuard};
 use opentelemetry::trace::{SpanBuilder, SpanContext, TraceContextExt, Tracer, TracerProvider};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider, Span};
 use opentelemetry_sdk::Resource;
 use std::borrow::Cow;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, OnceLock};
 use std::time::SystemTime;
 
 /// The sampler when OTEL_TRACES_SAMPLER does not name one: one request in ten, and a client's
@@ -66,20 +64,11 @@ impl Exporters {
     }
 }
 
-/// A traced request's open segment, as the deciding side sees it: the segment's span, and the
-/// verb span of the generation the policy started there (the front ends it with the segment's
-/// stream, which it reads).
-struct SharedSegment {
-    segment: SpanContext,
-    generate: Option<SpanGuard>,
-}
-
-/// The router's tracer and the open segment of each traced request the Python side decides
-/// (see `segment_parent`).
+/// The router's tracer: every span of the router's requests (the request task makes them all,
+/// the policies' decisions and their verbs included).
 pub struct RouterTracer {
     provider: SdkTracerProvider,
     tracer: SdkTracer,
-    segments: Mutex<HashMap<String, SharedSegment>>,
 }
 
 fn resource() -> Resource {
@@ -120,11 +109,7 @@ impl RouterTracer {
         }
         let provider = builder.build();
         let tracer = provider.tracer("switchyard");
-        Ok(RouterTracer {
-            provider,
-            tracer,
-            segments: Mutex::new(HashMap::new()),
-        })
+        Ok(RouterTracer { provider, tracer })
     }
 
     /// A span named `name` under `parent` (None: a new trace, as the sampler decides),
@@ -154,68 +139,6 @@ impl RouterTracer {
     /// Flushes and stops the exporters (at exit); spans ended afterwards are dropped.
     pub fn shutdown(&self) {
         let _ = self.provider.shutdown();
-    }
-
-    fn segments(&self) -> std::sync::MutexGuard<'_, HashMap<String, SharedSegment>> {
-        self.segments.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The request task opened a segment of a traced request for the Python policy to decide:
-    /// its spans hang there. Keyed by the engine-side request id, which is router-made and
-    /// unique. The previous segment's generation span, if still open, ends.
-    pub fn set_segment(&self, engine_request_id: &str, segment: SpanContext) {
-        let shared = SharedSegment {
-            segment,
-            generate: None,
-        };
-        let previous = self.segments().insert(engine_request_id.to_owned(), shared);
-        drop(previous);
-    }
-
-    /// The open segment of a traced request (None: not traced, or already closed).
-    pub fn segment_parent(&self, engine_request_id: &str) -> Option<SpanContext> {
-        self.segments()
-            .get(engine_request_id)
-            .map(|s| s.segment.clone())
-    }
-
-    /// The policy starts the open segment's generation on `engine`: its verb span, under the
-    /// segment, kept here until the front ends it (`end_generate`); the metadata that carries
-    /// it to the engine. Empty when the request has no open segment.
-    pub fn start_generate(
-        &self,
-        engine_request_id: &str,
-        engine: &str,
-        start: SystemTime,
-    ) -> Vec<(String, String)> {
-        let Some(parent) = self.segment_parent(engine_request_id) else {
-            return Vec::new();
-        };
-        let Some((span, metadata)) = verb_span(self, &parent, "start_generate", engine, start)
-        else {
-            return Vec::new();
-        };
-        // A second try in the same segment (its first engine failed) replaces the first.
-        let previous = self
-            .segments()
-            .get_mut(engine_request_id)
-            .and_then(|s| s.generate.replace(span));
-        drop(previous);
-        metadata
-    }
-
-    /// The open segment's stream ended: its generation's verb span ends now.
-    pub fn end_generate(&self, engine_request_id: &str) {
-        let span = self
-            .segments()
-            .get_mut(engine_request_id)
-            .and_then(|s| s.generate.take());
-        drop(span);
-    }
-
-    pub fn forget_request(&self, engine_request_id: &str) {
-        let removed = self.segments().remove(engine_request_id);
-        drop(removed);
     }
 }
 

@@ -1,38 +1,38 @@
-//! The values that cross the policy bridge (crate::front::bridge <-> pyrouter/front_bridge.py),
-//! as Python classes with stubs in router_core/__init__.pyi: what the front hands Python
-//! (`AdmitSpec`, `SegmentHandoff`, `RequestEnd`, `OpsCall`) and what Python answers
-//! (`AdmitOutcome` of `Admitted` or `RequestFailure`, `SegmentStart`, `OpsReply`). No positional
-//! tuples or dicts: a wrong answer is named by its type, and the front turns it into a 500 with
-//! that message instead of failing to unpack it.
+//! The values that cross the policy bridge (crate::front::bridge <-> pyrouter/runtime/
+//! bridge.py), as Python classes: what the front hands Python (`DecideSpec`, `SegmentEnd`,
+//! `Observation`, `OpsCall`) and what Python answers (`Decision` — python/placements.rs — or
+//! `RequestFailure`, `OpsReply`). No positional tuples or dicts: a wrong answer is named by its
+//! type, and the front turns it into a 500 with that message instead of failing to unpack it.
 
-use super::bridge_jobs::Run;
-use super::double_call::{chunk_message, DoubleCall};
-use super::generate_call::PyGenerateCall;
+use super::placements::PyDecision;
 use crate::front::api_error::ShapedError;
 use crate::front::bridge::{
-    AdmitOutcome, AdmitSpec, Admitted, OpsRequest, OpsResponse, RequestEnd, Segment,
+    DecideSpec, Decision, Observation, OpsRequest, OpsResponse, Refused, SegmentEnd,
 };
-use crate::front::segment_call::SegmentCall;
-use crate::rpc::pb;
+use crate::front::engine_names::engine_name;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use std::sync::Arc;
 
-/// A parsed request for the policy (crate::front::bridge::AdmitSpec), read-only.
-#[pyclass(name = "AdmitSpec", module = "router_core._router_core", frozen)]
-pub struct PyAdmitSpec {
-    spec: AdmitSpec,
+/// The deciding side's handle on a policy run or an observer: an `Arc` so that tokio threads can
+/// share it without taking the GIL.
+pub type Run = Arc<PyObject>;
+
+/// A parsed request for the policy (crate::front::bridge::DecideSpec), read-only.
+#[pyclass(name = "DecideSpec", module = "router_core._router_core", frozen)]
+pub struct PyDecideSpec {
+    spec: DecideSpec,
 }
 
-impl From<AdmitSpec> for PyAdmitSpec {
-    fn from(spec: AdmitSpec) -> Self {
-        PyAdmitSpec { spec }
+impl From<DecideSpec> for PyDecideSpec {
+    fn from(spec: DecideSpec) -> Self {
+        PyDecideSpec { spec }
     }
 }
 
 #[pymethods]
-impl PyAdmitSpec {
+impl PyDecideSpec {
     #[getter]
     fn request_id(&self) -> &str {
         &self.spec.request_id
@@ -40,6 +40,21 @@ impl PyAdmitSpec {
     #[getter]
     fn engine_request_id(&self) -> &str {
         &self.spec.engine_request_id
+    }
+    /// The request's router-made name, the same through every attempt.
+    #[getter]
+    fn key(&self) -> &str {
+        &self.spec.key
+    }
+    /// Retries of this request so far.
+    #[getter]
+    fn retries(&self) -> u32 {
+        self.spec.retries
+    }
+    /// The request is traced (the decision's explanation goes on its span).
+    #[getter]
+    fn traced(&self) -> bool {
+        self.spec.traced
     }
     /// The served model the request named (resolved: "default" is the first model's name).
     #[getter]
@@ -53,6 +68,10 @@ impl PyAdmitSpec {
     #[getter]
     fn tokens(&self) -> Vec<u32> {
         self.spec.request.tokens.clone()
+    }
+    #[getter]
+    fn prompt_len(&self) -> usize {
+        self.spec.request.tokens.len()
     }
     #[getter]
     fn stream(&self) -> bool {
@@ -144,100 +163,26 @@ impl PyAdmitSpec {
     }
 }
 
-/// A segment's stream for the front to read: its call, its engine, and the first chunk the
-/// deciding side already read from it. The call is the router's (a `GenerateCall`) or an
-/// in-process engine double's (python/double_call.rs), the chunk an `EngineChunk` or a
-/// GenerateChunk message; both become the front's own values here, once.
-#[pyclass(name = "SegmentStart", module = "router_core._router_core", frozen)]
-pub struct PySegmentStart {
-    call: PyObject,
-    engine: String,
-    first: PyObject,
-    front_call: Arc<dyn SegmentCall>,
-    first_chunk: pb::GenerateChunk,
-}
-
-#[pymethods]
-impl PySegmentStart {
-    #[new]
-    fn new(call: &Bound<'_, PyAny>, engine: String, first: &Bound<'_, PyAny>) -> PyResult<Self> {
-        let py = call.py();
-        let front_call: Arc<dyn SegmentCall> = match call.downcast::<PyGenerateCall>() {
-            Ok(rust) => rust.get().call(),
-            Err(_) => Arc::new(DoubleCall::new(py, call.clone().unbind())?),
-        };
-        Ok(PySegmentStart {
-            call: call.clone().unbind(),
-            engine,
-            first: first.clone().unbind(),
-            front_call,
-            first_chunk: chunk_message(first)?,
-        })
-    }
-    #[getter]
-    fn call(&self, py: Python<'_>) -> PyObject {
-        self.call.clone_ref(py)
-    }
-    #[getter]
-    fn engine(&self) -> &str {
-        &self.engine
-    }
-    #[getter]
-    fn first(&self, py: Python<'_>) -> PyObject {
-        self.first.clone_ref(py)
-    }
-}
-
-impl PySegmentStart {
-    fn segment(&self, _py: Python<'_>) -> (Segment, pb::GenerateChunk) {
-        let segment = Segment {
-            call: self.front_call.clone(),
-            engine: self.engine.clone(),
-        };
-        (segment, self.first_chunk.clone())
-    }
-}
-
-/// The policy ran: its first segment, X-Switchyard-Route and the pattern (metrics).
-#[pyclass(
-    name = "Admitted",
-    module = "router_core._router_core",
-    frozen,
-    get_all
-)]
-pub struct PyAdmitted {
-    segment: Py<PySegmentStart>,
-    route: String,
-    pattern: String,
-}
-
-#[pymethods]
-impl PyAdmitted {
-    #[new]
-    fn new(segment: Py<PySegmentStart>, route: String, pattern: String) -> Self {
-        PyAdmitted {
-            segment,
-            route,
-            pattern,
-        }
-    }
-}
-
-/// A request that fails: the HTTP status and the OpenAI error body the client gets.
+/// An error the deciding side shaped itself: the client's status and OpenAI error body, and
+/// the seconds for `Retry-After` (429/503).
 #[pyclass(name = "RequestFailure", module = "router_core._router_core", frozen)]
 pub struct PyRequestFailure {
     #[pyo3(get)]
     status: u16,
     body: Vec<u8>,
+    #[pyo3(get)]
+    retry_after_s: f64,
 }
 
 #[pymethods]
 impl PyRequestFailure {
     #[new]
-    fn new(status: u16, body: &[u8]) -> Self {
+    #[pyo3(signature = (status, body, retry_after_s = 0.0))]
+    fn new(status: u16, body: &[u8], retry_after_s: f64) -> Self {
         PyRequestFailure {
             status,
             body: body.to_vec(),
+            retry_after_s,
         }
     }
 
@@ -252,101 +197,135 @@ impl PyRequestFailure {
         ShapedError {
             status: self.status,
             body: self.body.clone(),
+            retry_after_s: self.retry_after_s.max(0.0).ceil() as u64,
         }
     }
 }
 
-/// What `admit` answers: the request's handle on the deciding side (`close` gets it back,
-/// whatever happened), the policy that decided, and how.
-#[pyclass(name = "AdmitOutcome", module = "router_core._router_core", frozen)]
-pub struct PyAdmitOutcome {
-    #[pyo3(get)]
-    run: PyObject,
-    #[pyo3(get)]
-    policy: String,
-    result: AdmitResult,
+/// The deciding side's answer when the active policy is a Rust built-in (it was switched in
+/// while the request waited): the built-in decides.
+#[pyclass(name = "UseBuiltin", module = "router_core._router_core", frozen)]
+pub struct PyUseBuiltin;
+
+#[pymethods]
+impl PyUseBuiltin {
+    #[new]
+    fn new() -> Self {
+        PyUseBuiltin
+    }
 }
 
-enum AdmitResult {
-    Admitted(Py<PyAdmitted>),
-    Failed(Py<PyRequestFailure>),
+/// The deciding side's answer when the policy let a verb's failure through: the executor maps
+/// the failure the verb recorded, naming `policy`.
+#[pyclass(name = "VerbFailed", module = "router_core._router_core", frozen)]
+pub struct PyVerbFailed {
+    policy: String,
 }
 
 #[pymethods]
-impl PyAdmitOutcome {
-    /// `result` is an Admitted or a RequestFailure (anything else raises TypeError here, in
-    /// the code that made it).
+impl PyVerbFailed {
     #[new]
-    fn new(run: PyObject, policy: String, result: &Bound<'_, PyAny>) -> PyResult<Self> {
-        let result = if let Ok(admitted) = result.downcast::<PyAdmitted>() {
-            AdmitResult::Admitted(admitted.clone().unbind())
-        } else if let Ok(failure) = result.downcast::<PyRequestFailure>() {
-            AdmitResult::Failed(failure.clone().unbind())
-        } else {
-            return Err(PyTypeError::new_err(format!(
-                "AdmitOutcome's result must be Admitted or RequestFailure, got {}",
-                type_name(result)
-            )));
-        };
-        Ok(PyAdmitOutcome {
-            run,
-            policy,
-            result,
-        })
+    fn new(policy: String) -> Self {
+        PyVerbFailed { policy }
     }
+}
 
+/// A segment ended (crate::front::bridge::SegmentEnd): the policy decides where next.
+#[pyclass(name = "SegmentEnd", module = "router_core._router_core", frozen)]
+pub struct PySegmentEnd {
+    end: SegmentEnd,
+}
+
+impl From<SegmentEnd> for PySegmentEnd {
+    fn from(end: SegmentEnd) -> Self {
+        PySegmentEnd { end }
+    }
+}
+
+#[pymethods]
+impl PySegmentEnd {
+    /// The engine the segment ran on ("e1").
     #[getter]
-    fn result(&self, py: Python<'_>) -> PyObject {
-        match &self.result {
-            AdmitResult::Admitted(admitted) => admitted.clone_ref(py).into_any(),
-            AdmitResult::Failed(failure) => failure.clone_ref(py).into_any(),
-        }
+    fn engine_id(&self) -> String {
+        engine_name(self.end.engine)
+    }
+    /// "handoff" (the segment's own limit) or "interrupted" (the router took control back).
+    #[getter]
+    fn reason(&self) -> &'static str {
+        self.end.reason
+    }
+    /// The segment's tokens.
+    #[getter]
+    fn tokens(&self) -> Vec<u32> {
+        self.end.tokens.clone()
+    }
+    /// Why it was interrupted (e.g. {"after_s": 1.5}).
+    #[getter]
+    fn detail(&self) -> Vec<(String, f64)> {
+        self.end.detail.clone()
     }
 }
 
-/// The running segment ended with a hand-off after `tokens` (what it produced).
+/// How a placement went, for its observer (crate::front::bridge::Observation): `kind` is
+/// "started" (its generation went out), "sent" (`tokens`, `tail_ms`), "first_token" (`ttft_s`, `attempt_s`) or "ended" (`ok`,
+/// `tpot_s`, `completion_tokens`).
 #[pyclass(
-    name = "SegmentHandoff",
+    name = "Observation",
     module = "router_core._router_core",
     frozen,
     get_all
 )]
-pub struct PySegmentHandoff {
-    tokens: Vec<u32>,
-}
-
-impl PySegmentHandoff {
-    pub fn new(tokens: Vec<u32>) -> Self {
-        PySegmentHandoff { tokens }
-    }
-}
-
-/// How a request ended (crate::front::bridge::RequestEnd, durations in seconds).
-#[pyclass(
-    name = "RequestEnd",
-    module = "router_core._router_core",
-    frozen,
-    get_all
-)]
-pub struct PyRequestEnd {
-    /// "ok", or "error" (a failure, or the client went away).
-    status: &'static str,
+pub struct PyObservation {
+    kind: &'static str,
+    tokens: u64,
+    tail_ms: f64,
+    ttft_s: f64,
+    attempt_s: f64,
+    ok: bool,
+    tpot_s: Option<f64>,
     completion_tokens: u64,
-    /// The running segment's engine sent its finish: it holds nothing more for this request.
-    delivered: bool,
-    since_start_s: f64,
-    /// None: no token came.
-    since_first_token_s: Option<f64>,
 }
 
-impl From<&RequestEnd> for PyRequestEnd {
-    fn from(end: &RequestEnd) -> Self {
-        PyRequestEnd {
-            status: end.status,
-            completion_tokens: end.completion_tokens,
-            delivered: end.delivered,
-            since_start_s: end.since_start.as_secs_f64(),
-            since_first_token_s: end.since_first_token.map(|d| d.as_secs_f64()),
+impl From<&Observation> for PyObservation {
+    fn from(observation: &Observation) -> Self {
+        let empty = PyObservation {
+            kind: "",
+            tokens: 0,
+            tail_ms: 0.0,
+            ttft_s: 0.0,
+            attempt_s: 0.0,
+            ok: false,
+            tpot_s: None,
+            completion_tokens: 0,
+        };
+        match *observation {
+            Observation::Started => PyObservation {
+                kind: "started",
+                ..empty
+            },
+            Observation::Sent { tokens, tail_ms } => PyObservation {
+                kind: "sent",
+                tokens,
+                tail_ms,
+                ..empty
+            },
+            Observation::FirstToken { ttft_s, attempt_s } => PyObservation {
+                kind: "first_token",
+                ttft_s,
+                attempt_s,
+                ..empty
+            },
+            Observation::Ended {
+                ok,
+                tpot_s,
+                completion_tokens,
+            } => PyObservation {
+                kind: "ended",
+                ok,
+                tpot_s,
+                completion_tokens,
+                ..empty
+            },
         }
     }
 }
@@ -449,48 +428,32 @@ fn wrong_type(method: &str, expected: &str, answer: &Bound<'_, PyAny>) -> PyErr 
     ))
 }
 
-/// `admit`'s answer as the front takes it.
-pub fn admit_outcome(answer: &Bound<'_, PyAny>) -> PyResult<AdmitOutcome<Run>> {
-    let py = answer.py();
-    let outcome = answer
-        .downcast::<PyAdmitOutcome>()
-        .map_err(|_| wrong_type("admit", "AdmitOutcome", answer))?
-        .get();
-    let result = match &outcome.result {
-        AdmitResult::Admitted(admitted) => {
-            let admitted = admitted.get();
-            let (segment, first) = admitted.segment.get().segment(py);
-            Ok(Admitted {
-                segment,
-                first,
-                route: admitted.route.clone(),
-                pattern: admitted.pattern.clone(),
-            })
-        }
-        AdmitResult::Failed(failure) => Err(failure.get().shaped()),
-    };
-    Ok(AdmitOutcome {
-        run: (!outcome.run.is_none(py)).then(|| Arc::new(outcome.run.clone_ref(py))),
-        policy: outcome.policy.clone(),
-        result,
-    })
-}
-
-/// `next_segment`'s answer as the front takes it: a SegmentStart or a RequestFailure.
-pub fn next_segment(
-    answer: &Bound<'_, PyAny>,
-) -> PyResult<Result<(Segment, pb::GenerateChunk), ShapedError>> {
-    if let Ok(start) = answer.downcast::<PySegmentStart>() {
-        return Ok(Ok(start.get().segment(answer.py())));
+/// `decide`'s (or `next_segment`'s) answer as the front takes it: a Decision, a RequestFailure,
+/// None (`next_segment` only: the policy has nothing more), UseBuiltin or VerbFailed.
+pub fn decision_of(
+    py: Python<'_>,
+    answer: PyResult<Bound<'_, PyAny>>,
+    method: &str,
+) -> PyResult<Result<Option<Decision<Run>>, Refused>> {
+    let answer = answer?;
+    if answer.is_none() {
+        return Ok(Ok(None));
+    }
+    if let Ok(decision) = answer.downcast::<PyDecision>() {
+        return Ok(Ok(Some(decision.get().decision(py))));
     }
     if let Ok(failure) = answer.downcast::<PyRequestFailure>() {
-        return Ok(Err(failure.get().shaped()));
+        return Ok(Err(Refused::Shaped(failure.get().shaped())));
     }
-    Err(wrong_type(
-        "next_segment",
-        "SegmentStart or RequestFailure",
-        answer,
-    ))
+    if answer.downcast::<PyUseBuiltin>().is_ok() {
+        return Ok(Err(Refused::Builtin));
+    }
+    if let Ok(failed) = answer.downcast::<PyVerbFailed>() {
+        return Ok(Err(Refused::VerbFailed {
+            policy: failed.get().policy.clone(),
+        }));
+    }
+    Err(wrong_type(method, "Decision or RequestFailure", &answer))
 }
 
 /// `ops`'s answer as the front takes it.
@@ -502,13 +465,12 @@ pub fn ops_response(answer: &Bound<'_, PyAny>) -> PyResult<OpsResponse> {
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<PyAdmitSpec>()?;
-    m.add_class::<PySegmentStart>()?;
-    m.add_class::<PyAdmitted>()?;
+    m.add_class::<PyDecideSpec>()?;
     m.add_class::<PyRequestFailure>()?;
-    m.add_class::<PyAdmitOutcome>()?;
-    m.add_class::<PySegmentHandoff>()?;
-    m.add_class::<PyRequestEnd>()?;
+    m.add_class::<PyUseBuiltin>()?;
+    m.add_class::<PyVerbFailed>()?;
+    m.add_class::<PySegmentEnd>()?;
+    m.add_class::<PyObservation>()?;
     m.add_class::<PyOpsCall>()?;
     m.add_class::<PyOpsReply>()?;
     Ok(())

@@ -1,12 +1,11 @@
 //! An engine double's generation (a Python object with an awaitable `read()` and `cancel()`:
 //! switchyard_sim/fake/fake_engine.py's FakeCall, the simulator's stream) behind the request
 //! task's engine interface (front/segment_call.rs). Each read runs the double's coroutine as a
-//! task on the asyncio loop the segment was handed over on, and its chunk (a GenerateChunk
-//! message or an EngineChunk), its end (grpc.aio.EOF) or its AioRpcError comes back as the
-//! router's gRPC client would report them. So FakeCluster and the simulator drive the front's
-//! own request task with in-process engines.
+//! task on the asyncio loop the segment was started on, and its chunk (a GenerateChunk message),
+//! its end (None) or its failure comes back as the router's gRPC client would report them. So
+//! FakeCluster and the simulator drive the front's own request task with in-process engines.
 
-use super::generate_call::PyEngineChunk;
+use super::engine_double::call_error_of;
 use crate::engine_rpc::CallError;
 use crate::front::segment_call::{ReadFuture, SegmentCall};
 use crate::rpc::pb;
@@ -35,12 +34,8 @@ impl DoubleCall {
     }
 }
 
-/// A chunk as the front streams it: an EngineChunk's message, or a GenerateChunk message
-/// (serialized here and decoded once).
+/// A chunk as the front streams it: a GenerateChunk message (serialized here and decoded once).
 pub fn chunk_message(chunk: &Bound<'_, PyAny>) -> PyResult<pb::GenerateChunk> {
-    if let Ok(chunk) = chunk.downcast::<PyEngineChunk>() {
-        return Ok(chunk.get().message());
-    }
     let data = chunk.call_method0("SerializeToString")?;
     let data = data.downcast::<PyBytes>()?;
     pb::GenerateChunk::decode(data.as_bytes()).map_err(|err| {
@@ -50,28 +45,43 @@ pub fn chunk_message(chunk: &Bound<'_, PyAny>) -> PyResult<pb::GenerateChunk> {
 
 /// The double's answer (or its exception) as the gRPC client would report it.
 fn read_result(py: Python<'_>, answer: PyResult<Bound<'_, PyAny>>) -> ReadResult {
-    let failed = |err: PyErr| -> CallError {
-        let value = err.value(py);
-        if err.is_instance_of::<pyo3::exceptions::asyncio::CancelledError>(py) {
-            return CallError::Cancelled;
-        }
-        let status = (|| -> PyResult<Status> {
-            let code: i32 = value
-                .call_method0("code")?
-                .getattr("value")?
-                .get_item(0)?
-                .extract()?;
-            let details: String = value.call_method0("details")?.extract()?;
-            Ok(Status::new(tonic::Code::from_i32(code), details))
-        })();
-        CallError::Rpc(status.unwrap_or_else(|_| Status::unknown(err.to_string())))
-    };
-    let chunk = answer.map_err(failed)?;
-    let eof = py.import("grpc.aio").and_then(|m| m.getattr("EOF"));
-    if eof.is_ok_and(|eof| chunk.is(&eof)) {
+    let chunk = answer.map_err(|err| call_error_of(py, err))?;
+    if chunk.is_none() {
         return Ok(None);
     }
-    chunk_message(&chunk).map(Some).map_err(failed)
+    chunk_message(&chunk)
+        .map(Some)
+        .map_err(|err| call_error_of(py, err))
+}
+
+/// A call that failed as it started: its first read reports `failure`.
+struct FailedCall {
+    failure: Mutex<Option<CallError>>,
+}
+
+/// A stream whose first read answers `read` (and ends there).
+pub fn chunk_call(read: ReadResult) -> std::sync::Arc<dyn SegmentCall> {
+    let failure = read.err().unwrap_or(CallError::Cancelled);
+    std::sync::Arc::new(FailedCall {
+        failure: Mutex::new(Some(failure)),
+    })
+}
+
+impl SegmentCall for FailedCall {
+    fn next(&self) -> ReadFuture<'_> {
+        let failure = self
+            .failure
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        Box::pin(async move { failure.map_or(Ok(None), Err) })
+    }
+
+    fn finish(&self, _runtime: &tokio::runtime::Handle) {}
+
+    fn cancel(&self) -> bool {
+        false
+    }
 }
 
 impl SegmentCall for DoubleCall {

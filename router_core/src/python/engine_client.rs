@@ -1,25 +1,21 @@
 //! `EngineRpcClient` for Python: the router's one gRPC client for one engine
-//! (crate::engine_rpc::EngineRpc), its calls as asyncio awaitables. The router dials each
-//! engine once, here; the HTTP front streams from the same client (`attach_to`), and the
-//! policies' verbs, the membership's health / Stats / ModelInfo / KV event upkeep and Configure
-//! go through it too (pyrouter/engines/rust_client.py).
+//! (crate::engine_rpc::EngineRpc). The router dials each engine once, here; the executor's
+//! fleet reaches the engine through the same client (RouterFront.set_engine), and the
+//! membership's health / Stats / ModelInfo / KV event upkeep and Configure go through it as
+//! asyncio awaitables (pyrouter/engines/rust_client.py). The verbs are the executor's alone.
 //!
 //! An awaitable crosses into Rust once (the call starts on tokio) and back once: the answer is
 //! queued through the bridge's job queue (bridge_jobs.rs) and converted on the loop, so the
-//! tokio side never takes the GIL. The verbs a policy awaits answer typed values made from the
-//! message tonic decoded (verb_results.rs: PrepRecvResult, RemoteSendResult); the upkeep calls
-//! answer the serialized response message (Python reads it with the generated protobuf class);
-//! a failed call raises EngineCallError with the gRPC status code's name and the details.
-//! Cancelling the awaitable cancels the call.
+//! tokio side never takes the GIL. The upkeep calls answer the serialized response message
+//! (Python reads it with the generated protobuf class); a failed call raises EngineCallError
+//! with the gRPC status code's name and the details. Cancelling the awaitable cancels the call.
 
-use super::bridge_jobs::{BridgeJobs, Job};
-use super::front::PyRouterFront;
-use super::generate_call::{engine_call_error, PyGenerateCall};
-use super::verb_results::{prep_recv_to_py, remote_send_to_py};
-use crate::engine_rpc::{code_name, CallError, EngineRpc, EngineTls, KvEventsCall};
+use super::bridge_jobs::{BridgeJobs, Job, Wake};
+use super::verb_values::call_error;
+use crate::engine_rpc::{CallError, EngineRpc, EngineTls, KvEventsCall};
 use crate::rpc::pb;
 use prost::Message;
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use pyo3_async_runtimes::TaskLocals;
@@ -28,17 +24,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::AbortHandle;
 use tonic::Status;
-
-/// Token ids as the proto carries them (int32); a value out of range is the caller's mistake.
-fn proto_tokens(tokens: Vec<i64>) -> PyResult<Vec<i32>> {
-    tokens
-        .into_iter()
-        .map(|t| {
-            i32::try_from(t)
-                .map_err(|_| PyValueError::new_err(format!("token id {t} is not int32")))
-        })
-        .collect()
-}
 
 fn proto_int(name: &str, value: i64) -> PyResult<i32> {
     i32::try_from(value).map_err(|_| PyValueError::new_err(format!("{name}={value} is not int32")))
@@ -53,15 +38,6 @@ fn timeout_of(timeout_s: Option<f64>) -> PyResult<Option<Duration>> {
                 .ok_or_else(|| PyValueError::new_err(format!("timeout_s must be > 0, got {s}")))
         })
         .transpose()
-}
-
-/// A failed call or read as Python sees it.
-fn call_error(py: Python<'_>, err: &CallError) -> PyErr {
-    match err {
-        CallError::Rpc(status) => engine_call_error(py, code_name(status.code()), status.message()),
-        CallError::Cancelled => engine_call_error(py, "CANCELLED", "the call was cancelled"),
-        CallError::Busy => PyRuntimeError::new_err("two readers of one engine stream at once"),
-    }
 }
 
 /// The serialized message, for Python's generated class to read.
@@ -127,6 +103,15 @@ pub struct PyEngineRpcClient {
 }
 
 impl PyEngineRpcClient {
+    /// The client itself (the front's fleet reaches the engine through it: one connection).
+    pub fn rpc(&self) -> &EngineRpc {
+        &self.rpc
+    }
+
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
     /// A unary call as an awaitable (cancelling it cancels the call).
     fn answer<'py, T, F>(
         &self,
@@ -180,111 +165,12 @@ impl PyEngineRpcClient {
             rpc,
             answers: Answers {
                 // Nothing but answers goes through this queue: it has no bridge to call.
-                jobs: Arc::new(BridgeJobs::new(py, py.None(), locals)?),
+                jobs: Arc::new(BridgeJobs::new(py, py.None(), locals, Wake::WithGil)?),
                 runtime,
             },
             address: address.to_owned(),
             timeout_s,
         })
-    }
-
-    /// Engine `num` of `front` streams through this client (no second connection).
-    fn attach_to(&self, front: PyRef<'_, PyRouterFront>, num: u32) {
-        front.set_engine_rpc(num, self.rpc.clone());
-    }
-
-    /// PrepRecv: reserve KV pages for tokens[matched:end] (`end` < 0 counts from the end).
-    /// Awaitable: a PrepRecvResult.
-    #[pyo3(signature = (request_id, tokens, end = -1, lease_s = 0.0, metadata = Vec::new()))]
-    fn prep_recv<'py>(
-        &self,
-        py: Python<'py>,
-        request_id: String,
-        tokens: Vec<i64>,
-        end: i64,
-        lease_s: f64,
-        metadata: Vec<(String, String)>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let message = pb::PrepRecvRequest {
-            request_id,
-            tokens: proto_tokens(tokens)?,
-            end: proto_int("end", end)?,
-            lease_s,
-        };
-        let rpc = self.rpc.clone();
-        self.answer(
-            py,
-            async move { rpc.prep_recv(message, &metadata).await },
-            prep_recv_to_py,
-        )
-    }
-
-    /// RemoteSend: compute KV for tokens[begin:end] and push it into `kv_addr` (a reservation
-    /// on the engine at `dst`). Awaitable: a RemoteSendResult.
-    #[pyo3(signature = (request_id, tokens, kv_addr, dst, begin, end, transport = String::new(),
-                        metadata = Vec::new(), timeout_s = None))]
-    #[allow(clippy::too_many_arguments)]
-    fn remote_send<'py>(
-        &self,
-        py: Python<'py>,
-        request_id: String,
-        tokens: Vec<i64>,
-        kv_addr: Vec<u8>,
-        dst: String,
-        begin: i64,
-        end: i64,
-        transport: String,
-        metadata: Vec<(String, String)>,
-        timeout_s: Option<f64>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let message = pb::RemoteSendRequest {
-            request_id,
-            tokens: proto_tokens(tokens)?,
-            kv_addr,
-            dst,
-            begin: proto_int("begin", begin)?,
-            end: proto_int("end", end)?,
-            transport,
-        };
-        let (rpc, timeout) = (self.rpc.clone(), timeout_of(timeout_s)?);
-        self.answer(
-            py,
-            async move { rpc.remote_send(message, &metadata, timeout).await },
-            remote_send_to_py,
-        )
-    }
-
-    /// StartGenerate (a serialized StartGenerateRequest), started now; `metadata` is added to
-    /// the call (the verb span's trace context when the request is traced).
-    #[pyo3(signature = (request, metadata = Vec::new()))]
-    fn start_generate(
-        &self,
-        request: &[u8],
-        metadata: Vec<(String, String)>,
-    ) -> PyResult<PyGenerateCall> {
-        let message = pb::StartGenerateRequest::decode(request)
-            .map_err(|err| PyValueError::new_err(format!("bad StartGenerateRequest: {err}")))?;
-        let call = self
-            .rpc
-            .start_generate(message, &metadata, &self.answers.runtime);
-        Ok(PyGenerateCall::new(call, self.answers.jobs.clone()))
-    }
-
-    /// Abort. Awaitable: True when the engine knew the request. `handoff`: a running
-    /// generation ends with finish_reason "handoff" instead.
-    #[pyo3(signature = (request_id, handoff = false))]
-    fn abort<'py>(
-        &self,
-        py: Python<'py>,
-        request_id: String,
-        handoff: bool,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let rpc = self.rpc.clone();
-        self.answer(
-            py,
-            async move { rpc.abort(&request_id, handoff).await },
-            |py, found| Ok(found.into_pyobject(py)?.to_owned().into_any().unbind()),
-        )
     }
 
     /// Stats. Awaitable: the serialized StatsResponse.

@@ -1,78 +1,83 @@
 //! `RouterFront` for Python: the Rust HTTP front (crate::front) serving on the
-//! pyo3-async-runtimes tokio runtime, with the Python side (pyrouter/front_bridge.py) as its
-//! `PolicyBridge`. The front calls the bridge on the router's asyncio loop once per request,
-//! once per segment boundary and once at the end, always through the job queue
-//! (bridge_jobs.rs) and with typed values (bridge_values.rs); tokens never reach Python, except
-//! a segment's first chunk while the policy admits it (an `EngineChunk`, generate_call.rs).
+//! pyo3-async-runtimes tokio runtime, with the Python side (pyrouter/runtime/bridge.py) as its
+//! `PolicyBridge`. The front calls the bridge on the router's asyncio loop once per decision
+//! (a request's, and a segment's after a hand-off), always through the job queue
+//! (bridge_jobs.rs) and with typed values (bridge_values.rs, placements.rs); everything else of
+//! a request — its verbs, chunks, retries and close — stays in Rust (crate::executor).
 
-use super::bridge_jobs::{admit_failed, bridge_failed, ops_failed, BridgeJobs, Job};
+use super::bridge_jobs::{
+    bridge_failed, ops_failed, BridgeJobs, DecideAnswer, Job, NextAnswer, Wake,
+};
+use super::bridge_values::Run;
+use super::engine_client::PyEngineRpcClient;
+use super::pollable::PyPendingCall;
 use super::router::PyRouterCore;
 use crate::background_server::BackgroundServer;
 use crate::detok::DetokenizerVocab;
-use crate::engine_rpc::EngineRpc;
-use crate::front::api_error::ShapedError;
+use crate::executor::carry_out::copy_context as copy_context_task;
+use crate::executor::RequestExec;
 use crate::front::bridge::{
-    AdmitOutcome, AdmitSpec, BoxFuture, OpsRequest, OpsResponse, Plane, PolicyBridge, RequestEnd,
-    Segment,
+    BoxFuture, DecideSpec, Observation, OpsRequest, OpsResponse, Plane, PolicyBridge, Refused,
+    SegmentEnd,
 };
 use crate::front::fast_path::{FastPolicy, FastPolicyKind};
 use crate::front::served_models::ServedModel;
-use crate::front::{start_front, FastRecord, Front, FrontConfig};
-use crate::rpc::pb;
+use crate::front::{start_front, Front, FrontConfig, MigrationOutcome, RateRules, RequestRecord};
 use crate::scoring::ScoreWeights;
 use crate::session_affinity::SessionSettings;
 use crate::tokenize::RouterTokenizer;
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 use pyo3_async_runtimes::TaskLocals;
+use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::oneshot;
 
-/// The Python side behind the front (pyrouter.front_bridge.FrontBridge): every call reaches it
-/// through the job queue its loop drains (bridge_jobs.rs), so no tokio thread waits for the GIL
-/// beyond the one wake-up per batch.
+/// The Python side behind the front (pyrouter.runtime.bridge.PolicyRuntime): every call reaches
+/// it through the job queue its loop drains (bridge_jobs.rs), so no tokio thread waits for the
+/// GIL beyond the one wake-up per batch.
 pub(super) struct PyBridge {
     pub(super) jobs: Arc<BridgeJobs>,
 }
 
+fn loop_gone<T>() -> Result<T, Refused> {
+    Err(Refused::Shaped(bridge_failed("the router's loop is gone")))
+}
+
 impl PolicyBridge for PyBridge {
-    type Run = Arc<PyObject>;
+    type Run = Run;
 
-    fn admit(&self, spec: AdmitSpec) -> BoxFuture<AdmitOutcome<Arc<PyObject>>> {
-        let (reply, outcome) = oneshot::channel();
-        self.jobs.push(Job::Admit(Box::new(spec), reply));
-        Box::pin(async move {
-            outcome
-                .await
-                .unwrap_or_else(|_| admit_failed("the router's loop is gone"))
-        })
-    }
-
-    fn cancel_admission(&self, engine_request_id: &str) {
-        self.jobs
-            .push(Job::CancelAdmission(engine_request_id.to_owned()));
+    fn decide(&self, spec: DecideSpec, exec: Arc<RequestExec>) -> BoxFuture<DecideAnswer> {
+        let (reply, answer) = oneshot::channel();
+        self.jobs.push(Job::Decide(Box::new(spec), exec, reply));
+        Box::pin(async move { answer.await.unwrap_or_else(|_| loop_gone()) })
     }
 
     fn next_segment(
         &self,
-        run: &Arc<PyObject>,
-        segment_tokens: Vec<u32>,
-    ) -> BoxFuture<Result<(Segment, pb::GenerateChunk), ShapedError>> {
+        run: &Run,
+        end: SegmentEnd,
+        exec: Arc<RequestExec>,
+    ) -> BoxFuture<NextAnswer> {
         let (reply, answer) = oneshot::channel();
         self.jobs
-            .push(Job::NextSegment(run.clone(), segment_tokens, reply));
-        Box::pin(async move {
-            answer
-                .await
-                .unwrap_or_else(|_| Err(bridge_failed("the router's loop is gone")))
-        })
+            .push(Job::NextSegment(run.clone(), end, exec, reply));
+        Box::pin(async move { answer.await.unwrap_or_else(|_| loop_gone()) })
     }
 
-    fn close(&self, run: Arc<PyObject>, end: RequestEnd) -> BoxFuture<()> {
-        self.jobs.push(Job::Close(run, end));
-        Box::pin(std::future::ready(()))
+    fn observe(&self, observer: &Run, observation: Observation) {
+        self.jobs.observe(observer.clone(), observation);
+    }
+
+    fn close(&self, run: Run) {
+        self.jobs.push(Job::Close(run));
+    }
+
+    fn cancel_decision(&self, key: &str) {
+        self.jobs.push(Job::CancelDecision(key.to_owned()));
     }
 
     fn ops(&self, request: OpsRequest) -> BoxFuture<OpsResponse> {
@@ -114,21 +119,34 @@ fn positive(name: &str, seconds: f64) -> PyResult<Duration> {
     }
 }
 
-/// A fast-path request that ended (crate::front::FastRecord, with its age instead of an
-/// Instant).
+/// One segment of a finished request: its engine, its tokens and the mean gap between them
+/// (None below two tokens).
 #[pyclass(
-    name = "FastRequestRecord",
+    name = "SegmentRecord",
     module = "router_core._router_core",
     frozen,
     get_all
 )]
-pub struct PyFastRecord {
+pub struct PySegmentRecord {
+    engine: u32,
+    tokens: u64,
+    gap_s: Option<f64>,
+}
+
+/// A request that ended (crate::front::RequestRecord, with its age instead of an Instant).
+#[pyclass(
+    name = "RequestRecord",
+    module = "router_core._router_core",
+    frozen,
+    get_all
+)]
+pub struct PyRequestRecord {
     /// Seconds since it ended, when drained.
     age_s: f64,
     model: String,
     policy: String,
-    pattern: Option<&'static str>,
-    engine: Option<u32>,
+    pattern: String,
+    segments: Vec<Py<PySegmentRecord>>,
     ok: bool,
     error_type: String,
     ttft_s: Option<f64>,
@@ -140,25 +158,160 @@ pub struct PyFastRecord {
     slo_tpot_ms: Option<f64>,
 }
 
-impl From<FastRecord> for PyFastRecord {
-    fn from(r: FastRecord) -> Self {
-        PyFastRecord {
-            age_s: r.ended.elapsed().as_secs_f64(),
-            model: r.model,
-            policy: r.policy,
-            pattern: r.pattern,
-            engine: r.engine,
-            ok: r.ok,
-            error_type: r.error_type,
-            ttft_s: r.ttft_s,
-            tpot_s: r.tpot_s,
-            e2e_s: r.e2e_s,
-            prompt_tokens: r.prompt_tokens,
-            completion_tokens: r.completion_tokens,
-            slo_ttft_ms: r.slo_ttft_ms,
-            slo_tpot_ms: r.slo_tpot_ms,
+fn record_to_py(py: Python<'_>, r: RequestRecord, now: f64) -> PyResult<PyRequestRecord> {
+    let segments = r
+        .segments
+        .iter()
+        .map(|s| {
+            let gap_s = match (s.first_at, s.last_at) {
+                (Some(first), Some(last)) if s.tokens > 1 => {
+                    Some((last - first) / (s.tokens - 1) as f64)
+                }
+                _ => None,
+            };
+            Py::new(
+                py,
+                PySegmentRecord {
+                    engine: s.engine,
+                    tokens: s.tokens,
+                    gap_s,
+                },
+            )
+        })
+        .collect::<PyResult<_>>()?;
+    Ok(PyRequestRecord {
+        age_s: (now - r.ended).max(0.0),
+        model: r.model,
+        policy: r.policy,
+        pattern: r.pattern,
+        segments,
+        ok: r.ok,
+        error_type: r.error_type,
+        ttft_s: r.ttft_s,
+        tpot_s: r.tpot_s,
+        e2e_s: r.e2e_s,
+        prompt_tokens: r.prompt_tokens,
+        completion_tokens: r.completion_tokens,
+        slo_ttft_ms: r.slo_ttft_ms,
+        slo_tpot_ms: r.slo_tpot_ms,
+    })
+}
+
+/// The front's finished requests since the last drain, and how many were dropped (ever).
+pub(super) fn drain_records<B: PolicyBridge>(
+    py: Python<'_>,
+    front: &Front<B>,
+) -> PyResult<(Vec<PyRequestRecord>, u64)> {
+    let (records, dropped) = front.drain_records();
+    let now = front.clock.now();
+    let records = records
+        .into_iter()
+        .map(|r| record_to_py(py, r, now))
+        .collect::<PyResult<_>>()?;
+    Ok((records, dropped))
+}
+
+/// Crossings between the requests and the deciding side so far, by kind.
+pub(super) fn crossings(front: &Front<PyBridge>) -> HashMap<&'static str, u64> {
+    front
+        .bridge
+        .jobs
+        .crossings()
+        .snapshot()
+        .into_iter()
+        .collect()
+}
+
+/// (spent, refused, tokens) of the front's retry budget.
+pub(super) fn retry_budget<B: PolicyBridge>(front: &Front<B>) -> (u64, u64, f64) {
+    let state = front.budget.state();
+    (state.spent, state.refused, state.tokens)
+}
+
+/// Copies the KV of `tokens` from engine `source` into engine `target`'s prefix cache (a
+/// PendingCall answering {matched, copied, bytes_sent, transport}).
+pub(super) fn copy_context<B: PolicyBridge>(
+    front: &Front<B>,
+    tokens: Vec<u32>,
+    source: u32,
+    target: u32,
+) -> PyPendingCall {
+    let (fleet, runtime) = (front.fleet.clone(), front.runtime.clone());
+    let id = crate::front::engine_names::first_engine_request_id("migrate-");
+    let copying = copy_context_task(fleet, runtime.clone(), tokens, source, target, id);
+    PyPendingCall::new(runtime, async move {
+        let copied = copying.await;
+        Box::new(move |py: Python<'_>| -> PyResult<PyObject> {
+            let copied = copied.map_err(|err| super::verb_values::verb_error(py, &err))?;
+            let dict = PyDict::new(py);
+            dict.set_item("matched", copied.matched)?;
+            dict.set_item("copied", copied.copied)?;
+            let (bytes, transport) = copied
+                .sent
+                .map_or((0, String::new()), |s| (s.bytes_sent, s.transport));
+            dict.set_item("bytes_sent", bytes)?;
+            dict.set_item("transport", transport)?;
+            Ok(dict.into_any().unbind())
+        }) as super::pollable::Answer
+    })
+}
+
+/// The Rust built-in that decides new requests of `model` (default: the first model's):
+/// "round_robin", "least_load", or "cache_aware" with its four weights; None: the bridge's
+/// policy decides. A new value starts a fresh policy (turn 0).
+pub(super) fn set_fast_policy<B: PolicyBridge>(
+    front: &Front<B>,
+    name: Option<&str>,
+    weights: Option<(f64, f64, f64, f64)>,
+    model: Option<&str>,
+) -> PyResult<()> {
+    let policy = match name {
+        None => None,
+        Some(name) => {
+            let weights = weights
+                .map(|(p, q, d, k)| ScoreWeights::new(p, q, d, k))
+                .transpose()?;
+            let kind = FastPolicyKind::parse(name, weights)
+                .ok_or_else(|| PyValueError::new_err(format!("no Rust built-in named {name:?}")))?;
+            Some(FastPolicy::new(kind, name))
         }
+    };
+    match model {
+        Some(model) => front.set_model_fast_policy(model, policy),
+        None => front.set_fast_policy(policy),
     }
+    Ok(())
+}
+
+/// A live migration's outcome as admin routes answer it.
+fn migration_to_py(py: Python<'_>, moved: MigrationOutcome) -> PyResult<PyObject> {
+    let dict = PyDict::new(py);
+    dict.set_item(
+        "from",
+        moved.from.map(crate::front::engine_names::engine_name),
+    )?;
+    dict.set_item("to", moved.to.map(crate::front::engine_names::engine_name))?;
+    dict.set_item("outcome", moved.outcome)?;
+    dict.set_item("moved_tokens", moved.moved_tokens)?;
+    dict.set_item("error", moved.error)?;
+    Ok(dict.into_any().unbind())
+}
+
+/// Moves the running request `request_id` to engine `target` (a PendingCall answering a dict:
+/// from, to, outcome, moved_tokens, error).
+pub(super) fn migrate<B: PolicyBridge>(
+    front: Arc<Front<B>>,
+    request_id: String,
+    target: u32,
+) -> PyPendingCall {
+    let runtime = front.runtime.clone();
+    PyPendingCall::new(runtime, async move {
+        let moved = front.migrate(&request_id, target).await;
+        Box::new(move |py: Python<'_>| match moved {
+            Ok(moved) => migration_to_py(py, moved),
+            Err(why) => Err(PyValueError::new_err(why)),
+        }) as super::pollable::Answer
+    })
 }
 
 /// A served model's tokenizer and detokenizer vocabulary, from its tokenizer state.
@@ -188,12 +341,6 @@ pub struct PyRouterFront {
 }
 
 impl PyRouterFront {
-    /// Engine `num` streams through `rpc` (the router's one client for it: engine_client.rs).
-    pub(super) fn set_engine_rpc(&self, num: u32, rpc: EngineRpc) {
-        let _runtime = self.front.runtime.enter();
-        self.front.set_engine(num, rpc);
-    }
-
     /// The front itself (for the binding's functions that read or set parts of it).
     pub(super) fn front(&self) -> &Front<PyBridge> {
         &self.front
@@ -265,7 +412,7 @@ impl PyRouterFront {
             Arc::new(tokenizer),
             Arc::new(vocab),
             PyBridge {
-                jobs: Arc::new(BridgeJobs::new(py, bridge, locals)?),
+                jobs: Arc::new(BridgeJobs::new(py, bridge, locals, Wake::Bell)?),
             },
             runtime.clone(),
             started_unix,
@@ -310,8 +457,17 @@ impl PyRouterFront {
         Ok(())
     }
 
+    /// Engine `num` is reached through `client` (the router's one client for it).
+    fn set_engine(&self, num: u32, client: PyRef<'_, PyEngineRpcClient>) {
+        self.front.fleet.set_engine(
+            num,
+            Arc::new(client.rpc().clone()),
+            client.address().to_owned(),
+        );
+    }
+
     fn remove_engine(&self, num: u32) {
-        self.front.remove_engine(num);
+        self.front.fleet.remove_engine(num);
     }
 
     /// The smallest context any engine accepts (0: not known yet).
@@ -321,7 +477,7 @@ impl PyRouterFront {
 
     /// The router core the fast path scores with (the membership's; again when it is rebuilt).
     fn set_core(&self, core: PyRef<'_, PyRouterCore>) {
-        self.front.set_core(core.core.clone());
+        self.front.fleet.set_core(core.core.clone());
     }
 
     /// Runs new requests under a pure-selection built-in in Rust, with no Python call
@@ -335,23 +491,7 @@ impl PyRouterFront {
         weights: Option<(f64, f64, f64, f64)>,
         model: Option<&str>,
     ) -> PyResult<()> {
-        let policy = match name {
-            None => None,
-            Some(name) => {
-                let weights = weights
-                    .map(|(p, q, d, k)| ScoreWeights::new(p, q, d, k))
-                    .transpose()?;
-                let kind = FastPolicyKind::parse(name, weights).ok_or_else(|| {
-                    PyValueError::new_err(format!("no fast path for policy {name:?}"))
-                })?;
-                Some(FastPolicy::new(kind, name))
-            }
-        };
-        match model {
-            Some(model) => self.front.set_model_fast_policy(model, policy),
-            None => self.front.set_fast_policy(policy),
-        }
-        Ok(())
+        set_fast_policy(&self.front, name, weights, model)
     }
 
     /// Serves one more model behind this front: requests naming `name` are tokenised with
@@ -394,32 +534,14 @@ impl PyRouterFront {
         self.front.models.set_engine_model(num, model);
     }
 
-    /// What the fast path picks for `tokens` now: (engine, X-Switchyard-Route); a round_robin
-    /// pick takes its turn. Raises when it would answer an error (no healthy engine) or when
-    /// there is no fast path. For tests comparing it with the Python policies.
-    fn choose_fast(&self, tokens: Vec<u32>) -> PyResult<(u32, String)> {
-        let policy = self
-            .front
-            .fast_policy(&self.front.config.served_model)
-            .ok_or_else(|| PyValueError::new_err("no fast-path policy is set"))?;
-        let core = self
-            .front
-            .core()
-            .ok_or_else(|| PyValueError::new_err("no router core is set"))?;
-        let choice = policy
-            .choose(&core, &tokens)
-            .map_err(|err| PyRuntimeError::new_err(err.message))?;
-        Ok((choice.engine, choice.route))
-    }
-
-    /// The policy the fast path runs now (None: the bridge decides every request).
+    /// The Rust built-in deciding the first model's requests (None: the bridge's policy).
     #[getter]
     fn fast_policy(&self) -> Option<String> {
         let model = &self.front.config.served_model;
         self.front.fast_policy(model).map(|p| p.name.clone())
     }
 
-    /// The router drains: no fast path for new requests (the bridge refuses them).
+    /// The router drains: new requests are refused (503 `shutting_down`).
     fn set_draining(&self, draining: bool) {
         self.front.set_draining(draining);
     }
@@ -430,32 +552,81 @@ impl PyRouterFront {
         self.front.end_requests();
     }
 
-    /// Fast-path requests still holding work on engine `num` (a drain waits for them).
-    fn fast_active(&self, num: u32) -> u64 {
-        self.front.fast_active(num)
+    /// Requests with work on engine `num` right now (a drain waits for them).
+    fn engine_active(&self, num: u32) -> u64 {
+        self.front.fleet.active(num)
     }
 
-    /// The fast path's finished requests since the last call, oldest first, and how many were
-    /// dropped unread since start.
-    fn drain_fast_records(&self) -> (Vec<PyFastRecord>, u64) {
-        let (records, dropped) = self.front.drain_records();
-        (
-            records.into_iter().map(PyFastRecord::from).collect(),
-            dropped,
-        )
+    /// The requests finished since the last call, oldest first, and how many were dropped
+    /// unread since start.
+    fn drain_records(&self, py: Python<'_>) -> PyResult<(Vec<PyRequestRecord>, u64)> {
+        drain_records(py, &self.front)
     }
 
-    /// Stops accepting, lets requests in flight finish for up to `grace_s`, then ends them.
+    /// Hands the placements' observations kept so far to the bridge's `observed` now.
+    fn deliver_observations(&self, py: Python<'_>) -> PyResult<()> {
+        self.front.bridge.jobs.deliver_observations(py)
+    }
+
+    /// Per-caller limits: `rps` sustained requests per second (0: none), bursts of `burst`
+    /// (0: max(1, rps)), `max_inflight` in flight (0: none).
+    fn set_caller_limits(&self, rps: f64, burst: u32, max_inflight: u32) -> PyResult<()> {
+        let rules = RateRules::new(rps, burst, max_inflight).map_err(PyValueError::new_err)?;
+        self.front.caller_limits.set_rules(rules);
+        Ok(())
+    }
+
+    /// Moves the running request the client calls `request_id` to engine `target`: a
+    /// PendingCall answering {from, to, outcome, moved_tokens, error}.
+    fn migrate(&self, request_id: String, target: u32) -> PyPendingCall {
+        migrate(self.front.clone(), request_id, target)
+    }
+
+    /// Moves every request running on engine `from_num` to `target` (in the background); how
+    /// many were told to move.
+    fn evacuate(&self, from_num: u32, target: u32) -> usize {
+        self.front.evacuate(from_num, target)
+    }
+
+    /// Copies the KV of `tokens` from engine `source` into engine `target`'s prefix cache: a
+    /// PendingCall answering {matched, copied, bytes_sent, transport}.
+    fn copy_context(&self, tokens: Vec<u32>, source: u32, target: u32) -> PyPendingCall {
+        copy_context(&self.front, tokens, source, target)
+    }
+
+    /// Crossings between the requests and the deciding side so far, by kind: "decide",
+    /// "next_segment", "close" (to Python), "decision" (back), "verb_call" and "verb_answer".
+    fn crossings(&self) -> HashMap<&'static str, u64> {
+        crossings(&self.front)
+    }
+
+    /// The retry budget's bounds: `per_request` retries of one request at most, and a
+    /// router-wide bucket of `reserve` retries refilled by `ratio` per admitted request.
+    #[pyo3(signature = (per_request = 2, ratio = 0.2, reserve = 100.0))]
+    fn set_retry_budget(&self, per_request: u32, ratio: f64, reserve: f64) {
+        self.front.budget.configure(per_request, ratio, reserve);
+    }
+
+    /// (spent, refused, tokens) of the retry budget.
+    fn retry_budget(&self) -> (u64, u64, f64) {
+        retry_budget(&self.front)
+    }
+
+    /// Stops accepting, lets requests in flight finish for up to `grace_s`, then ends them; the
+    /// loop runs no bridge job after this (a request still waiting on one fails rather than
+    /// waits on a loop about to close).
     #[pyo3(signature = (grace_s = 1.0))]
     fn shutdown(&self, py: Python<'_>, grace_s: f64) -> PyResult<()> {
         let grace = duration("grace_s", grace_s)?;
         let servers = std::mem::take(&mut *self.servers.lock().unwrap_or_else(|p| p.into_inner()));
-        py.allow_threads(move || -> crate::Result<()> {
+        let stopped = py.allow_threads(move || -> crate::Result<()> {
             for mut server in servers {
                 server.shutdown(grace)?;
             }
             Ok(())
-        })?;
+        });
+        self.front.bridge.jobs.close(py);
+        stopped?;
         Ok(())
     }
 }

@@ -1,21 +1,29 @@
 //! `InProcessFront` for Python: the router's HTTP front with no listener, for tests and the
 //! simulator. A request goes in as the body a client would POST and runs through the same
-//! parsing, admission and request task as on the socket (front/in_process.rs), with the same
-//! Python bridge (pyrouter/front_bridge.py); engine doubles stand behind the request task's
-//! engine interface (python/double_call.rs).
+//! parsing, admission, request task and executor as on the socket (front/in_process.rs), with
+//! the same Python bridge (pyrouter/runtime/bridge.py) and the same Rust built-ins; engine
+//! doubles stand behind the executor's engine interface (python/engine_double.rs).
 //!
 //! Nothing here runs on tokio's threads: the caller polls the request task, the response's
 //! head and its body from the asyncio loop (switchyard_sim/fake/in_process.py), and every wake-up
 //! comes back to that loop. So a run is as deterministic as its loop, and the simulator's
 //! virtual clock never moves while the front still has work to do.
 
-use super::bridge_jobs::BridgeJobs;
+use super::bridge_jobs::{BridgeJobs, Wake};
 use super::detok::PyDetokenizerVocab;
-use super::front::PyBridge;
+use super::engine_client::PyEngineRpcClient;
+use super::engine_double::EngineDouble;
+use super::front::{
+    copy_context, crossings, drain_records, migrate, set_fast_policy, PyBridge, PyRequestRecord,
+};
+use super::gil_off_worker::PollingWithGil;
+use super::loop_clock::LoopClock;
+use super::pollable::{PyPendingCall, PyWake};
 use super::router::PyRouterCore;
 use super::tokenize::PyRouterTokenizer;
 use super::tracing::PyRouterTracer;
 use crate::front::admission::AdmissionGate;
+use crate::front::generation::TaskOutcome;
 use crate::front::in_process::{start_in_process, TaskFuture};
 use crate::front::openai_request::RequestKind;
 use crate::front::{Front, FrontConfig};
@@ -28,30 +36,13 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use pyo3_async_runtimes::TaskLocals;
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 use tokio::sync::oneshot;
-
-/// A Rust waker that calls a Python callable (the driver's: it schedules the next poll on the
-/// loop, thread-safely).
-struct PyWake(PyObject);
-
-impl Wake for PyWake {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        Python::with_gil(|py| {
-            if let Err(err) = self.0.call0(py) {
-                err.print(py);
-            }
-        });
-    }
-}
 
 #[pyclass(name = "InProcessFront", module = "router_core._router_core", frozen)]
 pub struct PyInProcessFront {
@@ -97,16 +88,18 @@ impl PyInProcessFront {
             body_timeout: Duration::MAX,
             idle_timeout: Duration::MAX,
         };
+        let clock = LoopClock::new(locals.event_loop(py).unbind());
         let front = Front::new(
             config,
             tokenizer.shared(),
             vocab.shared(),
             PyBridge {
-                jobs: Arc::new(BridgeJobs::new(py, bridge, locals)?),
+                jobs: Arc::new(BridgeJobs::new(py, bridge, locals, Wake::WithGil)?),
             },
             pyo3_async_runtimes::tokio::get_runtime().handle().clone(),
             0,
-        );
+        )
+        .with_clock(Arc::new(clock));
         Ok(PyInProcessFront {
             front: Arc::new(front),
             tracer: tracer.map(|tracer| tracer.shared()),
@@ -149,7 +142,84 @@ impl PyInProcessFront {
             task: Mutex::new(started.task),
             head: Mutex::new(Some(started.head)),
             body: Mutex::new(None),
+            outcome: started.outcome,
         })
+    }
+
+    /// Engine `num` is reached through `client` (the router's gRPC client of a real engine).
+    fn set_engine(&self, num: u32, client: PyRef<'_, PyEngineRpcClient>) {
+        self.front.fleet.set_engine(
+            num,
+            Arc::new(client.rpc().clone()),
+            client.address().to_owned(),
+        );
+    }
+
+    /// Engine `num` is the in-process double `double` (its address `address`).
+    fn set_engine_double(&self, num: u32, double: PyObject, address: String) {
+        self.front
+            .fleet
+            .set_engine(num, Arc::new(EngineDouble::new(double)), address);
+    }
+
+    fn remove_engine(&self, num: u32) {
+        self.front.fleet.remove_engine(num);
+    }
+
+    /// As RouterFront.set_fast_policy.
+    #[pyo3(signature = (name, weights = None, model = None))]
+    fn set_fast_policy(
+        &self,
+        name: Option<&str>,
+        weights: Option<(f64, f64, f64, f64)>,
+        model: Option<&str>,
+    ) -> PyResult<()> {
+        set_fast_policy(&self.front, name, weights, model)
+    }
+
+    /// As RouterFront.set_session_affinity.
+    fn set_session_affinity(&self, load_bound: f64, from_user: bool) -> PyResult<()> {
+        let settings = crate::session_affinity::SessionSettings::new(load_bound, from_user)?;
+        self.front.sessions.set_settings(settings);
+        Ok(())
+    }
+
+    /// As RouterFront.drain_records.
+    fn drain_records(&self, py: Python<'_>) -> PyResult<(Vec<PyRequestRecord>, u64)> {
+        drain_records(py, &self.front)
+    }
+
+    /// As RouterFront.deliver_observations.
+    fn deliver_observations(&self, py: Python<'_>) -> PyResult<()> {
+        self.front.bridge.jobs.deliver_observations(py)
+    }
+
+    /// As RouterFront.migrate.
+    fn migrate(&self, request_id: String, target: u32) -> PyPendingCall {
+        migrate(self.front.clone(), request_id, target)
+    }
+
+    /// As RouterFront.copy_context.
+    fn copy_context(&self, tokens: Vec<u32>, source: u32, target: u32) -> PyPendingCall {
+        copy_context(&self.front, tokens, source, target)
+    }
+
+    /// Crossings between the requests and the deciding side so far, by kind: "decide",
+    /// "next_segment", "close" (to Python), "decision" (back), "verb_call" and "verb_answer".
+    fn crossings(&self) -> HashMap<&'static str, u64> {
+        crossings(&self.front)
+    }
+
+    /// The retry budget's bounds: `per_request` retries of one request at most, and a
+    /// router-wide bucket of `reserve` retries refilled by `ratio` per admitted request.
+    #[pyo3(signature = (per_request = 2, ratio = 0.2, reserve = 100.0))]
+    fn set_retry_budget(&self, per_request: u32, ratio: f64, reserve: f64) {
+        self.front.budget.configure(per_request, ratio, reserve);
+    }
+
+    /// As RouterFront.engine_active.
+    fn engine_active(&self, num: u32) -> u64 {
+        self.front.fleet.active(num)
     }
 
     /// Requests in flight right now.
@@ -161,7 +231,7 @@ impl PyInProcessFront {
     /// The router core whose engine table the admission gate reads (as RouterFront.set_core;
     /// none: the gate never finds the engines saturated).
     fn set_core(&self, core: PyRef<'_, PyRouterCore>) {
-        self.front.set_core(core.core.clone());
+        self.front.fleet.set_core(core.core.clone());
     }
 }
 
@@ -187,11 +257,18 @@ pub struct PyInProcessRequest {
     task: Mutex<Option<TaskFuture>>,
     head: Mutex<Option<oneshot::Receiver<Response>>>,
     body: Mutex<Option<BodyDataStream>>,
+    outcome: Arc<Mutex<TaskOutcome>>,
 }
 
 impl PyInProcessRequest {
-    fn poll_with<T>(&self, wake: PyObject, poll: impl FnOnce(&mut Context<'_>) -> T) -> T {
+    fn poll_with<T>(
+        &self,
+        py: Python<'_>,
+        wake: PyObject,
+        poll: impl FnOnce(&mut Context<'_>) -> T,
+    ) -> T {
         let _runtime = self.runtime.enter();
+        let _with_gil = PollingWithGil::begin(py);
         let waker = Waker::from(Arc::new(PyWake(wake)));
         poll(&mut Context::from_waker(&waker))
     }
@@ -207,12 +284,12 @@ impl PyInProcessRequest {
 
     /// Runs the request task as far as it can go now: True once it has ended (clean-up
     /// included, but for the bridge's close, which runs as a task on the loop).
-    fn poll_task(&self, wake: PyObject) -> bool {
+    fn poll_task(&self, py: Python<'_>, wake: PyObject) -> bool {
         let mut task = locked(&self.task);
         let Some(future) = task.as_mut() else {
             return true;
         };
-        let done = self.poll_with(wake, |cx| future.as_mut().poll(cx).is_ready());
+        let done = self.poll_with(py, wake, |cx| future.as_mut().poll(cx).is_ready());
         if done {
             *task = None;
         }
@@ -220,14 +297,14 @@ impl PyInProcessRequest {
     }
 
     /// (ready, (status, headers)): the response's head, once the task has sent it.
-    fn poll_head(&self, wake: PyObject) -> PyResult<(bool, Option<Head>)> {
+    fn poll_head(&self, py: Python<'_>, wake: PyObject) -> PyResult<(bool, Option<Head>)> {
         let mut head = locked(&self.head);
         let Some(receiver) = head.as_mut() else {
             return Err(PyRuntimeError::new_err(
                 "the head was taken, or the client left",
             ));
         };
-        let polled = self.poll_with(wake, |cx| Pin::new(receiver).poll(cx));
+        let polled = self.poll_with(py, wake, |cx| Pin::new(receiver).poll(cx));
         let response = match polled {
             Poll::Pending => return Ok((false, None)),
             Poll::Ready(Err(_)) => {
@@ -261,7 +338,7 @@ impl PyInProcessRequest {
         let Some(stream) = body.as_mut() else {
             return Ok((true, None));
         };
-        let polled = self.poll_with(wake, |cx| Pin::new(stream).poll_next(cx));
+        let polled = self.poll_with(py, wake, |cx| Pin::new(stream).poll_next(cx));
         match polled {
             Poll::Pending => Ok((false, None)),
             Poll::Ready(None) => {
@@ -271,6 +348,14 @@ impl PyInProcessRequest {
             Poll::Ready(Some(Ok(bytes))) => Ok((true, Some(PyBytes::new(py, &bytes)))),
             Poll::Ready(Some(Err(err))) => Err(PyRuntimeError::new_err(err.to_string())),
         }
+    }
+
+    /// How the request ran, once its task has ended: (verbs as (verb, engine id), route,
+    /// policy, segments, its last attempt's engine-side id).
+    #[allow(clippy::type_complexity)]
+    fn outcome(&self) -> (Vec<(String, String)>, String, String, u32, String) {
+        let o = locked(&self.outcome).clone();
+        (o.verbs, o.route, o.policy, o.segments, o.engine_request_id)
     }
 
     /// The client goes away: the response is dropped (the task sees it at its next step).

@@ -1,5 +1,5 @@
-//! Keeps tokio threads from meeting a finalizing interpreter. A tokio thread that hands a job to
-//! the loop (bridge_jobs.rs `push`) takes the GIL, and `call_soon_threadsafe` lets go of it
+//! Keeps tokio threads from meeting a finalizing interpreter. A tokio thread that wakes a Python
+//! future (pollable.rs `PyWake`) takes the GIL, and `call_soon_threadsafe` lets go of it
 //! while it writes the loop's wake-up byte: the loop thread can run the job, finish and start
 //! the interpreter's exit before that thread wants the GIL back — and a thread taking the GIL
 //! of a finalizing interpreter is ended by CPython with a forced unwind, which aborts the

@@ -8,16 +8,21 @@ mod convert;
 mod detok;
 mod double_call;
 mod engine_client;
+mod engine_double;
 mod front;
-mod generate_call;
+mod gil_off_worker;
 mod hashing;
 mod in_process;
 mod index;
 mod interpreter_exit;
 mod ints;
+mod loop_clock;
 mod names;
 mod peer;
+mod placements;
+mod pollable;
 mod prediction;
+mod request_verbs;
 mod router;
 mod sampling;
 mod servers;
@@ -25,7 +30,7 @@ mod session_affinity;
 mod table;
 mod tokenize;
 mod tracing;
-mod verb_results;
+mod verb_values;
 
 use pyo3::prelude::*;
 
@@ -54,19 +59,17 @@ fn _router_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<servers::PyMockEngineServer>()?;
     m.add_class::<servers::PyMockOpenAIWorker>()?;
     m.add_class::<front::PyRouterFront>()?;
-    m.add_class::<front::PyFastRecord>()?;
+    m.add_class::<front::PyRequestRecord>()?;
+    m.add_class::<front::PySegmentRecord>()?;
     m.add_class::<in_process::PyInProcessFront>()?;
     m.add_class::<in_process::PyInProcessRequest>()?;
-    m.add_class::<generate_call::PyGenerateCall>()?;
-    m.add_class::<generate_call::PyEngineChunk>()?;
-    m.add(
-        "EngineCallError",
-        m.py().get_type::<generate_call::EngineCallError>(),
-    )?;
+    m.add_class::<pollable::PyPendingCall>()?;
+    m.add_class::<request_verbs::PyRequestVerbs>()?;
     m.add_class::<engine_client::PyEngineRpcClient>()?;
     m.add_class::<engine_client::PyKvEventStream>()?;
     m.add_class::<peer::PyRouterPeerExchange>()?;
     bridge_values::register(m)?;
-    verb_results::register(m)?;
+    verb_values::register(m)?;
+    placements::register(m)?;
     Ok(())
 }

@@ -31,6 +31,7 @@ pub struct PyEngineLoad {
     decode_step_ms: f64,
     latency_model: HashMap<String, f64>,
     prefill_chunk_size: u64,
+    longest_queued_prefill: u64,
     inflight: u64,
     router_tokens: u64,
     router_prefill_tokens: u64,
@@ -57,6 +58,7 @@ impl From<&EngineLoad> for PyEngineLoad {
             decode_step_ms: row.decode_step_ms,
             latency_model: row.latency.named().into_iter().collect(),
             prefill_chunk_size: row.prefill_chunk_size,
+            longest_queued_prefill: row.longest_queued_prefill,
             inflight: row.inflight,
             router_tokens: row.router_tokens,
             router_prefill_tokens: row.router_prefill_tokens,
@@ -116,7 +118,8 @@ impl PyEngineTable {
     #[pyo3(signature = (engine_id, queued_prefill_tokens, running_decodes, unfinished_tokens,
                         kv_pages_used, kv_pages_total, decode_step_ms, *, latency_model = None,
                         prefill_chunk_size = 0, decode_context_tokens = 0,
-                        kv_pages_evictable = 0, queued_requests = 0))]
+                        kv_pages_evictable = 0, queued_requests = 0,
+                        longest_queued_prefill_tokens = 0))]
     #[allow(clippy::too_many_arguments)]
     fn update_stats(
         &self,
@@ -133,6 +136,7 @@ impl PyEngineTable {
         decode_context_tokens: u64,
         kv_pages_evictable: u64,
         queued_requests: u64,
+        longest_queued_prefill_tokens: u64,
     ) -> PyResult<()> {
         let stats = StatsUpdate {
             queued_prefill_tokens,
@@ -147,7 +151,11 @@ impl PyEngineTable {
             latency_model: latency_model.unwrap_or_default().into_iter().collect(),
             prefill_chunk_size,
         };
-        Ok(py.allow_threads(|| lock(&self.inner).update_stats(engine_id, &stats))?)
+        Ok(py.allow_threads(|| {
+            let mut table = lock(&self.inner);
+            table.update_stats(engine_id, &stats)?;
+            table.set_longest_queued_prefill(engine_id, longest_queued_prefill_tokens)
+        })?)
     }
 
     fn on_dispatch(

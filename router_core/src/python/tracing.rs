@@ -1,6 +1,6 @@
-//! The router's tracer for the Python side (pyrouter/request_trace.py): the policy's decision
-//! span, and the spans of verbs Python still calls, are made by the same Rust tracer and
-//! exporters as the front's spans, under the segment the front opened for the request.
+//! The router's tracer for Python: the one the front's request tasks trace with (tests give an
+//! in-process front a tracer of their own, to a file), and spans under a given parent for the
+//! router's own operations that are no request.
 
 use crate::otel::traceparent;
 use crate::otel::{router_tracer, Exporters, RouterTracer, SpanGuard};
@@ -51,38 +51,6 @@ impl PyRouterTracer {
         Ok(PyRouterTracer {
             inner: Arc::new(inner),
         })
-    }
-
-    /// The `traceparent` of the segment the front has open for this request; None when the
-    /// request is not traced.
-    fn segment_parent(&self, engine_request_id: &str) -> Option<String> {
-        self.inner
-            .segment_parent(engine_request_id)
-            .map(|context| traceparent::format(&context))
-    }
-
-    /// Names the open segment of a request (what the front does for the requests it runs).
-    fn set_segment(&self, engine_request_id: &str, parent: &str) -> PyResult<()> {
-        let context = traceparent::parse(parent).ok_or_else(|| bad_traceparent(parent))?;
-        self.inner.set_segment(engine_request_id, context);
-        Ok(())
-    }
-
-    /// The policy starts the open segment's generation on `engine` at `start_ns` (Unix ns):
-    /// its verb span, which the front ends with the segment's stream; returns the gRPC
-    /// metadata carrying it to the engine (empty when the request is not traced).
-    fn start_generate_span(
-        &self,
-        engine_request_id: &str,
-        engine: &str,
-        start_ns: u64,
-    ) -> Vec<(String, String)> {
-        self.inner
-            .start_generate(engine_request_id, engine, unix_ns(start_ns))
-    }
-
-    fn forget_request(&self, engine_request_id: &str) {
-        self.inner.forget_request(engine_request_id);
     }
 
     /// A span named `name` under the span `parent` names, started at `start_ns` (Unix ns);

@@ -14,10 +14,12 @@ async def sometimes_crashes(req, cluster):
 
 @policy("wrong_verb_order")
 async def wrong_verb_order(req, cluster):
-    """Calls start_generate twice: the router must refuse and fail only this request."""
+    """Sends an engine's KV into its own reservation: the router must refuse and fail only this
+    request."""
     engine = cluster.engines()[0]
-    engine.start_generate(req, begin=0)
-    return engine.start_generate(req, begin=0)
+    kv = await engine.prep_recv(req, end=req.prompt_len - 1)
+    await engine.remote_send(req, kv)
+    return engine.start_generate(req, begin=kv.end)
 
 
 @policy("hangs")
@@ -30,5 +32,5 @@ async def hangs(req, cluster):
 
 @policy("returns_nothing")
 async def returns_nothing(req, cluster):
-    """Forgets to return the stream."""
+    """Forgets to return the placement."""
     await cluster.engines()[0].prep_recv(req, end=req.prompt_len - 1)

@@ -1,0 +1,1 @@
+"""Policies written as a user writes them, for benchmarks and tests of the policy runtime."""
