@@ -56,6 +56,11 @@ from switchyard_bench.router_bench_tracing import (
     tracing_cost,
     tracing_variants,
 )
+from switchyard_bench.router_fleet_bench import (
+    FleetBenchConfig,
+    parse_engine_counts,
+    run_fleet,
+)
 from switchyard_bench.router_replicas_bench import (
     ReplicaBenchConfig,
     parse_replicas,
@@ -259,7 +264,16 @@ def run(args: argparse.Namespace) -> int:
                    help="measure N router replicas (peered and not) over two mock engines "
                         "instead, the largest --concurrency split over them "
                         "(switchyard_bench/router_replicas_bench.py)")
+    p.add_argument("--engines", type=parse_engine_counts, default=None, metavar="N,N,...",
+                   help="measure one router over N mock engines from one process, for each N: "
+                        "throughput, CPU per request, p50/p99 and idle CPU, fast path and a "
+                        "Python policy (switchyard_bench/router_fleet_bench.py)")
+    p.add_argument("--idle-s", type=float, default=5.0,
+                   help="with --engines: seconds the idle router's CPU is measured over")
     a = p.parse_args(getattr(args, "rest", None) or [])
+    if a.engines:
+        return run_fleet(FleetBenchConfig(a.engines, a.duration, max(a.concurrency),
+                                          a.max_tokens, a.repeat, a.idle_s, a.json))
     if a.replicas:
         return run_replicas(ReplicaBenchConfig(a.replicas, max(a.concurrency), a.duration,
                                                a.max_tokens, a.repeat, a.json))
