@@ -27,7 +27,7 @@ _BENCH_DISPATCH: dict[str, str] = {
     "router-core": "switchyard_bench.router_core_bench:run",
     "router": "switchyard_bench.router_bench:run",
     "serve": "switchyard_bench.serve.main:run",
-    "simulate": "switchyard_sim.main:run",
+    "simulate": "switchyard_bench.simulate.main:run",
     "tournament": "switchyard_bench.tournament.main:run",
     "plot": "switchyard_bench.plot:run",
     "soak": "switchyard_bench.soak.main:run",

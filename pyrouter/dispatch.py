@@ -3,7 +3,7 @@ by PUT /admin/policy), and the Dispatcher that runs it for each decision with wh
 with — the engines, the outcome window, the closed loop's feedback — and what watches it (the
 fallback to the previous policy when the active one keeps failing).
 
-The policy instance is captured at admission, so a switch never touches in-flight requests.
+The policy instance is captured when a request starts, so a switch never touches in-flight requests.
 Carrying a decision out — the verbs, the first chunk, retries, error mapping, the close — is
 router_core's executor's; here a policy bug is a PolicyFailed (500, logged with the policy's
 name) and anything a policy raises on purpose (NoCapacity, BadRequest) keeps its status.

@@ -1,6 +1,8 @@
-"""The router run in-process against engines that are not processes: `switchyard bench simulate`
-(here: the router's own policy code against simulated engines in virtual time; docs/
-benchmarking.md, "simulator") and FakeCluster (fake/: fake engines, for policy tests).
+"""The router run in-process against engines that are not processes: the simulated cluster
+(here: the router's own policy code against simulated engines in virtual time, which
+`switchyard bench simulate` and the tournament sweep, switchyard_bench/simulate/; docs/
+benchmarking.md, "simulator") and FakeCluster (fake/: fake engines, for policy tests). Nothing
+here imports switchyard_bench: the bench drives the simulator, never the other way round.
 
 The policies, dispatcher, cluster view and router_core are the production ones; only the
 engines are simulated: the engine's own scheduler, KV page pool, prefix cache and reservations

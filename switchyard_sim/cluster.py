@@ -1,7 +1,7 @@
 """SimCluster: the engine directory the router's Dispatcher and ClusterView use
 (pyrouter/cluster.py's EngineDirectory), over simulated engines.
 
-Each engine gets a real EngineHandle whose client is a SimEngineClient, and the router's
+Each engine gets a real EngineHandle whose client is a SimEngineVerbs, and the router's
 router_core is fed as the real EngineMembership feeds it (pyrouter/engines/membership.py): Stats every
 `poll_s` (0.5 s, virtual) with the engine's load and latency model, and KV events as the
 engine's KVEvents stream delivers them (every 50 ms), so prefix matches and load lag the engines
@@ -18,9 +18,9 @@ from engine.server.convert import event_batches, stats_to_proto
 from pyrouter.engines.handle import EngineHandle
 from pyrouter.engines.membership import apply_stats
 from router_core import RouterCore, engine_name
-from switchyard_sim.client import SimEngineClient, TokenLog
 from switchyard_sim.cores import SharedCores
 from switchyard_sim.engine import SimEngine
+from switchyard_sim.engine_verbs import SimEngineVerbs, TokenLog
 from switchyard_sim.fake.local_engines import LocalEngines
 from switchyard_sim.profile import HardwareProfile
 
@@ -43,7 +43,7 @@ class SimCluster(LocalEngines):
         self.poll_s = poll_s
         self.kv_event_poll_s = kv_event_poll_s
         self._sims: dict[str, SimEngine] = {}
-        self._clients: dict[str, SimEngineClient] = {}
+        self._clients: dict[str, SimEngineVerbs] = {}
         self._kv_seq: dict[str, int] = {}
         self._tasks: list[asyncio.Task[None]] = []
         # Engines sharing CPU cores slow each other's steps (none on GPU profiles).
@@ -51,7 +51,7 @@ class SimCluster(LocalEngines):
         for num, role in enumerate(roles):
             engine_id = engine_name(num)
             sim = SimEngine(engine_id, role, profile, seed, self._deliver_to(engine_id), cores)
-            client = SimEngineClient(sim, self._sims, self.tokens, coalesce)
+            client = SimEngineVerbs(sim, self._sims, self.tokens, coalesce)
             handle = EngineHandle(engine_id, num, client.address, role, client,
                                   self.core, healthy=True, model_id=profile.model.model_id)
             self._sims[engine_id], self._clients[engine_id] = sim, client
@@ -67,7 +67,7 @@ class SimCluster(LocalEngines):
     def sim(self, engine_id: str) -> SimEngine:
         return self._sims[engine_id]
 
-    def client(self, engine_id: str) -> SimEngineClient:
+    def client(self, engine_id: str) -> SimEngineVerbs:
         return self._clients[engine_id]
 
     # ---- life ----

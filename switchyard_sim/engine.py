@@ -20,8 +20,8 @@ from array import array
 from collections.abc import Callable
 from typing import Any
 
+from engine.batch import LayerHook, ScheduledChunk
 from engine.config import EngineConfig
-from engine.core.batch import LayerHook, ScheduledChunk
 from engine.core.engine_core import EngineCore
 from engine.core.outputs import StepOutput
 from engine.core.request import Request

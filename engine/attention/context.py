@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from engine.core.batch import LayerHook
+from engine.batch import LayerHook
 
 if TYPE_CHECKING:
     from engine.attention.base import AttentionBackend

@@ -12,7 +12,7 @@ import dataclasses
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -36,11 +36,10 @@ from engine.kvcache.events import KVEvent
 from engine.kvcache.kv_storage import KVStorage
 from engine.kvcache.page_pool import OutOfPages, PagePool
 from engine.kvcache.radix_cache import RadixPrefixCache
+from engine.model.loader import LoadedModel, load_model
+from engine.model.runner import ModelRunner
 from switchyard_proto.errors import InvalidRequest, UnknownRequest
 from switchyard_proto.sampling_params import SamplingParams
-
-if TYPE_CHECKING:
-    from engine.model.loader import LoadedModel
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -61,11 +60,7 @@ class EngineCore:
     page_check = PageCheck(enabled=False)
 
     def __init__(self, config: EngineConfig, loaded: LoadedModel | None = None) -> None:
-        from engine.model.runner import ModelRunner
-
         if loaded is None:
-            from engine.model.loader import load_model
-
             loaded = load_model(config.model_path, _DTYPES[config.dtype],
                                 torch.device(config.device), mode=config.mode)
         if loaded.is_fast != (config.mode == "fast"):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from engine.core.batch import ScheduledChunk
+from engine.batch import ScheduledChunk
 from engine.core.latency_model import StepShape
 from engine.core.request import Request
 from engine.core.waiting_queue import WaitingQueue

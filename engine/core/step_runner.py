@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from engine.core.batch import LayerHook, ScheduledChunk
+from engine.batch import LayerHook, ScheduledChunk
 from engine.core.latency_model import StepShape
 from engine.core.outputs import SendChunk, StepOutput
 from engine.core.request import Request

@@ -11,7 +11,7 @@ import torch
 
 from engine.attention import get_backend
 from engine.attention.context import BatchLayout, ForwardContext, SeqLayout
-from engine.core.batch import LayerHook, ScheduledChunk
+from engine.batch import LayerHook, ScheduledChunk
 from engine.kvcache.kv_storage import KVStorage
 from engine.model.loader import LoadedModel
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from engine.core.batch import ScheduledChunk
+from engine.batch import ScheduledChunk
 from engine.kvcache.kv_storage import KVStorage
 from engine.model.llama import LlamaLayer, LlamaModel
 from engine.model.loader import LoadedModel, load_model

@@ -15,6 +15,7 @@ import argparse
 import sys
 
 from switchyard_bench.serve.request_body import Slo
+from switchyard_bench.simulate.run import SimConfig, run_summary, simulate
 from switchyard_bench.tournament.capacity import find_capacity
 from switchyard_bench.tournament.runner import LIGHT_UTILISATION, service_s
 from switchyard_bench.workloads import (
@@ -24,7 +25,6 @@ from switchyard_bench.workloads import (
     schedule,
 )
 from switchyard_sim.profile import load_profile
-from switchyard_sim.run import SimConfig, run_summary, simulate
 
 
 def build_parser() -> argparse.ArgumentParser:

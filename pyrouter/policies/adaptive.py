@@ -59,9 +59,9 @@ from pyrouter.cluster import ClusterView
 from pyrouter.degrade import degraded_note, serves
 from pyrouter.engines.handle import EngineHandle
 from pyrouter.errors import NoCapacity
-from pyrouter.planning.admission import refuse_past_timeout
 from pyrouter.planning.chunk_control import ChunkController, backlog_chunk, lcu_option
 from pyrouter.planning.interference import PrefillShare
+from pyrouter.planning.late_refusal import refuse_past_timeout
 from pyrouter.planning.placement import (
     DP,
     PD,

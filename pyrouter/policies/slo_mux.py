@@ -9,7 +9,7 @@ multiplexing when every multiplexing engine is over the KV watermark, a multiple
 turns prefill when prefills keep waiting past their TTFT slack. The request's own `slo` wins
 over the `ttft_ms` / `tpot_ms` parameters. A request whose prefill engine would give its first
 output only past the router's first-output timeout is refused at once, 503 `overloaded`
-(pyrouter/planning/admission.py).
+(pyrouter/planning/late_refusal.py).
 
 Several router replicas keep one set of roles: a replica that switches a role publishes them and
 the others adopt them (pyrouter/shared_policy_state.py), so the newest switch holds everywhere.
@@ -21,7 +21,7 @@ import logging
 from pyrouter.cluster import ClusterView
 from pyrouter.degrade import serves
 from pyrouter.errors import NoCapacity
-from pyrouter.planning.admission import refuse_past_timeout
+from pyrouter.planning.late_refusal import refuse_past_timeout
 from pyrouter.planning.slo_fit import MUX, PREFILL, MuxRoles, dp_fit, mux_fit, queue_saturated
 from pyrouter.policy_registry import Param, policy
 from pyrouter.request import RouterRequest
@@ -103,7 +103,7 @@ async def route(req: RouterRequest, cluster: ClusterView) -> Dp | Pd:
     roles.late.append(preds[prefill.id].ttft_ms > ttft_ms)
     try:
         # Every prefill engine's queue is past the router's first-output timeout (sustained
-        # overload): refused now rather than failing after that wait (planning/admission.py).
+        # overload): refused now rather than failing after that wait (planning/late_refusal.py).
         refuse_past_timeout(preds[prefill.id].ttft_ms, every_ttft_ms,
                             cluster.first_output_timeout_s)
     except NoCapacity:

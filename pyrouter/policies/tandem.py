@@ -8,7 +8,7 @@ constrained utilisation point for the ITL SLO (pyrouter/planning/chunk_control.p
 is the ITL SLO (a request's own `slo.tpot_ms` wins); `k_default` tokens come from the lead when
 that does not delay the first token, `k_max` when the follow's batch is over the SLO. A plan
 whose first output would come only past the router's first-output timeout is refused at once,
-503 `overloaded` (pyrouter/planning/admission.py). The policy returns a `Split`; router_core
+503 `overloaded` (pyrouter/planning/late_refusal.py). The policy returns a `Split`; router_core
 carries it out (the lead's segment, the KV's crossing, the follow's generation).
 """
 from __future__ import annotations
@@ -17,8 +17,8 @@ from dataclasses import replace
 
 from pyrouter.cluster import ClusterView
 from pyrouter.errors import BadRequest, NoCapacity
-from pyrouter.planning.admission import refuse_past_timeout
 from pyrouter.planning.chunk_control import ChunkController
+from pyrouter.planning.late_refusal import refuse_past_timeout
 from pyrouter.planning.tandem_split import TandemPlan, plan_tandem
 from pyrouter.policy_registry import Param, policy
 from pyrouter.request import RouterRequest
@@ -74,7 +74,7 @@ async def route(req: RouterRequest, cluster: ClusterView) -> Split | Dp:
                           int(params["chunk_min"]), int(params["chunk_max"]))
     plan = _fixed(plan, params, len(req.tokens))
     # Sustained overload: a plan whose first output comes only past the router's first-output
-    # timeout is refused now rather than failing after that wait (planning/admission.py).
+    # timeout is refused now rather than failing after that wait (planning/late_refusal.py).
     refuse_past_timeout(plan.ttft_ms, [plan.ttft_ms, *(p.ttft_ms for p in preds.values())],
                         cluster.first_output_timeout_s)
     req.note_route("tandem", lead=plan.lead.id, follow=plan.follow.id, s=plan.split,

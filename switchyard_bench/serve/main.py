@@ -18,6 +18,7 @@ from typing import Any
 
 import uvloop
 
+from switchyard_bench.list_arguments import name_list, rate_list
 from switchyard_bench.result_dir import make_result_dir
 from switchyard_bench.serve.client import ClientConfig
 from switchyard_bench.serve.report import header_lines, slo_capacity, table, write_summary
@@ -32,36 +33,19 @@ from switchyard_bench.workloads import (
 )
 
 
-def _names(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    if not names:
-        raise argparse.ArgumentTypeError("expected a comma-separated list of names")
-    return names
-
-
-def _rates(text: str) -> list[float]:
-    try:
-        rates = [float(r) for r in text.split(",") if r.strip()]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected rates like 0.5,1,inf: {exc}") from exc
-    if not rates or any(not r > 0 for r in rates):
-        raise argparse.ArgumentTypeError("rates must be > 0 (inf = all at once)")
-    return rates
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="switchyard bench serve", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--url", default="http://127.0.0.1:8000", help="the running router")
     p.add_argument("--num-prompts", type=int, default=100, help="requests per run")
-    p.add_argument("--rate", "--rates", dest="rates", type=_rates, default=[],
+    p.add_argument("--rate", "--rates", dest="rates", type=rate_list, default=[],
                    help="requests/s, comma-separated to sweep (inf = all at once); omitted: a "
                    "trace workload's own timestamps")
     p.add_argument("--burstiness", type=float, default=1.0,
                    help="gamma shape of inter-arrival gaps: 1 = Poisson, <1 burstier")
     p.add_argument("--time-scale", type=float, default=1.0,
                    help="trace timestamps times this when no rate is given (0.5 = 2x faster)")
-    p.add_argument("--policies", type=_names, default=[],
+    p.add_argument("--policies", type=name_list, default=[],
                    help="comma-separated policies to sweep (PUT /admin/policy before each run; "
                    "the original policy is restored after); omitted: the router's current one")
     p.add_argument("--slo-ttft-ms", type=float, default=None)

@@ -27,8 +27,8 @@ from typing import Any
 from engine.server.cpu_affinity import usable_cores
 from pyrouter.errors import BadRequest
 from pyrouter.policy_registry import BUILTIN_NAMES, get_policy, load_policy_source
+from switchyard_bench.list_arguments import name_list, rate_list
 from switchyard_bench.result_dir import make_result_dir
-from switchyard_bench.serve.main import _names, _rates
 from switchyard_bench.serve.request_body import Slo
 from switchyard_bench.tournament.cells import (
     DEFAULT_SETTINGS,
@@ -72,18 +72,18 @@ def _seeds(text: str) -> list[int]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="switchyard bench tournament", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--workloads", type=_names, default=list(TOURNAMENT_WORKLOADS),
+    p.add_argument("--workloads", type=name_list, default=list(TOURNAMENT_WORKLOADS),
                    help=f"comma-separated, from {', '.join(TOURNAMENT_WORKLOADS)}")
-    p.add_argument("--loads", type=_rates, default=list(LOADS),
+    p.add_argument("--loads", type=rate_list, default=list(LOADS),
                    help="multiples of each group's capacity")
-    p.add_argument("--engines", type=_names, default=[str(n) for n in ENGINES],
+    p.add_argument("--engines", type=name_list, default=[str(n) for n in ENGINES],
                    help="engine counts, comma-separated")
-    p.add_argument("--profiles", type=_names, default=list(PROFILES),
+    p.add_argument("--profiles", type=name_list, default=list(PROFILES),
                    help="built-in profile names or JSON files")
-    p.add_argument("--policies", type=_names, default=list(BUILTIN_NAMES))
-    p.add_argument("--adaptive", type=_names, default=[],
+    p.add_argument("--policies", type=name_list, default=list(BUILTIN_NAMES))
+    p.add_argument("--adaptive", type=name_list, default=[],
                    help="policies that count as adaptive besides those named adaptive*")
-    p.add_argument("--roles", type=_names, default=["any"],
+    p.add_argument("--roles", type=name_list, default=["any"],
                    help="engine roles cycled to each engine count (default any: every engine "
                    "does everything); 'own': each policy's own roles, as `switchyard serve "
                    "--policy P` starts them")

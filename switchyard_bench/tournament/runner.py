@@ -20,13 +20,13 @@ from typing import Any
 from engine.core.latency_model import StepShape
 from pyrouter.policy_registry import get_policy
 from switchyard_bench.serve.request_body import Slo
+from switchyard_bench.simulate.run import SimConfig, run_summary, simulate
 from switchyard_bench.tournament.capacity import find_capacity
 from switchyard_bench.tournament.cells import Cell, Group, ProfileSetting
 from switchyard_bench.tournament.workloads import build_tournament_workload
 from switchyard_bench.workloads import ArrivalProcess, RealVocabulary, WorkItem, Workload, schedule
 from switchyard_sim.parallel import in_processes
 from switchyard_sim.profile import HardwareProfile, load_profile
-from switchyard_sim.run import SimConfig, run_summary, simulate
 
 LIGHT_UTILISATION = 0.1  # the light-load probe: each engine busy ~10% with one request at a time
 # A run is a steady load, not one burst, when its arrivals last at least this many times its

@@ -1,7 +1,7 @@
 """The engine interface an in-process engine double gives router_core's executor
 (router_core/src/python/engine_double.rs): the verbs in the engine's own messages, so the doubles
 tests and the simulator run — FakeEngineClient (switchyard_sim/fake/fake_engine.py),
-SimEngineClient (switchyard_sim/client.py), a real engine's grpc.aio client behind FaultyClient —
+SimEngineVerbs (switchyard_sim/engine_verbs.py), a real engine's grpc.aio client behind FaultyClient —
 stand where the router's gRPC client stands, and the executor does the rest exactly as for a
 real engine.
 

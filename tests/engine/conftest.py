@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import torch
 
-from engine.core.batch import ScheduledChunk
+from engine.batch import ScheduledChunk
 from engine.kvcache.kv_storage import KVStorage
 from engine.model.loader import LoadedModel, load_model
 from engine.model.runner import ModelRunner

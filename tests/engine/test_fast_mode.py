@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine.core.batch import ScheduledChunk
+from engine.batch import ScheduledChunk
 from engine.kernels import ISA_ENV, isa_name, ops, pin_isa_from_env
 from engine.kvcache.kv_storage import KVStorage
 from engine.model.loader import LoadedModel

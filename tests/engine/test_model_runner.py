@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.core.batch import ScheduledChunk
+from engine.batch import ScheduledChunk
 from engine.kvcache.kv_storage import KVStorage, KVStorageError
 from engine.model.loader import LoadedModel
 from engine.model.runner import BadBatch, ModelRunner

@@ -88,7 +88,7 @@ def floors(raw: dict[str, Any], ceil: dict[str, float], batch: int, new: int,
 
 def _decode_step(runner: Any, tables: list[list[int]], tokens: list[int],
                  pos: int) -> list[int]:
-    from engine.core.batch import ScheduledChunk
+    from engine.batch import ScheduledChunk
 
     chunks = [ScheduledChunk(f"s{s}", [tok], pos, table, True)
               for s, (tok, table) in enumerate(zip(tokens, tables, strict=True))]
@@ -98,7 +98,7 @@ def _decode_step(runner: Any, tables: list[list[int]], tokens: list[int],
 
 def _ours(raw: dict[str, Any], weights: dict[str, torch.Tensor], ceil: dict[str, float],
           graphs: bool) -> dict[str, Any]:
-    from engine.core.batch import ScheduledChunk
+    from engine.batch import ScheduledChunk
     from engine.kvcache.kv_storage import KVStorage
     from engine.model.runner import ModelRunner
 

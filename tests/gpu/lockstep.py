@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from engine.core.batch import ScheduledChunk
+from engine.batch import ScheduledChunk
 from engine.model.runner import ModelRunner
 
 

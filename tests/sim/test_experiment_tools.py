@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from switchyard_sim.main import run
+from switchyard_bench.simulate.main import run
 from tests.sim.sim_helpers import TINY
 
 pytestmark = pytest.mark.procs

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from switchyard_sim.main import run
+from switchyard_bench.simulate.main import run
 from switchyard_sim.parallel import in_processes
 from tests.sim.sim_helpers import TINY
 

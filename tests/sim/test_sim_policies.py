@@ -141,7 +141,7 @@ def test_adaptive_sheds_a_request_it_would_queue_past_the_first_output_timeout(
 def test_tandem_sheds_a_request_it_would_queue_past_the_first_output_timeout(
         tiny: HardwareProfile) -> None:
     # The same overload: tandem's plan is refused at once (503 overloaded) once its first
-    # output would come past the timeout (pyrouter/planning/admission.py). Without the rule 86
+    # output would come past the timeout (pyrouter/planning/late_refusal.py). Without the rule 86
     # of the 120 time out and 26 are served; with it 31 are refused, 24 time out and 48 are
     # served. A RemoteSend still waiting on its lead at the timeout is the engine's timeout
     # (502 engine_timeout), not a policy failure (500).

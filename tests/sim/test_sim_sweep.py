@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from switchyard_sim.main import run
+from switchyard_bench.simulate.main import run
 from switchyard_sim.profile import ProfileError, load_profile, profile_from_dict
 from switchyard_sim.profiles.build_h100_70b import NAME as H100
 from switchyard_sim.profiles.build_h100_70b import build

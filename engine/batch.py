@@ -1,7 +1,9 @@
 """What the scheduler hands the model runner for one step.
 
 The scheduler decides *which* tokens run; the runner (engine/model/runner.py) turns that into a
-ForwardContext and logits. Keeping this type tiny is what lets the two evolve separately.
+ForwardContext and logits. Keeping this type tiny is what lets the two evolve separately. It sits
+at the engine package's top, below core/, model/ and attention/, so that the model and attention
+code never import the engine core that drives them (tests/repo/test_package_cycles.py).
 """
 from __future__ import annotations
 

@@ -21,10 +21,11 @@ from typing import Any
 from engine.server.cpu_affinity import usable_cores
 from pyrouter.errors import BadRequest
 from pyrouter.policy_registry import get_policy, load_policy_source
+from switchyard_bench.list_arguments import name_list, rate_list
 from switchyard_bench.result_dir import make_result_dir
-from switchyard_bench.serve.main import _names, _rates
 from switchyard_bench.serve.report import header_lines, slo_capacity, table, write_summary
 from switchyard_bench.serve.request_body import Slo
+from switchyard_bench.simulate.run import SimConfig, SweepSpec, sweep
 from switchyard_bench.workloads import (
     ArrivalProcess,
     Workload,
@@ -34,7 +35,6 @@ from switchyard_bench.workloads import (
 )
 from switchyard_sim.clock import real_perf_counter
 from switchyard_sim.profile import ProfileError, builtin_profiles, load_profile
-from switchyard_sim.run import SimConfig, SweepSpec, sweep
 
 DEFAULT_PROFILE = "local-smollm2-cpu"
 
@@ -46,17 +46,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"hardware profile: a built-in name ({', '.join(builtin_profiles())}) "
                    "or a JSON file")
     p.add_argument("--engines", type=int, default=2)
-    p.add_argument("--roles", type=_names, default=None,
+    p.add_argument("--roles", type=name_list, default=None,
                    help="engine roles, comma-separated (default: each policy's own, as "
                    "`switchyard serve --policy P` starts them; any,any to mirror a router "
                    "whose policy was switched at run time)")
-    p.add_argument("--policies", type=_names, default=["round_robin"])
+    p.add_argument("--policies", type=name_list, default=["round_robin"])
     p.add_argument("--policy-file", action="append", default=[],
                    help="a .py file or module of @policy functions to load (repeatable)")
     p.add_argument("--policy-params", type=json.loads, default={},
                    help='JSON: policy -> its parameters, e.g. \'{"tandem": {"k_max": 4}}\'')
     p.add_argument("--num-prompts", type=int, default=100, help="requests per run")
-    p.add_argument("--rate", "--rates", dest="rates", type=_rates, default=[],
+    p.add_argument("--rate", "--rates", dest="rates", type=rate_list, default=[],
                    help="requests/s, comma-separated to sweep; omitted: a trace's timestamps")
     p.add_argument("--burstiness", type=float, default=1.0)
     p.add_argument("--time-scale", type=float, default=1.0)

@@ -1,6 +1,7 @@
-"""The engine interface router_core's executor calls on an in-process engine (switchyard_sim/
-fake/engine_double.py's EngineDouble), answered by a simulated engine in virtual time: what the gRPC servicer and its
-KV sender do (engine/server/servicer.py, kv_sender.py), without processes or sockets.
+"""SimEngineVerbs: a simulated engine's verbs (prep_recv, remote_send, StartGenerate, abort, ...)
+as router_core's executor calls them on an in-process engine (switchyard_sim/fake/
+engine_double.py's EngineDouble), answered in virtual time: what the gRPC servicer and its KV
+sender do (engine/server/servicer.py, kv_sender.py), without processes or sockets.
 
 Errors are the servicer's: engine exceptions become grpc.aio.AioRpcError with the same status
 codes (engine/server/errors.py). A stream's tokens may be coalesced per read as the servicer
@@ -84,7 +85,7 @@ def decode_kv_addr(kv_addr: bytes) -> tuple[str, str, int, int]:
         raise InvalidRequest(f"not a simulated engine's kv_addr: {kv_addr[:60]!r}") from exc
 
 
-class SimEngineClient:
+class SimEngineVerbs:
     """What EngineHandle calls on `client`; `peers` finds a kv_addr's engine by id."""
 
     def __init__(self, engine: SimEngine, peers: dict[str, SimEngine], tokens: TokenLog,
@@ -264,7 +265,7 @@ class SimCall:
     """A StartGenerate stream: the request reaches the engine when the call is made (after the
     profile's router_ms + rpc_ms), its errors surface on the first read, as with gRPC."""
 
-    def __init__(self, client: SimEngineClient, request: pb.StartGenerateRequest) -> None:
+    def __init__(self, client: SimEngineVerbs, request: pb.StartGenerateRequest) -> None:
         self._client = client
         self._request = request
         self._inbox: _Inbox | None = None

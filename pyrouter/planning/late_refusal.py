@@ -1,4 +1,6 @@
-"""Admission past the router's first-output timeout: refuse at once what would fail late.
+"""Refuse at once what would fail late: a placement predicted to answer past the router's
+first-output timeout. (Not the admission queue, pyrouter/admission.py, which holds requests while
+the engines are saturated: this refusal is a policy's own, from its TTFT predictions.)
 
 A request waits for its first output at most `--policy-timeout-s` (the dispatcher's
 first-output timeout; policies read it as `cluster.first_output_timeout_s`) and then fails with
