@@ -189,6 +189,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="prompt + max_tokens limit (400 beyond it)")
     rtr.add_argument("--poll-s", type=float, default=0.5,
                      help="seconds between engine health/Stats polls")
+    rtr.add_argument("--upkeep-polls-per-s", type=float, default=None,
+                     help="every engine's health/Stats polls together at most this many per "
+                          "second: past poll-s x this many engines each engine is polled less "
+                          "often (default 256; 0: no bound)")
     rtr.add_argument("--policy-timeout-s", type=float, default=300.0,
                      help="a policy must hand back a stream within this time (else 500)")
     rtr.add_argument("--default-temperature", type=float, default=None,

@@ -12,7 +12,7 @@ from prometheus_client.registry import Collector
 
 from pyrouter.admission import admission_config
 from pyrouter.dispatch import Dispatcher, PolicySlot
-from pyrouter.engines.membership import EngineMembership
+from pyrouter.engines.membership import UPKEEP_POLLS_PER_S, EngineMembership
 from pyrouter.errors import BadRequest
 from pyrouter.http.drain import drain
 from pyrouter.live_config import LiveConfig
@@ -114,7 +114,10 @@ async def build_state(args: argparse.Namespace) -> RouterState:
     config = router_config(args)
     models = _models(args)
     tokenizer = load_router_tokenizer(models[0].path)
-    engines = EngineMembership(poll_s=float(getattr(args, "poll_s", None) or 0.5))
+    polls_per_s = getattr(args, "upkeep_polls_per_s", None)
+    engines = EngineMembership(poll_s=float(getattr(args, "poll_s", None) or 0.5),
+                               polls_per_s=UPKEEP_POLLS_PER_S if polls_per_s is None
+                               else float(polls_per_s))
     names = [m.name for m in models]
     engines.group_of = lambda served: engine_group(names, served)
     for spec in args.engine:

@@ -30,6 +30,7 @@ import argparse
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -270,10 +271,13 @@ def run(args: argparse.Namespace) -> int:
                         "Python policy (switchyard_bench/router_fleet_bench.py)")
     p.add_argument("--idle-s", type=float, default=5.0,
                    help="with --engines: seconds the idle router's CPU is measured over")
+    p.add_argument("--router-flags", default="",
+                   help="with --engines: more `switchyard router` flags, one string")
     a = p.parse_args(getattr(args, "rest", None) or [])
     if a.engines:
         return run_fleet(FleetBenchConfig(a.engines, a.duration, max(a.concurrency),
-                                          a.max_tokens, a.repeat, a.idle_s, a.json))
+                                          a.max_tokens, a.repeat, a.idle_s, a.json,
+                                          router_flags=tuple(shlex.split(a.router_flags))))
     if a.replicas:
         return run_replicas(ReplicaBenchConfig(a.replicas, max(a.concurrency), a.duration,
                                                a.max_tokens, a.repeat, a.json))

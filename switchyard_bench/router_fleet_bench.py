@@ -43,6 +43,7 @@ class FleetBenchConfig:
     idle_s: float = 5.0
     json_out: str = ""
     policies: tuple[str, ...] = POLICIES
+    router_flags: tuple[str, ...] = ()  # appended to the router's command line
 
     def __post_init__(self) -> None:
         if not self.engines or min(self.engines) < 1 or self.repeat < 1 or self.idle_s <= 0:
@@ -90,10 +91,10 @@ def _start_fleet(started: Procs, count: int) -> list[int]:
     return ports
 
 
-def _start_router(started: Procs, ports: list[int]) -> _Router:
+def _start_router(started: Procs, ports: list[int], flags: tuple[str, ...] = ()) -> _Router:
     port = free_port()
     argv = [*SWITCHYARD, "router", "--port", str(port), "--policy-file", round_robin_py.__file__,
-            "--policy", round_robin_py.NAME]
+            "--policy", round_robin_py.NAME, *flags]
     for p in ports:
         argv += ["--engine", f"127.0.0.1:{p}"]
     return _Router(f"http://127.0.0.1:{port}", [spawn(started, argv)])
@@ -132,7 +133,7 @@ def _one_round(cfg: FleetBenchConfig, count: int, rnd: int) -> list[FleetRow]:
     rows: list[FleetRow] = []
     with started_procs() as started:
         ports = _start_fleet(started, count)
-        router = _start_router(started, ports)
+        router = _start_router(started, ports, cfg.router_flags)
         ready_s = _wait_healthy(router, count)
         pids = [p.pid for p in router.proc]
         time.sleep(1.0)  # the start-up's last Stats and KV snapshots land

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import Callable
 
 from pyrouter.engines.handle import EngineHandle
@@ -22,6 +23,16 @@ log = logging.getLogger("switchyard.router")
 _VALID_ROLES = ("any", "prefill", "decode")
 
 _VERB_TIMEOUT_S = 600.0
+
+# The upkeep's whole rate: every engine's health check and Stats poll, together, at most this many
+# times a second. Each poll costs the router an RPC answer on a tokio thread and a task step on
+# the asyncio loop; at --poll-s 0.5 a 1,024-engine fleet polled 2,048 times a second and kept
+# 70% of a core busy with no request in flight (docs/benchmarks.md, "One router, N engines").
+# Past poll_s x this many engines each engine is polled less often instead; what the router sent
+# an engine since its latest Stats is counted router-side (the table's router_tokens), so a
+# longer interval leaves the load it scores by current, only the engine's own view (queue, KV
+# pages, cached blocks) older.
+UPKEEP_POLLS_PER_S = 256.0
 
 
 def apply_stats(core: RouterCore, handle: EngineHandle, s: pb.StatsResponse) -> None:
@@ -49,8 +60,12 @@ class EngineMembership:
     Stats and KV events fed into router_core (whose EngineSet is something else: a bitmap of
     engine slots)."""
 
-    def __init__(self, poll_s: float = 0.5, block_size: int = 16, seed: int = 0) -> None:
+    def __init__(self, poll_s: float = 0.5, block_size: int = 16, seed: int = 0,
+                 polls_per_s: float = UPKEEP_POLLS_PER_S) -> None:
+        if poll_s <= 0 or polls_per_s < 0:
+            raise ValueError("poll_s must be > 0 and polls_per_s >= 0")
         self.poll_s = poll_s
+        self.polls_per_s = polls_per_s  # 0: no bound
         self.engines: dict[str, EngineHandle] = {}
         self.core: RouterCore = RouterCore(block_size, seed)
         self._core_key: tuple[int, int] | None = None  # (block_size, seed) learned from engines
@@ -74,6 +89,13 @@ class EngineMembership:
         front.set_core(self.core)
         for handle in self.engines.values():
             self._join_front(handle)
+
+    def poll_interval_s(self) -> float:
+        """Seconds between one engine's polls: poll_s, or longer where the fleet is larger than
+        the upkeep's rate allows at poll_s."""
+        if self.polls_per_s <= 0:
+            return self.poll_s
+        return max(self.poll_s, len(self.engines) / self.polls_per_s)
 
     def active(self, handle: EngineHandle) -> int:
         """Requests with work on `handle` now (router_core's executor holds them)."""
@@ -258,7 +280,8 @@ class EngineMembership:
             if not serving:
                 self._forget_load(handle)
             self.core.table.set_health(handle.num, serving and not handle.draining)
-            await asyncio.sleep(self.poll_s)
+            # Jittered, so that engines added together do not poll in step.
+            await asyncio.sleep(self.poll_interval_s() * random.uniform(0.75, 1.25))
 
     async def _follow_kv_events(self, handle: EngineHandle, client: RustEngineClient) -> None:
         """Apply KV event batches to the prefix index; on a sequence gap, ask for a snapshot."""
