@@ -98,13 +98,13 @@ def add_session_arguments(parser: argparse.ArgumentParser) -> None:
                    help="the body's `user` names the session when no X-Session-Id header does")
 
 
-# A router replica takes its peers' dispatch deltas (RouterPeer gRPC; pyrouter/peer_exchange.py)
+# A router replica takes its peers' dispatch deltas (RouterPeer gRPC; pyrouter/replicas/peer_exchange.py)
 # on --port plus this unless --peer-port says.
 DEFAULT_PEER_PORT_OFFSET = 1000
 
 
 def add_peer_arguments(parser: argparse.ArgumentParser) -> None:
-    """The other router replicas (pyrouter/router_peers.py; docs/deploy.md)."""
+    """The other router replicas (pyrouter/replicas/peers.py; docs/deploy.md)."""
     g = parser.add_argument_group("router replicas (docs/deploy.md)")
     g.add_argument("--peer", action="append", default=None, metavar="HOST:PORT",
                    help="another router replica in front of the same engines (repeatable)")

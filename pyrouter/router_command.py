@@ -24,11 +24,11 @@ from pyrouter.model_groups import (
     engine_group,
     parse_model_args,
 )
-from pyrouter.peer_exchange import PeerExchange, start_peer_exchange
 from pyrouter.policy_registry import ActivePolicy, get_policy, load_policy_source
-from pyrouter.replica_admin_sync import start_admin_propagation
-from pyrouter.replica_restarts import replica_restarts_from_env
-from pyrouter.router_peers import router_peers
+from pyrouter.replicas.admin_sync import start_admin_propagation
+from pyrouter.replicas.peer_exchange import PeerExchange, start_peer_exchange
+from pyrouter.replicas.peers import router_peers
+from pyrouter.replicas.restarts import replica_restarts_from_env
 from pyrouter.runtime.bridge import PolicyRuntime
 from pyrouter.runtime.builtins import sync_builtins
 from pyrouter.runtime.records import RequestRecorder

@@ -3,7 +3,7 @@
 A policy whose decisions depend on state it changes itself (slo_mux's engine roles) registers
 that state here under (policy, key in its `cluster.state`). When the policy notes an event
 (`cluster.note_event`, e.g. a role switch), the replica publishes the state's `shared()` form to
-its peers (pyrouter/admin_propagation.py), and each peer running the same policy `adopt`s it:
+its peers (pyrouter/replicas/admin_propagation.py), and each peer running the same policy `adopt`s it:
 whichever replica switched last decided, the others follow, and all converge on the newest.
 State derived from the engines' Stats alone needs none of this (every replica polls the same
 engines); adaptive keeps only such estimates and its own requests' feedback, so it registers

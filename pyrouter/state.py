@@ -11,7 +11,7 @@ from pyrouter.engines.membership import EngineMembership
 from pyrouter.metrics import RouterMetrics
 from pyrouter.model_groups import ModelGroup, ModelSpec, group_for
 from pyrouter.policy_dir import PolicyDir
-from pyrouter.router_peers import RouterPeers
+from pyrouter.replicas.peers import RouterPeers
 from pyrouter.security.engine_allow import EngineAllowList
 from pyrouter.security.keys import KeyRing
 from pyrouter.security.rate_limit import RateRules
@@ -20,7 +20,7 @@ from router_core import DetokenizerVocab, RouterTracer, sampling_error
 from switchyard_tokenizer.tokenizer import EngineTokenizer
 
 if TYPE_CHECKING:
-    from pyrouter.admin_propagation import AdminPropagation
+    from pyrouter.replicas.admin_propagation import AdminPropagation
     from pyrouter.runtime.records import RequestRecorder
 
 
@@ -83,9 +83,9 @@ class RouterState:
     # Every served model's group by name, the first being the one above (tokenizer, engines,
     # slot, dispatcher); empty: that one alone (pyrouter/model_groups.py).
     models: dict[str, ModelGroup] = field(default_factory=dict)
-    # The other router replicas named by --peer / --peers-dns (pyrouter/router_peers.py).
+    # The other router replicas named by --peer / --peers-dns (pyrouter/replicas/peers.py).
     peers: RouterPeers = field(default_factory=RouterPeers)
-    # Admin changes shared with those peers (pyrouter/admin_propagation.py); None: alone.
+    # Admin changes shared with those peers (pyrouter/replicas/admin_propagation.py); None: alone.
     replication: AdminPropagation | None = None
 
     def group(self, model: str | None = None) -> ModelGroup:

@@ -692,7 +692,7 @@ class KvEventStream:
         """A serialized KVEventBatch; None once the engine closed the stream."""
     def cancel(self) -> bool: ...
 
-# ---- router replicas (router_core/src/python/peer.rs; pyrouter/peer_exchange.py) ----
+# ---- router replicas (router_core/src/python/peer.rs; pyrouter/replicas/peer_exchange.py) ----
 @final
 class RouterPeerExchange:
     """The dispatch deltas between router replicas: the RouterPeer service on host:port and a

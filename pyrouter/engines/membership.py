@@ -69,7 +69,7 @@ class EngineMembership:
         self.engines: dict[str, EngineHandle] = {}
         self.core: RouterCore = RouterCore(block_size, seed)
         self._core_key: tuple[int, int] | None = None  # (block_size, seed) learned from engines
-        # Told the new core when it is rebuilt (the peer exchange, pyrouter/peer_exchange.py).
+        # Told the new core when it is rebuilt (the peer exchange, pyrouter/replicas/peer_exchange.py).
         self.core_followers: list[Callable[[RouterCore], None]] = []
         self._next = 0
         self._tasks: dict[str, list[asyncio.Task[None]]] = {}

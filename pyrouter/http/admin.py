@@ -11,7 +11,6 @@ import asyncio
 import logging
 from typing import Any
 
-from pyrouter.admin_propagation import propagate
 from pyrouter.engines.identify import check_is_engine
 from pyrouter.errors import BadRequest, Forbidden
 from pyrouter.http.admission_admin import ADMISSION_ROUTES
@@ -20,6 +19,7 @@ from pyrouter.http.replication_admin import REPLICATION_ROUTES
 from pyrouter.http.routes import OpsRequest, OpsResponse, Route, json_response
 from pyrouter.http.session_admin import SESSION_ROUTES
 from pyrouter.policy_registry import ActivePolicy, available, get_policy
+from pyrouter.replicas.admin_propagation import propagate
 from pyrouter.security.engine_allow import split_host_port
 from pyrouter.state import RouterState
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import logging
 
-from pyrouter.admin_propagation import propagate
 from pyrouter.admission import AdmissionConfig
 from pyrouter.errors import BadRequest
 from pyrouter.http.routes import OpsRequest, OpsResponse, Route, json_response
+from pyrouter.replicas.admin_propagation import propagate
 from pyrouter.state import RouterState
 
 log = logging.getLogger("switchyard.router")

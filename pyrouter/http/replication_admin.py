@@ -1,5 +1,5 @@
 """GET / POST /admin/replication: the admin changes router replicas share (an admin route: the
-admin key; pyrouter/admin_propagation.py says how they are used).
+admin key; pyrouter/replicas/admin_propagation.py says how they are used).
 
 `GET` lists this replica's newest record per setting — what a peer pulls at start and every
 --peer-sync-s; the admission queue's weights are left out (their keys are API keys: they reach
@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from pyrouter.admin_propagation import AdminPropagation, ChangeRecord
 from pyrouter.errors import BadRequest
 from pyrouter.http.routes import OpsRequest, OpsResponse, Route, json_response
+from pyrouter.replicas.admin_propagation import AdminPropagation, ChangeRecord
 from pyrouter.state import RouterState
 
 

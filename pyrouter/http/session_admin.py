@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import logging
 
-from pyrouter.admin_propagation import propagate
 from pyrouter.errors import BadRequest
 from pyrouter.http.routes import OpsRequest, OpsResponse, Route, json_response
+from pyrouter.replicas.admin_propagation import propagate
 from pyrouter.session_affinity import SessionAffinityConfig
 from pyrouter.state import RouterState
 

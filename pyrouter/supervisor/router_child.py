@@ -1,5 +1,5 @@
 """A router replica as serve's supervisor keeps it: a `switchyard router` process in a session of
-its own on --port + index, told how often it was restarted (pyrouter/replica_restarts.py), and
+its own on --port + index, told how often it was restarted (pyrouter/replicas/restarts.py), and
 `wait_listening`, which waits until every replica answers on its port."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from engine.server.launcher import REPO
-from pyrouter.replica_restarts import restarts_env
+from pyrouter.replicas.restarts import restarts_env
 from pyrouter.supervisor.child import Child
 from pyrouter.supervisor.process import ChildProcess, Spawned
 from pyrouter.supervisor.state import ROUTER

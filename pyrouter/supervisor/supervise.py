@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from engine.server.launcher import EngineSpec, wait_healthy
-from pyrouter.router_replicas import replica_command
+from pyrouter.replicas.command_lines import replica_command
 from pyrouter.supervisor.child import Child
 from pyrouter.supervisor.engine_child import EngineChild
 from pyrouter.supervisor.engine_token import deployment_token, operator_token

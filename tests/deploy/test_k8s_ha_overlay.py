@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from deploy_refs import DEPLOY, by_kind, render, source_text  # noqa: E402
 
 from pyrouter.cli import DEFAULT_PEER_PORT_OFFSET, build_parser  # noqa: E402
-from pyrouter.router_peers import router_peers  # noqa: E402
+from pyrouter.replicas.peers import router_peers  # noqa: E402
 
 pytestmark = pytest.mark.procs  # renders the overlay with kubectl
 

@@ -1,4 +1,4 @@
-"""Admin changes shared between router replicas, in-process (pyrouter/admin_propagation.py):
+"""Admin changes shared between router replicas, in-process (pyrouter/replicas/admin_propagation.py):
 which of two records wins, that a received record is applied once and never sent on, and that
 two replicas running slo_mux over the same engines agree on its roles — the one whose own
 requests made it switch decides, the other adopts (pyrouter/shared_policy_state.py)."""
@@ -8,15 +8,15 @@ from typing import Any, cast
 
 import pytest
 
-from pyrouter.admin_propagation import AdminPropagation, ChangeRecord, Generation
 from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.membership import EngineMembership
 from pyrouter.errors import BadRequest
 from pyrouter.model_groups import ModelGroup, ModelSpec
 from pyrouter.planning.slo_fit import MuxRoles
 from pyrouter.policy_registry import ActivePolicy, get_policy
-from pyrouter.replica_admin_sync import adopt_shared_state, share_on_events
-from pyrouter.router_peers import RouterPeers
+from pyrouter.replicas.admin_propagation import AdminPropagation, ChangeRecord, Generation
+from pyrouter.replicas.admin_sync import adopt_shared_state, share_on_events
+from pyrouter.replicas.peers import RouterPeers
 from switchyard_sim.fake import FakeCluster, FakeEngine
 from switchyard_sim.fake.front_run import FrontHarness
 

@@ -1,4 +1,4 @@
-"""pyrouter/peer_exchange.py and router_core's RouterPeerExchange in one process (no child
+"""pyrouter/replicas/peer_exchange.py and router_core's RouterPeerExchange in one process (no child
 processes): the peers' ports, the router alone, a port that cannot be bound, and one replica's
 dispatch reaching another's engine table through the Python binding."""
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from pyrouter.errors import BadRequest
-from pyrouter.peer_exchange import _shifted, start_peer_exchange
-from pyrouter.router_peers import RouterPeers
+from pyrouter.replicas.peer_exchange import _shifted, start_peer_exchange
+from pyrouter.replicas.peers import RouterPeers
 from router_core import RouterCore, RouterPeerExchange
 
 ENGINE = "10.1.2.3:50051"

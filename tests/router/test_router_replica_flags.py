@@ -11,8 +11,8 @@ import pytest
 
 from pyrouter.cli import build_parser
 from pyrouter.errors import BadRequest
-from pyrouter.router_peers import RouterPeers, router_peers
-from pyrouter.router_replicas import replica_args, router_argv, serve_router_args
+from pyrouter.replicas.command_lines import replica_args, router_argv, serve_router_args
+from pyrouter.replicas.peers import RouterPeers, router_peers
 
 
 class _Engine:

@@ -7,7 +7,7 @@ import pytest
 
 from pyrouter.cli import build_parser
 from pyrouter.errors import BadRequest
-from pyrouter.router_replicas import serve_router_args
+from pyrouter.replicas.command_lines import serve_router_args
 from pyrouter.session_affinity import DEFAULT_LOAD_BOUND, SessionAffinityConfig, session_config
 
 

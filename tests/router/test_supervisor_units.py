@@ -14,7 +14,7 @@ import pytest
 
 from pyrouter import router_command, serve
 from pyrouter.cli import build_parser
-from pyrouter.replica_restarts import RESTARTS_ENV, replica_restarts_from_env, restarts_env
+from pyrouter.replicas.restarts import RESTARTS_ENV, replica_restarts_from_env, restarts_env
 from pyrouter.supervisor.engine_token import deployment_token
 from pyrouter.supervisor.previous_run import take_over
 from pyrouter.supervisor.process import Adopted

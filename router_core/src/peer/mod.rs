@@ -21,7 +21,7 @@ pub use exchange::{PeerConfig, PeerExchange};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// What the exchange exports as metrics (pyrouter/peer_exchange.py).
+/// What the exchange exports as metrics (pyrouter/replicas/peer_exchange.py).
 #[derive(Debug, Default)]
 pub struct PeerCounters {
     /// Streams to peers connected now.

@@ -1,4 +1,4 @@
-//! `RouterPeerExchange` for Python: pyrouter/peer_exchange.py starts it when the router has
+//! `RouterPeerExchange` for Python: pyrouter/replicas/peer_exchange.py starts it when the router has
 //! peers, keeps its engine addresses in step with the membership, and reads its counters for
 //! /metrics. It runs on the router's tokio runtime (the engine clients' and the front's).
 

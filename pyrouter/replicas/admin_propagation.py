@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pyrouter.errors import BadRequest
-from pyrouter.router_peers import RouterPeers
+from pyrouter.replicas.peers import RouterPeers
 from pyrouter.security.engine_allow import split_host_port
 
 if TYPE_CHECKING:

@@ -4,7 +4,7 @@
 router_core does the exchange (router_core/src/peer/): a `RouterPeer` gRPC service on
 `--peer-port` (default `--port` + 1000), and a stream to every peer (`--peer`, `--peers-dns`
 re-resolved every few seconds, each at its port plus the same offset, as the admin routes are:
-pyrouter/admin_propagation.py) carrying, every few milliseconds, what this replica dispatched per engine address. A
+pyrouter/replicas/admin_propagation.py) carrying, every few milliseconds, what this replica dispatched per engine address. A
 replica adds its peers' deltas to its engine table next to its own dispatches until its next
 Stats covers them. This module starts it when the router has peers, keeps its engine addresses
 in step with the membership (engine ids are each replica's own; addresses are shared), and
@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from pyrouter.cli import DEFAULT_PEER_PORT_OFFSET
 from pyrouter.engines.membership import EngineMembership
 from pyrouter.errors import BadRequest
-from pyrouter.router_peers import RouterPeers
+from pyrouter.replicas.peers import RouterPeers
 from pyrouter.security.engine_allow import split_host_port
 from router_core import RouterPeerExchange
 from switchyard_proto.auth import engine_token

@@ -1,6 +1,6 @@
 """What a replicated admin change does on the replica that receives it, and the wiring at start.
 
-A record (pyrouter/admin_propagation.py) is applied through the same admin handlers a client's
+A record (pyrouter/replicas/admin_propagation.py) is applied through the same admin handlers a client's
 call runs, as a request of the `peer` plane, so a peer checks it as strictly as its own callers'
 (its --policy-dir, its engine allow-list) and does not push it on. Engines are named by address,
 not id: replicas number the engines each has seen, and those numbers need not agree.
@@ -13,17 +13,17 @@ import json
 import logging
 from typing import Any
 
-from pyrouter.admin_propagation import (
-    PEER_PLANE,
-    AdminPropagation,
-    ChangeRecord,
-    peer_admin_offset,
-)
 from pyrouter.http.admin import add_engine, delete_engine, put_policy_handler
 from pyrouter.http.admission_admin import put_admission
 from pyrouter.http.routes import OpsRequest
 from pyrouter.http.session_admin import put_sessions
 from pyrouter.model_groups import ModelGroup
+from pyrouter.replicas.admin_propagation import (
+    PEER_PLANE,
+    AdminPropagation,
+    ChangeRecord,
+    peer_admin_offset,
+)
 from pyrouter.shared_policy_state import shared_keys
 from pyrouter.state import RouterState
 

@@ -3,7 +3,7 @@
 Several replicas in front of the same engines share the prefix view without talking to each
 other: each follows every engine's KV events (pyrouter/engines/membership.py). The peers named
 here are for what the engines cannot tell them: the load each replica dispatched and saw
-finish (docs/deploy.md, "Several routers"), exchanged by pyrouter/peer_exchange.py on each
+finish (docs/deploy.md, "Several routers"), exchanged by pyrouter/replicas/peer_exchange.py on each
 peer's port plus the `--peer-port` offset.
 """
 from __future__ import annotations

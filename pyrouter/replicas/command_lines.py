@@ -3,7 +3,7 @@
 Replica i listens on --port + i (and --admin-port + i when the admin plane has a port of its
 own; /metrics is on each replica's own port). Every replica gets the same engines and flags, and
 the others' addresses as --peer, so a restarted one reads the current policy and settings from a
-peer before it serves (pyrouter/admin_propagation.py) and what the engines cache from their
+peer before it serves (pyrouter/replicas/admin_propagation.py) and what the engines cache from their
 snapshots. serve's supervisor (pyrouter/supervisor/) starts each as a `switchyard router`
 process of its own — replica 0 too — so one dying fails only its own streams.
 """
