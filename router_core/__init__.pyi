@@ -1,4 +1,6 @@
-"""Type stubs for router_core (the Rust hot path). Kept in step with router_core/src/python/*.rs.
+"""Type stubs for router_core (the Rust hot path). Kept in step with router_core/src/python/*.rs
+by hand; mypy.stubtest fails when it is stale (docs/structures.md, "The binding's stub": what that
+check catches, what it does not, and why this stub is not generated).
 
 This file is the contract between router_core (Rust), engine/ and pyrouter/.
 Engine ids are small non-negative ints chosen by the caller (pyrouter maps "e0" -> 0).
