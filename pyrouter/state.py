@@ -16,7 +16,7 @@ from pyrouter.security.engine_allow import EngineAllowList
 from pyrouter.security.keys import KeyRing
 from pyrouter.security.rate_limit import RateRules
 from pyrouter.session_affinity import SessionAffinityConfig
-from router_core import DetokenizerVocab, RouterTracer, sampling_error
+from router_core import DetokenizerVocab, RouterTracer, SamplingRefused, check_sampling
 from switchyard_tokenizer.tokenizer import EngineTokenizer
 
 if TYPE_CHECKING:
@@ -53,10 +53,11 @@ class RouterConfig:
                                               and self.drain_s >= 0):
             raise ValueError("max_body_bytes must be >= 1024, the timeouts > 0, drain_s >= 0")
         # The defaults a request without its own values takes meet the rules the request would.
-        broken = sampling_error(self.default_temperature, self.default_top_p, top_k=0,
-                                max_tokens=1, min_tokens=0)
-        if broken is not None:
-            raise ValueError(f"default {broken[1]}")
+        try:
+            check_sampling(self.default_temperature, self.default_top_p, top_k=0, max_tokens=1,
+                           min_tokens=0)
+        except SamplingRefused as refused:
+            raise ValueError(f"default {refused}") from None
 
 
 @dataclass(slots=True)

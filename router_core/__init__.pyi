@@ -1,4 +1,6 @@
-"""Type stubs for router_core (the Rust hot path). Kept in step with router_core/src/python/*.rs.
+"""Type stubs for router_core (the Rust hot path). Kept in step with router_core/src/python/*.rs
+by hand; mypy.stubtest fails when it is stale (docs/structures.md, "The binding's stub": what that
+check catches, what it does not, and why this stub is not generated).
 
 This file is the contract between router_core (Rust), engine/ and pyrouter/.
 Engine ids are small non-negative ints chosen by the caller (pyrouter maps "e0" -> 0).
@@ -33,16 +35,23 @@ def retry_engine_request_id(first: str, attempt: int) -> str:
     """The engine-side id of a request's `attempt`-th retry or resumption (1, 2, ...):
     `{first}-r{attempt}`."""
 
-# ---- sampling rules (router_core/src/sampling.rs: what the HTTP front applies) ----
-def sampling_error(temperature: float, top_p: float, top_k: int, max_tokens: int,
+# ---- sampling rules (router_core/src/sampling.rs: the front and the engine both apply them) ----
+class SamplingRefused(ValueError):
+    """A sampling rule the values break: the message, and `param` (the field it names)."""
+    param: str
+
+def check_sampling(temperature: float, top_p: float, top_k: int, max_tokens: int,
                    min_tokens: int, seed: int | None = None,
                    stop_token_ids: Sequence[int] | None = None,
                    stop: Sequence[object] | None = None,
-                   priority: int = 0) -> tuple[str, str] | None:
-    """(param, message) of the first sampling rule the values break, in the rules' order, or
-    None. A `stop` entry that is not a string breaks the stop rule. The engine's copy of the
-    rules (switchyard_proto/sampling_params.py) gives the same answers (tests/router_core/
-    test_sampling_parity.py)."""
+                   priority: int = 0) -> tuple[float, int]:
+    """The normalised (top_p, top_k) ("off" spelt 1.0 and 0) when the values meet every rule;
+    otherwise raises SamplingRefused for the first rule broken, in the rules' order. A `stop`
+    entry that is not a string breaks the stop rule. OverflowError for an int beyond 128 bits.
+    switchyard_proto/sampling_params.py's SamplingParams is built through it."""
+
+# The largest JSON schema (its JSON text) a request's response_format may carry.
+MAX_SCHEMA_BYTES: int
 
 # ---- prefix index ----
 @final

@@ -3,25 +3,20 @@
 Shared by both sides: the router's Python side carries one per request (switchyard_proto/
 sampling_proto.py sends it with each segment), and the engine checks what arrives over gRPC with
 it (building one raises InvalidRequest naming the field, which the servicer answers as
-INVALID_ARGUMENT). The rules' source of truth is router_core/src/sampling.rs, which the router's
-HTTP front applies to every client request before routing; any gRPC caller can reach an engine,
-though, so the engine checks again with this Python copy, held to the same answers and messages
-by tests/router_core/test_sampling_parity.py. Change a rule there first, then here.
+INVALID_ARGUMENT). The rules themselves exist once, in Rust (router_core/src/sampling.rs): the
+router's HTTP front applies them to every client request, and building a SamplingParams applies
+them here through `router_core.check_sampling`, so both say the same thing for the same values.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
+import router_core
 from switchyard_proto.errors import InvalidRequest
 
-MAX_TEMPERATURE = 2.0  # OpenAI's upper bound
-MAX_STOP_STRINGS = 4  # OpenAI accepts at most this many
-# Scheduling priorities a request may ask for (lower first, as vLLM's; 0 by default).
-PRIORITY_MIN, PRIORITY_MAX = -100, 100
 # The largest JSON schema (its JSON text) a request may carry: a grammar's compile time and
-# memory grow with it. The router's front holds the same limit (front/response_format.rs).
-MAX_SCHEMA_BYTES = 32 * 1024
+# memory grow with it. The router's front holds it (front/response_format.rs); this is its value.
+MAX_SCHEMA_BYTES: int = router_core.MAX_SCHEMA_BYTES
 RESPONSE_FORMAT_TYPES = ("json_object", "json_schema")
 # How every refusal of a request's response_format begins (the engine's messages): the router
 # tells by it that an engine's INVALID_ARGUMENT is about the client's own field (a 400), not about
@@ -68,37 +63,14 @@ class SamplingParams:
     priority: int = 0
 
     def __post_init__(self) -> None:
-        if not math.isfinite(self.temperature) or not 0 <= self.temperature <= MAX_TEMPERATURE:
-            raise InvalidRequest(f"temperature must be in [0, {MAX_TEMPERATURE:g}], got "
-                                 f"{float(self.temperature)!r}", param="temperature")
-        if not math.isfinite(self.top_p) or not 0 <= self.top_p <= 1:
-            raise InvalidRequest(f"top_p must be in [0, 1], got {float(self.top_p)!r}",
-                                 param="top_p")
-        if self.top_p == 0:
-            self.top_p = 1.0
-        if self.top_k < -1:
-            raise InvalidRequest(f"top_k must be -1, 0 (off) or > 0, got {self.top_k}",
-                                 param="top_k")
-        if self.top_k == -1:
-            self.top_k = 0
-        if self.max_tokens <= 0:
-            raise InvalidRequest(f"max_tokens must be > 0, got {self.max_tokens}",
-                                 param="max_tokens")
-        if not 0 <= self.min_tokens <= self.max_tokens:
-            raise InvalidRequest(f"min_tokens must be in [0, max_tokens={self.max_tokens}], got "
-                                 f"{self.min_tokens}", param="min_tokens")
-        if self.seed is not None and not -(2**63) <= self.seed < 2**63:  # the proto's int64
-            raise InvalidRequest(f"seed must be a signed 64-bit integer, got {self.seed}",
-                                 param="seed")
-        if any(t < 0 for t in self.stop_token_ids):
-            raise InvalidRequest("stop_token_ids must be non-negative", param="stop_token_ids")
-        if len(self.stop) > MAX_STOP_STRINGS or any(not isinstance(s, str) or not s
-                                                    for s in self.stop):
-            raise InvalidRequest(f"stop must be up to {MAX_STOP_STRINGS} non-empty strings",
-                                 param="stop")
-        if not PRIORITY_MIN <= self.priority <= PRIORITY_MAX:
-            raise InvalidRequest(f"priority must be an integer in [{PRIORITY_MIN}, {PRIORITY_MAX}] "
-                                 f"(lower first), got {self.priority}", param="priority")
+        # The rules (router_core/src/sampling.rs) check every field they know and normalise the
+        # "off" spellings: top_p 0 (proto3's unset) is 1.0, top_k -1 (vLLM's) is 0.
+        try:
+            self.top_p, self.top_k = router_core.check_sampling(
+                self.temperature, self.top_p, self.top_k, self.max_tokens, self.min_tokens,
+                self.seed, self.stop_token_ids, self.stop, self.priority)
+        except router_core.SamplingRefused as refused:
+            raise InvalidRequest(str(refused), param=refused.param) from None
 
     @property
     def greedy(self) -> bool:

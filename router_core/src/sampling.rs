@@ -1,11 +1,10 @@
 //! The sampling rules (OpenAI semantics): which values a request may ask for, with the
-//! normalisation of the "off" spellings. This is the source of truth: the router's HTTP front
-//! applies it to what a client sends before anything is routed (an HTTP 400 naming the field;
-//! the front's parsing checks only JSON types and the proto's integer widths, and leaves every
-//! range to this). The engine is a separate process and package that must not import the router,
-//! yet it takes requests over gRPC from any caller, so it keeps its own copy for its input in
-//! `SamplingParams` (switchyard_proto/sampling_params.py); tests/router_core/test_sampling_parity.py
-//! holds that copy to this one's answers and messages, case by case.
+//! normalisation of the "off" spellings. The one implementation: the router's HTTP front applies
+//! it to what a client sends before anything is routed (an HTTP 400 naming the field; the front's
+//! parsing checks only JSON types and the proto's integer widths, and leaves every range to this),
+//! and the engine, which takes requests over gRPC from any caller, applies it through the binding
+//! (`router_core.check_sampling`, called when switchyard_proto/sampling_params.py builds a
+//! `SamplingParams`), so a client and a gRPC caller are told the same thing.
 
 use crate::error::{Result, RouterCoreError};
 
@@ -47,9 +46,9 @@ fn invalid(param: &str, message: String) -> RouterCoreError {
     }
 }
 
-/// A float as Python's `repr` writes it (the engine's copy of these rules writes its values
-/// that way, and both must say the same): the shortest digits that read back to the same value,
-/// in exponent form below 1e-4 and from 1e16 on.
+/// A float as Python's `repr` writes it (the messages reach Python callers, the engine's among
+/// them, and read as Python would write the value): the shortest digits that read back to the
+/// same value, in exponent form below 1e-4 and from 1e16 on.
 pub fn py_float(value: f64) -> String {
     if value.is_nan() {
         return "nan".into();
