@@ -162,15 +162,20 @@ def _ratio(value: float, base: list[float]) -> str:
     return f"{value / statistics.median(base):.2f}x" if base else "-"
 
 
+def _fmt(value: float) -> str:
+    """req/s as integers, CPU ms and percentages to three significant places."""
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
 def _spread(values: list[float]) -> str:
-    return f" ({min(values):.4g}–{max(values):.4g})" if len(values) > 1 else ""
+    return f" ({_fmt(min(values))}–{_fmt(max(values))})" if len(values) > 1 else ""
 
 
 def _with_span(head: str, values: list[float]) -> str:
     """`head (ratio; min–max)` over several rounds, `head (ratio)` over one."""
     if len(values) < 2:
         return head + ")"
-    return f"{head}; {min(values):.4g}–{max(values):.4g})"
+    return f"{head}; {_fmt(min(values))}–{_fmt(max(values))})"
 
 
 def fleet_table(rows: list[FleetRow], counts: list[int], policies: tuple[str, ...]) -> str:
