@@ -43,9 +43,11 @@ $(PROTO_OUT): $(PROTO_SRC) $(DEPS_STAMP)
 
 proto: $(PROTO_OUT)
 
-# The Rust extension, built in release mode and installed editable into the venv.
+# The Rust extension, built in release mode and installed editable into the venv, with the mock
+# engine and worker (the `mocks` feature) that the benchmarks and tests start; a wheel built from
+# pyproject.toml (what users install, the deployment images) leaves them out.
 $(EXT_STAMP): $(RUST_SRC) $(PROTO_OUT) $(DEPS_STAMP) router_core/__init__.py
-	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release -q
+	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release -q --features mocks
 	touch $@
 
 # The fast CPU mode's kernels (C++ against torch's headers; portable, AVX2 and AVX-512 chosen at run time).
@@ -65,7 +67,7 @@ serve: install
 lint: install
 	cargo fmt --all --check
 	cargo clippy --all-targets -q -- -D warnings
-	cargo clippy --all-targets --features python -q -- -D warnings
+	cargo clippy --all-targets --features mocks -q -- -D warnings
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy pyrouter engine switchyard_telemetry switchyard_bench switchyard_proto switchyard_tokenizer switchyard_sim
 

@@ -366,7 +366,8 @@ class RouterTokenizer:
 # ---- mock servers: ONLY for router-overhead benchmarks and fault-injection tests ----
 @final
 class MockEngineServer:
-    """The mock engine: the real engine proto (switchyard.v1.Engine + grpc.health.v1) served
+    """Only in builds with the `mocks` Cargo feature (`make install`; not the wheel users install).
+    The mock engine: the real engine proto (switchyard.v1.Engine + grpc.health.v1) served
     with synthetic tokens and no model, by tonic on a tokio runtime thread (never holding the
     GIL). Constructing it binds and starts it (port 0 = any free port); `shutdown` stops it.
     Token ids depend only on the prompt and the position; a pretend prefix cache of block hashes
@@ -396,7 +397,8 @@ class MockEngineServer:
 
 @final
 class MockOpenAIWorker:
-    """An OpenAI-style HTTP worker (axum) for the benchmark's anchor routers: /v1/completions,
+    """Only in builds with the `mocks` Cargo feature. An OpenAI-style HTTP worker (axum) for the
+    benchmark's anchor routers: /v1/completions,
     /v1/chat/completions (streamed: max_tokens SSE events " w0", " w1", ... then [DONE], in one
     body chunk), health and model-info routes. Same lifecycle as MockEngineServer."""
     def __new__(cls, port: int, host: str = "127.0.0.1", *,

@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 
-from router_core import MockEngineServer
+from engine.mock import require_mocks
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,6 +22,9 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.count < 1:
         p.error("--count must be >= 1")
+    require_mocks()
+    from router_core import MockEngineServer
+
     stop = {signal.SIGTERM, signal.SIGINT}
     signal.pthread_sigmask(signal.SIG_BLOCK, stop)  # before the servers' threads inherit the mask
     servers = [MockEngineServer(0) for _ in range(a.count)]

@@ -19,7 +19,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1, help="runtime threads")
     args = p.parse_args(argv)
 
+    from engine.mock import require_mocks
     from engine.mock.signals import serve_until_signal
+
+    require_mocks()
     from router_core import MockOpenAIWorker
 
     return serve_until_signal(

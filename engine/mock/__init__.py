@@ -10,11 +10,24 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["serve"]
+__all__ = ["require_mocks", "serve"]
+
+
+def require_mocks() -> None:
+    """Raises a clear RuntimeError where router_core was built without its mocks: the wheel users
+    install and the deployment images leave them out (the `mocks` Cargo feature); `make install`
+    builds them in for the benchmarks and the tests."""
+    import router_core
+
+    if not hasattr(router_core, "MockEngineServer"):
+        raise RuntimeError("this router_core was built without the mock engine and worker (the "
+                           "`mocks` feature); they are for benchmarks and tests: build the "
+                           "extension from a checkout with `make install`")
 
 
 def serve(args: argparse.Namespace) -> int:
     """Run the mock engine until SIGINT/SIGTERM; returns the exit code."""
+    require_mocks()
     from engine.mock.config import MockConfig
     from engine.mock.signals import serve_until_signal
     from router_core import MockEngineServer

@@ -25,6 +25,7 @@ mod prediction;
 mod request_verbs;
 mod router;
 mod sampling;
+#[cfg(feature = "mocks")]
 mod servers;
 mod session_affinity;
 mod table;
@@ -56,8 +57,11 @@ fn _router_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<detok::PyIncrementalDetokenizer>()?;
     m.add_class::<detok::PySseEncoder>()?;
     m.add_class::<tokenize::PyRouterTokenizer>()?;
-    m.add_class::<servers::PyMockEngineServer>()?;
-    m.add_class::<servers::PyMockOpenAIWorker>()?;
+    #[cfg(feature = "mocks")]
+    {
+        m.add_class::<servers::PyMockEngineServer>()?;
+        m.add_class::<servers::PyMockOpenAIWorker>()?;
+    }
     m.add_class::<front::PyRouterFront>()?;
     m.add_class::<front::PyRequestRecord>()?;
     m.add_class::<front::PySegmentRecord>()?;
