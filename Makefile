@@ -69,7 +69,7 @@ lint: install
 	cargo clippy --all-targets -q -- -D warnings
 	cargo clippy --all-targets --features mocks -q -- -D warnings
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy pyrouter engine switchyard_telemetry switchyard_bench switchyard_proto switchyard_tokenizer switchyard_sim
+	$(VENV)/bin/mypy pyrouter engine switchyard_telemetry switchyard_bench switchyard_engine_api switchyard_tokenizer switchyard_sim
 
 # Every Rust test: the default (core) build plus the feature-gated pieces (tokenisation, gRPC mock
 # engine, mock HTTP worker, the router front); only the PyO3 binding is left out (it links libpython).

@@ -2,7 +2,7 @@
 records (pyrouter/runtime/records.py)."""
 from __future__ import annotations
 
-from pyrouter.metrics import RouterMetrics
+from pyrouter.metrics.router_metrics import RouterMetrics
 
 # (pattern, engine id, engine role): the latency histograms' labels.
 Labels = tuple[str, str, str]

@@ -16,7 +16,7 @@ from pyrouter.engines.membership import UPKEEP_POLLS_PER_S, EngineMembership
 from pyrouter.errors import BadRequest
 from pyrouter.http.drain import drain
 from pyrouter.live_config import LiveConfig
-from pyrouter.metrics import RouterMetrics
+from pyrouter.metrics.router_metrics import RouterMetrics
 from pyrouter.model_groups import (
     ModelEngines,
     ModelGroup,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from pyrouter.admission import AdmissionConfig
 from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.membership import EngineMembership
-from pyrouter.metrics import RouterMetrics
+from pyrouter.metrics.router_metrics import RouterMetrics
 from pyrouter.model_groups import ModelGroup, ModelSpec, group_for
 from pyrouter.policy_dir import PolicyDir
 from pyrouter.replicas.peers import RouterPeers

@@ -48,7 +48,7 @@ def check_sampling(temperature: float, top_p: float, top_k: int, max_tokens: int
     """The normalised (top_p, top_k) ("off" spelt 1.0 and 0) when the values meet every rule;
     otherwise raises SamplingRefused for the first rule broken, in the rules' order. A `stop`
     entry that is not a string breaks the stop rule. OverflowError for an int beyond 128 bits.
-    switchyard_proto/sampling_params.py's SamplingParams is built through it."""
+    switchyard_engine_api/sampling_params.py's SamplingParams is built through it."""
 
 # The largest JSON schema (its JSON text) a request's response_format may carry.
 MAX_SCHEMA_BYTES: int

@@ -9,7 +9,7 @@ import time
 import grpc
 
 from switchyard_bench.wrk_runner import Measure
-from switchyard_proto.auth import call_metadata, engine_token, open_channel
+from switchyard_engine_api.auth import call_metadata, engine_token, open_channel
 from switchyard_rpc import engine_pb2 as pb
 from switchyard_rpc import engine_pb2_grpc as pb_grpc
 

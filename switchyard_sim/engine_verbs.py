@@ -20,8 +20,8 @@ from engine.core.outputs import StepOutput
 from engine.core.validation import resolve_end
 from engine.server.convert import chunk_from_outputs
 from engine.server.errors import RequestInUse, status_code
-from switchyard_proto.errors import EngineError, InvalidRequest
-from switchyard_proto.sampling_proto import sampling_from_proto
+from switchyard_engine_api.errors import EngineError, InvalidRequest
+from switchyard_engine_api.sampling_proto import sampling_from_proto
 from switchyard_rpc import engine_pb2 as pb
 from switchyard_sim.engine import SimEngine
 from switchyard_sim.fake.engine_double import Metadata

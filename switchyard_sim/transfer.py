@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 
 from engine.core.outputs import SendChunk
-from switchyard_proto.errors import LeaseExpired, UnknownRequest
+from switchyard_engine_api.errors import LeaseExpired, UnknownRequest
 from switchyard_sim.engine import SimEngine
 from switchyard_sim.send_cost import chunks_per_layer
 

@@ -38,8 +38,8 @@ from engine.kvcache.page_pool import OutOfPages, PagePool
 from engine.kvcache.radix_cache import RadixPrefixCache
 from engine.model.loader import LoadedModel, load_model
 from engine.model.runner import ModelRunner
-from switchyard_proto.errors import InvalidRequest, UnknownRequest
-from switchyard_proto.sampling_params import SamplingParams
+from switchyard_engine_api.errors import InvalidRequest, UnknownRequest
+from switchyard_engine_api.sampling_params import SamplingParams
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
-from switchyard_proto.errors import InvalidRequest
-from switchyard_proto.sampling_params import RESPONSE_FORMAT_REFUSED, ResponseFormat
+from switchyard_engine_api.errors import InvalidRequest
+from switchyard_engine_api.sampling_params import RESPONSE_FORMAT_REFUSED, ResponseFormat
 
 # Compiled grammars kept for reuse (by schema text): enough for many distinct schemas, bounded
 # so that a stream of one-off schemas cannot grow the engine's memory without limit.

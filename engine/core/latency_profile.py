@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from switchyard_proto.errors import UnknownRequest
-from switchyard_proto.sampling_params import SamplingParams
+from switchyard_engine_api.errors import UnknownRequest
+from switchyard_engine_api.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     from engine.core.engine_core import EngineCore

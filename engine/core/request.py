@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from engine.core.outputs import SendChunk
 from engine.core.step_trace import StepTrace
-from switchyard_proto.sampling_params import SamplingParams
+from switchyard_engine_api.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     import torch

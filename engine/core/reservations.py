@@ -18,7 +18,7 @@ from engine.core.outputs import Reservation
 from engine.core.step_trace import ReceiveStats
 from engine.kvcache.page_pool import OutOfPages
 from engine.kvcache.radix_cache import RadixPrefixCache
-from switchyard_proto.errors import LeaseExpired, NoCapacity, UnknownRequest
+from switchyard_engine_api.errors import LeaseExpired, NoCapacity, UnknownRequest
 
 _EXPIRED_MEMORY = 4096  # expired ids remembered so a late write says LeaseExpired, not Unknown
 

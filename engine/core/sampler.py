@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from switchyard_proto.sampling_params import SamplingParams
+from switchyard_engine_api.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     from engine.core.grammar import RequestGrammar

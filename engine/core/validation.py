@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from switchyard_proto.errors import InvalidRequest
+from switchyard_engine_api.errors import InvalidRequest
 
 
 def check_request_id(request_id: object) -> str:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
-from switchyard_proto.auth import engine_token
+from switchyard_engine_api.auth import engine_token
 
 T = TypeVar("T")
 
@@ -55,7 +55,7 @@ class MockConfig:
     vocab_size: int = 49152
     # Block hash seed (ModelInfo.block_hash_seed) and the fail_rate generator's seed.
     seed: int = 0
-    # The deployment's engine token (switchyard_proto/auth.py): Engine RPCs without it are refused
+    # The deployment's engine token (switchyard_engine_api/auth.py): Engine RPCs without it are refused
     # with UNAUTHENTICATED, as a real engine refuses them ("" = open).
     engine_token: str = ""
 

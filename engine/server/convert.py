@@ -1,6 +1,6 @@
 """Proto messages <-> the engine core's own types (one place, so every verb converts the same way).
 
-SamplingParams' conversion is shared with the router: switchyard_proto/sampling_proto.py."""
+SamplingParams' conversion is shared with the router: switchyard_engine_api/sampling_proto.py."""
 from __future__ import annotations
 
 from collections.abc import Sequence

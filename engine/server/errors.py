@@ -4,7 +4,7 @@ from __future__ import annotations
 import grpc
 
 from engine.transfer import BadKVAddr, LayoutMismatch, TransferError
-from switchyard_proto.errors import InvalidRequest, LeaseExpired, NoCapacity, UnknownRequest
+from switchyard_engine_api.errors import InvalidRequest, LeaseExpired, NoCapacity, UnknownRequest
 
 
 class RequestInUse(InvalidRequest):

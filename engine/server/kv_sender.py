@@ -17,7 +17,7 @@ from engine.core.step_trace import StepTrace
 from engine.server.step_loop import StepLoop
 from engine.transfer import KVAddr, KVLayout, SendSession, TransferError, TransportPool
 from engine.transfer.gather import gather_into
-from switchyard_proto.errors import InvalidRequest
+from switchyard_engine_api.errors import InvalidRequest
 from switchyard_rpc import engine_pb2 as pb
 
 # Largest chunk handed to a transport at once (keeps shm staging and wire buffers bounded;

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Protocol, TypeVar
 
 from engine.server.cpu_affinity import CPUS_ENV, format_cpus
-from switchyard_proto.client import EngineClient
+from switchyard_engine_api.client import EngineClient
 
 REPO = Path(__file__).resolve().parents[2]  # run from the checkout the package lives in
 START_TIMEOUT_S = 300.0

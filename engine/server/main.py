@@ -13,7 +13,7 @@ SWITCHYARD_ENGINE_CPUS (engine/server/cpu_affinity.py: the cores this engine is 
 SWITCHYARD_DRAIN_S (engine/server/drain.py: how long a SIGTERM waits for the work in flight),
 SWITCHYARD_METRICS_PORT (Prometheus /metrics when --metrics-port is not given), tracing's
 SWITCHYARD_TRACE_FILE / OTEL_* (switchyard_telemetry/provider.py),
-and SWITCHYARD_ENGINE_TOKEN[_FILE] and SWITCHYARD_ENGINE_TLS_* (switchyard_proto/auth.py: who may call).
+and SWITCHYARD_ENGINE_TOKEN[_FILE] and SWITCHYARD_ENGINE_TLS_* (switchyard_engine_api/auth.py: who may call).
 
 Before serving, the engine profiles its step time or loads a cached profile
 (engine/core/latency_cache.py); a failed profile is logged and the engine serves without one.
@@ -118,7 +118,7 @@ async def serve_async(args: argparse.Namespace) -> None:
     from engine.server.telemetry import EngineTelemetry
     from engine.transfer import TransferListener
     from engine.transfer.cuda_ipc import receiving_sink
-    from switchyard_proto.auth import add_listening_port, engine_token, server_interceptors
+    from switchyard_engine_api.auth import add_listening_port, engine_token, server_interceptors
     from switchyard_rpc import engine_pb2_grpc as pb_grpc
 
     config = engine_config_from_args(args)
@@ -138,7 +138,7 @@ async def serve_async(args: argparse.Namespace) -> None:
     telemetry = EngineTelemetry.for_core(core, getattr(args, "metrics_port", None), args.host)
     servicer = EngineServicer(steps, listener, layout, info, telemetry)
 
-    # Clients ping every 20 s (switchyard_proto/client.py) to notice a dead engine; accept those
+    # Clients ping every 20 s (switchyard_engine_api/client.py) to notice a dead engine; accept those
     # pings during long silent RPCs (a RemoteSend whose prefill takes minutes) instead of
     # answering GOAWAY "too_many_pings" after the third one, which killed such calls.
     server = grpc.aio.server(interceptors=server_interceptors(), options=[("grpc.max_receive_message_length", 64 << 20),

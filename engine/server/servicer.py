@@ -24,7 +24,7 @@ from engine.server.spans import EngineSpans
 from engine.server.step_loop import StepLoop
 from engine.server.telemetry import EngineTelemetry, reported
 from engine.transfer import KVAddr, KVLayout, TransferListener
-from switchyard_proto.sampling_proto import sampling_from_proto
+from switchyard_engine_api.sampling_proto import sampling_from_proto
 from switchyard_rpc import engine_pb2 as pb
 from switchyard_rpc import engine_pb2_grpc as pb_grpc
 

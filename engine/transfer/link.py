@@ -44,7 +44,7 @@ from engine.transfer.frames import (
 )
 from engine.transfer.layout import KVLayout
 from engine.transfer.staging import StagingArea, StagingRing, StagingTimeout
-from switchyard_proto.auth import engine_token
+from switchyard_engine_api.auth import engine_token
 
 log = logging.getLogger(__name__)
 # How long a sender waits for staging space before deciding the receiver is stuck.

@@ -31,7 +31,7 @@ from engine.transfer.frames import (
 )
 from engine.transfer.layout import KVLayout
 from engine.transfer.staging import AttachedStaging
-from switchyard_proto.auth import token_matches
+from switchyard_engine_api.auth import token_matches
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ router_core/src/python/engine_client.rs). The front's executor reaches the engin
 (health, Stats, ModelInfo, KV events) and Configure are its awaitables here.
 
 The router process dials each engine once, in Rust, with the deployment's engine token and TLS
-settings (switchyard_proto/auth.py). A failed call raises router_core's EngineCallError (the
+settings (switchyard_engine_api/auth.py). A failed call raises router_core's EngineCallError (the
 gRPC status code's name and the details). The upkeep answers cross as the serialized response,
 read here with the proto's generated class.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 
 from router_core import EngineRpcClient
-from switchyard_proto.auth import client_tls, engine_token
+from switchyard_engine_api.auth import client_tls, engine_token
 from switchyard_rpc import engine_pb2 as pb
 
 

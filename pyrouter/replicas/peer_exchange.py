@@ -9,7 +9,7 @@ replica adds its peers' deltas to its engine table next to its own dispatches un
 Stats covers them. This module starts it when the router has peers, keeps its engine addresses
 in step with the membership (engine ids are each replica's own; addresses are shared), and
 exports its counters on /metrics. Peers must present the deployment's engine token
-(switchyard_proto/auth.py), as the engines ask of routers.
+(switchyard_engine_api/auth.py), as the engines ask of routers.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from pyrouter.errors import BadRequest
 from pyrouter.replicas.peers import RouterPeers
 from pyrouter.security.engine_allow import split_host_port
 from router_core import RouterPeerExchange
-from switchyard_proto.auth import engine_token
+from switchyard_engine_api.auth import engine_token
 
 # How often the membership's engine addresses are copied into the exchange: an engine added
 # meanwhile is one whose deltas are ignored for that long (it has no load to speak of yet).

@@ -9,7 +9,7 @@ import logging
 import time
 from typing import Any, Protocol
 
-from pyrouter.metrics import RouterMetrics
+from pyrouter.metrics.router_metrics import RouterMetrics
 from pyrouter.request_end import Labels, record_request_metrics
 from pyrouter.state import RouterState
 from router_core import RequestRecord, engine_name

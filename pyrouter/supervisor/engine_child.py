@@ -11,7 +11,7 @@ from engine.server.launcher import EngineSpec, launch
 from pyrouter.supervisor.child import Child
 from pyrouter.supervisor.process import ChildProcess, Spawned
 from pyrouter.supervisor.state import ENGINE, ChildRecord
-from switchyard_proto.client import EngineClient
+from switchyard_engine_api.client import EngineClient
 
 
 @dataclass(eq=False)

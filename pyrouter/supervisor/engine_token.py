@@ -1,4 +1,4 @@
-"""The deployment's engine token (switchyard_proto/auth.py) when the operator set none: a fresh
+"""The deployment's engine token (switchyard_engine_api/auth.py) when the operator set none: a fresh
 one in a file only this user can read, in serve's run directory, which every child reads through
 SWITCHYARD_ENGINE_TOKEN_FILE. A serve that adopts running children keeps the file they were
 started with: a new token would lock its own routers out of the adopted engines."""
@@ -8,7 +8,7 @@ import os
 import secrets
 from pathlib import Path
 
-from switchyard_proto.auth import TOKEN_ENV, TOKEN_FILE_ENV
+from switchyard_engine_api.auth import TOKEN_ENV, TOKEN_FILE_ENV
 
 
 def operator_token() -> bool:

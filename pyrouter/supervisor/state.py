@@ -15,7 +15,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from switchyard_proto.auth import TOKEN_ENV, TOKEN_FILE_ENV
+from switchyard_engine_api.auth import TOKEN_ENV, TOKEN_FILE_ENV
 
 STATE_VERSION = 1
 ENGINE, ROUTER = "engine", "router"

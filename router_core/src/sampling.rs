@@ -3,7 +3,7 @@
 //! it to what a client sends before anything is routed (an HTTP 400 naming the field; the front's
 //! parsing checks only JSON types and the proto's integer widths, and leaves every range to this),
 //! and the engine, which takes requests over gRPC from any caller, applies it through the binding
-//! (`router_core.check_sampling`, called when switchyard_proto/sampling_params.py builds a
+//! (`router_core.check_sampling`, called when switchyard_engine_api/sampling_params.py builds a
 //! `SamplingParams`), so a client and a gRPC caller are told the same thing.
 
 use crate::error::{Result, RouterCoreError};

@@ -110,7 +110,7 @@ def _engine_side(opts: dict[str, Any]) -> dict[str, Any]:
     from engine.core.engine_core import EngineCore
     from engine.model.loader import load_model
     from switchyard_bench.engine.engine_floor import weight_stats
-    from switchyard_proto.sampling_params import SamplingParams
+    from switchyard_engine_api.sampling_params import SamplingParams
 
     dtype = getattr(torch, opts["dtype"])
     loaded = load_model(opts["model"], dtype, "cpu", mode=opts["mode"])

@@ -85,7 +85,7 @@ class _Side:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
-    from switchyard_proto.sampling_params import ResponseFormat, SamplingParams
+    from switchyard_engine_api.sampling_params import ResponseFormat, SamplingParams
 
     side = _Side(args)
     schema = ResponseFormat("json_schema", json.dumps(PERSON))

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from engine.server.launcher import start_engines, stop_engines
-from switchyard_proto.client import EngineClient
+from switchyard_engine_api.client import EngineClient
 
 
 @dataclass(slots=True)

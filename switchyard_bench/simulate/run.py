@@ -29,7 +29,7 @@ from switchyard_bench.serve.stream_record import RequestRecord, StreamObserver
 from switchyard_bench.serve.summary import summarize
 from switchyard_bench.serve.sweep import rate_label, write_jsonl
 from switchyard_bench.workloads import ArrivalProcess, WorkItem, Workload, WorkloadError, schedule
-from switchyard_proto.sampling_params import SamplingParams
+from switchyard_engine_api.sampling_params import SamplingParams
 from switchyard_sim.clock import real_perf_counter, run_virtual
 from switchyard_sim.cluster import SimCluster
 from switchyard_sim.fake.front_run import FakeRun, FrontHarness

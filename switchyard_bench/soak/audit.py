@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from switchyard_proto.client import EngineClient
+from switchyard_engine_api.client import EngineClient
 
 
 @dataclass(frozen=True, slots=True)

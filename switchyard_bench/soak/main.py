@@ -30,7 +30,7 @@ from engine.server.launcher import REPO, free_port
 from switchyard_bench.soak.audit import EngineAudit, audit_engine, router_inflight
 from switchyard_bench.soak.outcome import Outcome
 from switchyard_bench.soak.traffic import TrafficMix, send
-from switchyard_proto.auth import TOKEN_ENV
+from switchyard_engine_api.auth import TOKEN_ENV
 
 _REQUEST_TIMEOUT_S = 300.0
 _RECOVERY_REQUESTS = 20

@@ -31,7 +31,7 @@ from pyrouter.planning.prediction_feedback import PredictionFeedback
 from pyrouter.policy_registry import ActivePolicy, PolicySpec, get_policy
 from pyrouter.request import RouterRequest, SloSpec
 from router_core import InProcessFront, RouterCore, engine_name
-from switchyard_proto.sampling_params import SamplingParams
+from switchyard_engine_api.sampling_params import SamplingParams
 from switchyard_sim.fake.fake_engine import FakeEngineClient, Fault, next_token
 from switchyard_sim.fake.front_run import FAKE_MODEL, FakeRun, FrontHarness, OnTokens
 from switchyard_sim.fake.local_engines import LocalEngines

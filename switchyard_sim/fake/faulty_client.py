@@ -1,6 +1,6 @@
 """FaultyClient: a real engine's client with faults injected at chosen calls (fault tests only).
 
-Wraps a grpc.aio client of a real engine (switchyard_proto/client.py's EngineClient) as the
+Wraps a grpc.aio client of a real engine (switchyard_engine_api/client.py's EngineClient) as the
 engine double router_core's executor calls in-process (switchyard_sim/fake/engine_double.py):
 the `nth` prep_recv / remote_send / start_generate fails before or after the real call went
 through (switchyard_sim/fake/fake_engine.py's Fault), so tests can check that whatever a real
@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 
-from switchyard_proto.client import EngineClient
+from switchyard_engine_api.client import EngineClient
 from switchyard_rpc import engine_pb2 as pb
 from switchyard_sim.fake.engine_double import Metadata
 from switchyard_sim.fake.fake_engine import Fault

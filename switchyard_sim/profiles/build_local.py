@@ -26,7 +26,7 @@ import json
 import os
 from typing import Any
 
-from switchyard_proto.auth import TOKEN_FILE_ENV, engine_token
+from switchyard_engine_api.auth import TOKEN_FILE_ENV, engine_token
 from switchyard_sim.profile import PROFILE_DIR, profile_from_dict
 
 NAME = "local-smollm2-cpu"
@@ -56,7 +56,7 @@ async def _from_engines(addresses: list[str], token: str | None = None) -> dict[
 
 
 async def _from_engine(address: str, token: str | None = None) -> dict[str, Any]:
-    from switchyard_proto.client import EngineClient
+    from switchyard_engine_api.client import EngineClient
 
     async with EngineClient(address, timeout_s=10.0, token=token) as client:
         info = await client.model_info()

@@ -113,7 +113,7 @@ def measure_link(reps: int) -> dict[str, Any]:
 async def _prefill_and_decode(client: Any, rng: random.Random, vocab: int, prompt: int,
                               decodes: int) -> tuple[float, float]:
     """One fresh request: (its prefill ms, its median decode step ms), as the engine timed them."""
-    from switchyard_proto.client import sampling
+    from switchyard_engine_api.client import sampling
 
     tokens = [rng.randrange(100, vocab) for _ in range(prompt)]
     prefill, steps = 0.0, []
@@ -129,7 +129,7 @@ async def _prefill_and_decode(client: Any, rng: random.Random, vocab: int, promp
 
 async def _keep_prefilling(client: Any, rng: random.Random, vocab: int, stop: asyncio.Event
                            ) -> None:
-    from switchyard_proto.client import sampling
+    from switchyard_engine_api.client import sampling
 
     while not stop.is_set():
         tokens = [rng.randrange(100, vocab) for _ in range(1024)]
@@ -154,7 +154,7 @@ async def _keep_sending(src: Any, dst: Any, prompts: list[list[int]], stop: asyn
 
 async def measure_engines(addrs: list[str], reps: int, link: dict[str, Any]
                           ) -> dict[str, Any]:
-    from switchyard_proto.client import EngineClient, sampling
+    from switchyard_engine_api.client import EngineClient, sampling
 
     rng = random.Random(0)
     out: dict[str, Any] = {}

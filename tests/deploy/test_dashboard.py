@@ -13,7 +13,7 @@ from deploy_refs import DEPLOY, ROOT
 from engine.core.stats import EngineStats
 from engine.server.launcher import free_port
 from engine.server.metrics import EngineMetrics
-from pyrouter.metrics import RouterMetrics
+from pyrouter.metrics.router_metrics import RouterMetrics
 
 _SUFFIXES = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_sum", "_count",
                                                               "_created"), "gauge": ("",)}

@@ -9,8 +9,8 @@ from test_core_support import assert_pool_idle, drain, generate, greedy, make_en
 from engine.config import EngineConfig, EngineConfigError
 from engine.core.engine_core import EngineCore
 from engine.model.loader import LoadedModel
-from switchyard_proto.errors import InvalidRequest
-from switchyard_proto.sampling_params import SamplingParams
+from switchyard_engine_api.errors import InvalidRequest
+from switchyard_engine_api.sampling_params import SamplingParams
 
 pytestmark = [pytest.mark.model, pytest.mark.timeout(300)]
 

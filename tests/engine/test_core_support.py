@@ -7,7 +7,7 @@ from engine.config import EngineConfig
 from engine.core.engine_core import EngineCore
 from engine.core.outputs import StepOutput
 from engine.model.loader import LoadedModel
-from switchyard_proto.sampling_params import SamplingParams
+from switchyard_engine_api.sampling_params import SamplingParams
 
 PROMPTS = [
     "The capital of France is",

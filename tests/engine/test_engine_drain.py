@@ -72,7 +72,7 @@ async def test_sigterm_lets_the_stream_in_flight_finish(tmp_path):
     import subprocess
     import sys
 
-    from switchyard_proto.client import EngineClient, sampling
+    from switchyard_engine_api.client import EngineClient, sampling
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

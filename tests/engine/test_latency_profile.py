@@ -90,7 +90,7 @@ def test_chunk_size_is_set_at_run_time(loaded_model_fp32: LoadedModel, one_threa
     driver = StepDriver(core)
     driver.prefill(40, 0)
     assert [s.prefill_tokens for s in shapes] == [16, 16, 8], "40 tokens in chunks of 16"
-    from switchyard_proto.errors import InvalidRequest
+    from switchyard_engine_api.errors import InvalidRequest
 
     for bad in (0, -3, core.max_context + 1, 2.5, True):
         with pytest.raises(InvalidRequest):

@@ -6,7 +6,7 @@ import pytest
 from test_core_support import PROMPTS, drain, generate, greedy, make_engine
 
 from engine.model.loader import LoadedModel
-from switchyard_proto.sampling_params import SamplingParams
+from switchyard_engine_api.sampling_params import SamplingParams
 
 pytestmark = [pytest.mark.model, pytest.mark.timeout(300)]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from engine.core.sampler import SampleRow, make_generator, sample
-from switchyard_proto.sampling_params import SamplingParams
+from switchyard_engine_api.sampling_params import SamplingParams
 
 
 def _row(seed: int | None = None, **kw: object) -> SampleRow:

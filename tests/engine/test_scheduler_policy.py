@@ -8,7 +8,7 @@ from engine.core.request import Request
 from engine.core.scheduler import Scheduler, SchedulerOutput
 from engine.kvcache.page_pool import PagePool
 from engine.kvcache.radix_cache import RadixPrefixCache
-from switchyard_proto.sampling_params import SamplingParams
+from switchyard_engine_api.sampling_params import SamplingParams
 
 PS = 4
 

@@ -14,8 +14,8 @@ from test_core_support import assert_pool_idle, drain, greedy, make_engine
 
 from engine.core.engine_core import EngineCore
 from engine.model.loader import LoadedModel
-from switchyard_proto.errors import InvalidRequest
-from switchyard_proto.sampling_params import ResponseFormat, SamplingParams
+from switchyard_engine_api.errors import InvalidRequest
+from switchyard_engine_api.sampling_params import ResponseFormat, SamplingParams
 
 pytestmark = [pytest.mark.model, pytest.mark.timeout(300)]
 

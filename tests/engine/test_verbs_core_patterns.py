@@ -11,7 +11,7 @@ from test_core_support import PROMPTS, assert_pool_idle, drain, generate, greedy
 from engine.core.engine_core import EngineCore
 from engine.core.outputs import SendChunk
 from engine.model.loader import LoadedModel
-from switchyard_proto.errors import LeaseExpired
+from switchyard_engine_api.errors import LeaseExpired
 
 pytestmark = [pytest.mark.model, pytest.mark.timeout(300)]
 MAX_TOKENS = 12

@@ -59,7 +59,7 @@ def test_link_moves_bytes_between_processes_bit_exact() -> None:
 
 
 async def _patterns(addresses: list[str], prompts: list[list[int]]) -> dict[str, object]:
-    from switchyard_proto.client import EngineClient
+    from switchyard_engine_api.client import EngineClient
 
     ref, prefill, decode = (EngineClient(a, timeout_s=300.0) for a in addresses)
     report: dict[str, object] = {}

@@ -15,7 +15,7 @@ from engine.config import EngineConfig
 from engine.core.engine_core import EngineCore
 from engine.kvcache.kv_storage import KVStorage
 from engine.model.runner import ModelRunner
-from switchyard_proto.sampling_params import SamplingParams
+from switchyard_engine_api.sampling_params import SamplingParams
 from tests.gpu.lockstep import greedy_lockstep, random_prompts
 from tests.gpu.random_models import SMOLLM2_135M, loaded_model, random_weights
 from tests.gpu.results import record

@@ -1,4 +1,4 @@
-"""The router never imports the engine's package: what both sides need lives in switchyard_proto
+"""The router never imports the engine's package: what both sides need lives in switchyard_engine_api
 (wire protocol, sampling rules and their errors) and switchyard_tokenizer. Only the commands that
 start engines (`switchyard serve` and its supervisor, and the `switchyard engine` flags the
 command line registers) reach into engine/, and only for its launcher."""
@@ -50,7 +50,7 @@ def test_the_launcher_exceptions_are_still_needed():
 
 def test_the_shared_packages_import_neither_side():
     wrong = []
-    for package in ("switchyard_proto", "switchyard_tokenizer"):
+    for package in ("switchyard_engine_api", "switchyard_tokenizer"):
         for source in sorted((ROOT / package).rglob("*.py")):
             tree = ast.parse(source.read_text(encoding="utf-8"))
             for node in ast.walk(tree):

@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "structures.md"
 SKIP_DIRS = {".git", ".venv", "target", "node_modules", "__pycache__", ".gpu-bundle"}
-OUR_PACKAGES = {"pyrouter", "engine", "router_core", "switchyard_rpc", "switchyard_proto",
+OUR_PACKAGES = {"pyrouter", "engine", "router_core", "switchyard_rpc", "switchyard_engine_api",
                 "switchyard_tokenizer", "switchyard_telemetry", "loadtest", "switchyard_bench",
                 "switchyard_sim"}
 GENERATED = {"switchyard_rpc/"}  # written by `make proto`, git-ignored

@@ -22,7 +22,7 @@ from router_procs import LOG_DIR, free_port, start_router, wait_ready
 
 from engine.server.launcher import EngineSpec, start_engines, stop_engines
 from switchyard_bench.soak.audit import audit_engine, router_inflight
-from switchyard_proto.client import EngineClient
+from switchyard_engine_api.client import EngineClient
 
 pytestmark = [pytest.mark.procs, pytest.mark.slow, pytest.mark.timeout(900)]
 

@@ -16,7 +16,7 @@ import requests
 from router_procs import LOG_DIR, free_port, start_router, wait_ready
 
 from engine.server.launcher import EngineSpec, start_engines, stop_engines
-from switchyard_proto.auth import TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, TLS_SERVER_NAME_ENV
+from switchyard_engine_api.auth import TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, TLS_SERVER_NAME_ENV
 
 pytestmark = [pytest.mark.procs, pytest.mark.slow, pytest.mark.timeout(600)]
 ENGINE_NAME = "switchyard-engine"

@@ -33,7 +33,7 @@ from engine.server.launcher import (
 from engine.transfer.link import FAULT_ACK_CRASH_ENV
 from switchyard_bench.soak.audit import audit_engine, router_inflight
 from switchyard_bench.soak.outcome import Outcome, judge_json, judge_stream
-from switchyard_proto.client import EngineClient
+from switchyard_engine_api.client import EngineClient
 
 pytestmark = [pytest.mark.procs, pytest.mark.slow, pytest.mark.timeout(1800)]
 _STORY = ("In the harbour town the fishermen mended their nets at dawn, and the old lighthouse "

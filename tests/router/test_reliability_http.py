@@ -22,7 +22,7 @@ import pytest
 import requests
 from router_procs import Proc, free_port, start_mock, start_router, wait_ready, wait_until
 
-from switchyard_proto.client import EngineClient
+from switchyard_engine_api.client import EngineClient
 
 pytestmark = [pytest.mark.procs, pytest.mark.timeout(120)]
 INF_KEY, ADMIN_KEY = "sk-inference-5b1e9f", "sk-admin-c07d42"

@@ -28,7 +28,7 @@ from router_procs import free_port, start_router, wait_ready, wait_until
 from router_real_cluster import greedy_token_ids, real_engines, router_over
 
 from switchyard_bench.soak.audit import EngineAudit, audit_engine
-from switchyard_proto.client import EngineClient
+from switchyard_engine_api.client import EngineClient
 
 pytestmark = [pytest.mark.procs, pytest.mark.timeout(900)]
 

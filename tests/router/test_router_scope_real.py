@@ -24,8 +24,8 @@ from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.membership import EngineMembership
 from pyrouter.policy_registry import ActivePolicy, get_policy
 from pyrouter.request import RouterRequest
-from switchyard_proto.client import EngineClient
-from switchyard_proto.sampling_params import SamplingParams
+from switchyard_engine_api.client import EngineClient
+from switchyard_engine_api.sampling_params import SamplingParams
 from switchyard_sim.fake import Fault
 from switchyard_sim.fake.faulty_client import FaultyClient
 from switchyard_sim.fake.front_run import FrontHarness

@@ -12,7 +12,7 @@ import pytest
 import requests
 from router_procs import start_serve, wait_ready
 
-from switchyard_proto.client import EngineClient
+from switchyard_engine_api.client import EngineClient
 
 pytestmark = [pytest.mark.procs, pytest.mark.timeout(180)]
 

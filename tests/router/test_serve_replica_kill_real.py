@@ -25,7 +25,7 @@ from router_procs import ServeProc, start_serve, wait_ready, wait_until
 from streams import Stream
 
 from switchyard_bench.soak.audit import audit_engine, router_inflight
-from switchyard_proto.auth import TOKEN_FILE_ENV
+from switchyard_engine_api.auth import TOKEN_FILE_ENV
 
 pytestmark = [pytest.mark.procs, pytest.mark.timeout(900)]
 FLOOD_CLIENTS = 4

@@ -30,8 +30,8 @@ from streams import Stream
 
 from pyrouter.supervisor.process import Adopted
 from pyrouter.supervisor.state import ENGINE, ChildRecord
-from switchyard_proto.auth import TOKEN_FILE_ENV
-from switchyard_proto.client import EngineClient
+from switchyard_engine_api.auth import TOKEN_FILE_ENV
+from switchyard_engine_api.client import EngineClient
 
 pytestmark = [pytest.mark.procs, pytest.mark.timeout(300)]
 SLOW = {"SWITCHYARD_MOCK_CHUNK_DELAY_MS": "40"}  # a token per 40 ms: a stream outlives a kill

@@ -29,7 +29,7 @@ from pyrouter.supervisor.state import (
     read_state,
     write_state,
 )
-from switchyard_proto.auth import TOKEN_ENV, TOKEN_FILE_ENV
+from switchyard_engine_api.auth import TOKEN_ENV, TOKEN_FILE_ENV
 
 ME = os.getpid()
 MY_START = psutil.Process(ME).create_time()

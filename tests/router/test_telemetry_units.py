@@ -13,8 +13,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from trace_front import CLIENT, spans_by_id
 
-from pyrouter.batched_histogram import BatchedHistogram
-from pyrouter.metrics import TOKEN_LATENCY_BUCKETS, RouterMetrics
+from pyrouter.metrics.batched_histogram import BatchedHistogram
+from pyrouter.metrics.router_metrics import TOKEN_LATENCY_BUCKETS, RouterMetrics
 from router_core import RouterTracer
 from switchyard_sim.fake import FakeCluster, FakeEngine
 from switchyard_telemetry.jsonl import JsonlSpanExporter, read_spans

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 import router_core
-from switchyard_proto.errors import InvalidRequest
-from switchyard_proto.sampling_params import SamplingParams
-from switchyard_proto.sampling_proto import sampling_from_proto
+from switchyard_engine_api.errors import InvalidRequest
+from switchyard_engine_api.sampling_params import SamplingParams
+from switchyard_engine_api.sampling_proto import sampling_from_proto
 from switchyard_rpc import engine_pb2 as pb
 
 # (the values, the field refused, the message the engine gives)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from switchyard_proto.client import EngineClient
+from switchyard_engine_api.client import EngineClient
 from switchyard_rpc import engine_pb2 as pb
 
 

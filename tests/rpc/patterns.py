@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from switchyard_proto.client import EngineClient, Generation, sampling
+from switchyard_engine_api.client import EngineClient, Generation, sampling
 from switchyard_rpc import engine_pb2 as pb
 
 MAX_TOKENS = 8

@@ -13,7 +13,7 @@ import grpc
 import pytest
 
 from engine.server.launcher import EngineProcess, start_engines, stop_engines
-from switchyard_proto.client import EngineClient, sampling
+from switchyard_engine_api.client import EngineClient, sampling
 from tests.rpc import patterns
 from tests.rpc.accounting import assert_accounted, kv_bytes_per_token
 

@@ -18,7 +18,7 @@ from engine.core.latency_model import VERSION, StepShape
 from engine.core.latency_profile import grid_for
 from engine.model.loader import load_model
 from engine.server.launcher import EngineProcess, EngineSpec, start_engines, stop_engines
-from switchyard_proto.client import sampling
+from switchyard_engine_api.client import sampling
 from switchyard_tokenizer.default_model import default_model_path
 
 pytestmark = [pytest.mark.procs, pytest.mark.model, pytest.mark.timeout(300)]

@@ -18,7 +18,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from router_core import MockEngineServer, block_hashes
-from switchyard_proto.client import EngineClient, sampling
+from switchyard_engine_api.client import EngineClient, sampling
 
 pytestmark = pytest.mark.procs
 

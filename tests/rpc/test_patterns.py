@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from engine.server.launcher import EngineProcess
-from switchyard_proto.client import EngineClient
+from switchyard_engine_api.client import EngineClient
 from tests.rpc import patterns
 from tests.rpc.accounting import assert_accounted, kv_bytes_per_token
 from tests.rpc.patterns import PatternRun

@@ -9,7 +9,7 @@ from engine.server.convert import event_batches
 from engine.server.errors import RequestInUse, status_code
 from engine.server.kv_sender import resolve_end
 from engine.transfer import BadKVAddr, TransferError
-from switchyard_proto.errors import InvalidRequest, LeaseExpired, NoCapacity, UnknownRequest
+from switchyard_engine_api.errors import InvalidRequest, LeaseExpired, NoCapacity, UnknownRequest
 
 
 def test_negative_end_counts_from_the_end() -> None:

@@ -16,7 +16,7 @@ from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.membership import EngineMembership
 from pyrouter.policy_registry import ActivePolicy, get_policy
 from pyrouter.request import RouterRequest
-from switchyard_proto.sampling_params import SamplingParams
+from switchyard_engine_api.sampling_params import SamplingParams
 from switchyard_sim.clock import run_virtual
 from switchyard_sim.cluster import SimCluster
 from switchyard_sim.fake.front_run import FakeRun, FrontHarness

@@ -12,7 +12,7 @@ from engine.config import EngineConfig
 from engine.core.engine_core import EngineCore
 from engine.core.scheduler import SchedulerOutput
 from engine.model.loader import load_model
-from switchyard_proto.sampling_params import SamplingParams
+from switchyard_engine_api.sampling_params import SamplingParams
 from switchyard_sim.engine import SimEngineCore
 from tests.sim.sim_helpers import tiny_profile
 

@@ -9,7 +9,7 @@
 //! `grpc-timeout` and enforced here, so an expired call is DEADLINE_EXCEEDED as grpc.aio
 //! reports it); a generation has none (it streams for as long as its max_tokens needs). Every
 //! call carries the deployment's engine token (`authorization: Bearer <token>`,
-//! switchyard_proto/auth.py) when there is one, and a call may add metadata of its own (the verb
+//! switchyard_engine_api/auth.py) when there is one, and a call may add metadata of its own (the verb
 //! span's trace context, `traceparent`).
 
 mod stream_call;

@@ -304,7 +304,7 @@ fn malformed_response_formats_are_400s() {
 
 /// The front checks only JSON types and widths: for a value of the right type, the 400 a client
 /// gets is the sampling rules' own message (the one an engine gives for the same value: it applies
-/// the same rules through the binding, switchyard_proto/sampling_params.py).
+/// the same rules through the binding, switchyard_engine_api/sampling_params.py).
 #[test]
 fn sampling_ranges_are_the_rules_own() {
     let rules = |temperature, top_p, top_k, max_tokens, min_tokens, seed, stop: &[Option<&str>]| {

@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 /// The largest schema (as compact JSON text) a request may carry: compiling a grammar costs
 /// time and memory with its size, and the engine holds this same limit for any gRPC caller
-/// (switchyard_proto/sampling_params.py reads it as `router_core.MAX_SCHEMA_BYTES`).
+/// (switchyard_engine_api/sampling_params.py reads it as `router_core.MAX_SCHEMA_BYTES`).
 pub const MAX_SCHEMA_BYTES: usize = 32 * 1024;
 
 /// What the output must be: any JSON object, or JSON valid against a schema.

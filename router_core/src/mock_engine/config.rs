@@ -39,7 +39,7 @@ pub struct MockEngineConfig {
     /// Block hash seed (ModelInfo's block_hash_seed) and the fail_rate generator's seed.
     pub seed: u64,
     /// The deployment's engine token: Engine RPCs without `authorization: Bearer <token>` are
-    /// refused with UNAUTHENTICATED, as a real engine refuses them (switchyard_proto/auth.py);
+    /// refused with UNAUTHENTICATED, as a real engine refuses them (switchyard_engine_api/auth.py);
     /// grpc.health.v1 stays open for probes. "" = open.
     pub engine_token: String,
 }

@@ -1,5 +1,5 @@
 //! The sampling rules (`crate::sampling::check_sampling`) for Python: the engine checks every
-//! request it is given with them (switchyard_proto/sampling_params.py builds its `SamplingParams`
+//! request it is given with them (switchyard_engine_api/sampling_params.py builds its `SamplingParams`
 //! through `check_sampling`), and the router checks its configured defaults, so the HTTP front,
 //! the engine and the router's configuration all apply one implementation.
 

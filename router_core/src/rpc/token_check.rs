@@ -1,6 +1,6 @@
 //! The deployment token on the gRPC services router_core serves (the mock engine, the router
 //! replicas' RouterPeer): every call must carry `authorization: Bearer <token>`, compared in
-//! constant time, as the real engine's interceptor does (switchyard_proto/auth.py).
+//! constant time, as the real engine's interceptor does (switchyard_engine_api/auth.py).
 
 use subtle::ConstantTimeEq;
 use tonic::{Request, Status};

@@ -1,6 +1,6 @@
 """SamplingParams: how one request picks its tokens and when it stops (OpenAI semantics).
 
-Shared by both sides: the router's Python side carries one per request (switchyard_proto/
+Shared by both sides: the router's Python side carries one per request (switchyard_engine_api/
 sampling_proto.py sends it with each segment), and the engine checks what arrives over gRPC with
 it (building one raises InvalidRequest naming the field, which the servicer answers as
 INVALID_ARGUMENT). The rules themselves exist once, in Rust (router_core/src/sampling.rs): the
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import router_core
-from switchyard_proto.errors import InvalidRequest
+from switchyard_engine_api.errors import InvalidRequest
 
 # The largest JSON schema (its JSON text) a request may carry: a grammar's compile time and
 # memory grow with it. The router's front holds it (front/response_format.rs); this is its value.

@@ -14,7 +14,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from pyrouter.admission import AdmissionMetrics
-from pyrouter.batched_histogram import BatchedHistogram
+from pyrouter.metrics.batched_histogram import BatchedHistogram
 
 # vLLM's buckets for the same quantities (seconds).
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,

@@ -18,7 +18,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from switchyard_proto.auth import call_metadata, engine_token, open_channel
+from switchyard_engine_api.auth import call_metadata, engine_token, open_channel
 from switchyard_rpc import engine_pb2 as pb
 from switchyard_rpc import engine_pb2_grpc as pb_grpc
 
@@ -52,7 +52,7 @@ def sampling(max_tokens: int = 16, temperature: float = 0.0, **kwargs: Any) -> p
 
 
 class EngineClient:
-    """`token`: the engine token to present (default: the deployment's, switchyard_proto/auth.py)."""
+    """`token`: the engine token to present (default: the deployment's, switchyard_engine_api/auth.py)."""
 
     def __init__(self, address: str, timeout_s: float = 120.0, token: str | None = None) -> None:
         self.address = address

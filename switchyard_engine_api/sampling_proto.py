@@ -2,7 +2,7 @@
 each segment (sampling_to_proto), the engine reads them back (sampling_from_proto)."""
 from __future__ import annotations
 
-from switchyard_proto.sampling_params import ResponseFormat, SamplingParams
+from switchyard_engine_api.sampling_params import ResponseFormat, SamplingParams
 from switchyard_rpc import engine_pb2 as pb
 
 DEFAULT_MAX_TOKENS = 16  # a StartGenerate that leaves max_tokens unset (OpenAI's default)
