@@ -18,8 +18,8 @@ from pyrouter.engines.handle import EngineHandle
 from pyrouter.errors import NoCapacity
 from pyrouter.outcomes import RecentOutcomes
 from pyrouter.planning.prediction_feedback import PredictionFeedback
-from pyrouter.policy_registry import ActivePolicy
 from pyrouter.request import RouterRequest, SloSpec
+from pyrouter.runtime.policy_registry import ActivePolicy
 from router_core import (
     EngineLoad,
     EnginePrediction,

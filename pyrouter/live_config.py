@@ -10,11 +10,11 @@ import argparse
 import logging
 
 from pyrouter.cluster import ActivePolicy
-from pyrouter.dispatch import PolicySlot
 from pyrouter.engines.dns_discovery import DnsEngineDiscovery, DnsEngineSpec
 from pyrouter.errors import BadRequest
-from pyrouter.policy_dir import PolicyDir
-from pyrouter.policy_registry import get_policy
+from pyrouter.runtime.dispatch import PolicySlot
+from pyrouter.runtime.policy_dir import PolicyDir
+from pyrouter.runtime.policy_registry import get_policy
 from pyrouter.state import RouterState
 
 log = logging.getLogger("switchyard.router")

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pyrouter.cluster import EngineDirectory
-from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.handle import EngineHandle
 from pyrouter.errors import NotFound
+from pyrouter.runtime.dispatch import Dispatcher, PolicySlot
 from pyrouter.tokenizer import model_display_id
 from router_core import RouterCore
 from switchyard_tokenizer.tokenizer import EngineTokenizer

@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from prometheus_client.registry import Collector
 
 from pyrouter.admission import admission_config
-from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.membership import UPKEEP_POLLS_PER_S, EngineMembership
 from pyrouter.errors import BadRequest
 from pyrouter.http.drain import drain
@@ -24,13 +23,14 @@ from pyrouter.model_groups import (
     engine_group,
     parse_model_args,
 )
-from pyrouter.policy_registry import ActivePolicy, get_policy, load_policy_source
 from pyrouter.replicas.admin_sync import start_admin_propagation
 from pyrouter.replicas.peer_exchange import PeerExchange, start_peer_exchange
 from pyrouter.replicas.peers import router_peers
 from pyrouter.replicas.restarts import replica_restarts_from_env
 from pyrouter.runtime.bridge import PolicyRuntime
 from pyrouter.runtime.builtins import sync_builtins
+from pyrouter.runtime.dispatch import Dispatcher, PolicySlot
+from pyrouter.runtime.policy_registry import ActivePolicy, get_policy, load_policy_source
 from pyrouter.runtime.records import RequestRecorder
 from pyrouter.security.engine_allow import EngineAllowList
 from pyrouter.security.keys import ADMIN_KEYS_ENV, KeyRing

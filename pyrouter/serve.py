@@ -22,9 +22,9 @@ from engine.server.cpu_affinity import format_cpus, split_cores, usable_cores
 from engine.server.launcher import EngineSpec
 from pyrouter.errors import BadRequest
 from pyrouter.model_groups import ModelSpec, parse_model_args, split_engines
-from pyrouter.policy_registry import ActivePolicy
 from pyrouter.replicas.command_lines import serve_router_args
 from pyrouter.router_command import DRAIN_ENV, initial_policy
+from pyrouter.runtime.policy_registry import ActivePolicy
 from pyrouter.supervisor.run_dir import RunDir, RunDirError
 from pyrouter.supervisor.state import StateError, args_fingerprint
 from pyrouter.supervisor.supervise import ServePlan, Supervisor

@@ -6,12 +6,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pyrouter.admission import AdmissionConfig
-from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.membership import EngineMembership
 from pyrouter.metrics.router_metrics import RouterMetrics
 from pyrouter.model_groups import ModelGroup, ModelSpec, group_for
-from pyrouter.policy_dir import PolicyDir
 from pyrouter.replicas.peers import RouterPeers
+from pyrouter.runtime.dispatch import Dispatcher, PolicySlot
+from pyrouter.runtime.policy_dir import PolicyDir
 from pyrouter.security.engine_allow import EngineAllowList
 from pyrouter.security.keys import KeyRing
 from pyrouter.security.rate_limit import RateRules

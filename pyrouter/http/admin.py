@@ -18,8 +18,8 @@ from pyrouter.http.migrate import migrate_handler
 from pyrouter.http.replication_admin import REPLICATION_ROUTES
 from pyrouter.http.routes import OpsRequest, OpsResponse, Route, json_response
 from pyrouter.http.session_admin import SESSION_ROUTES
-from pyrouter.policy_registry import ActivePolicy, available, get_policy
 from pyrouter.replicas.admin_propagation import propagate
+from pyrouter.runtime.policy_registry import ActivePolicy, available, get_policy
 from pyrouter.security.engine_allow import split_host_port
 from pyrouter.state import RouterState
 

@@ -97,7 +97,7 @@ class MuxRoles:
         return sorted(e for e, r in self.roles.items() if r == role)
 
     def shared(self) -> dict[str, Any]:
-        """What the other router replicas adopt (pyrouter/shared_policy_state.py)."""
+        """What the other router replicas adopt (pyrouter/runtime/shared_policy_state.py)."""
         return {"roles": dict(self.roles), "switches": self.switches[-_LATE_WINDOW:]}
 
     def adopt(self, value: dict[str, Any], now: float | None = None) -> None:

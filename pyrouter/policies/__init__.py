@@ -1,1 +1,1 @@
-"""Built-in routing policies, one per file, imported on first use by pyrouter.policy_registry."""
+"""Built-in routing policies, one per file, imported on first use by pyrouter.runtime.policy_registry."""

@@ -74,8 +74,8 @@ from pyrouter.planning.placement import (
     choose,
     commit,
 )
-from pyrouter.policy_registry import Param, comma_names, policy
 from pyrouter.request import RouterRequest
+from pyrouter.runtime.policy_registry import Param, comma_names, policy
 from router_core import Dp, Pd
 
 PARAMS = {"ttft_ms": Param(2000.0, gt=0), "tpot_ms": Param(200.0, gt=0),

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pyrouter.cluster import ClusterView
 from pyrouter.engines.handle import EngineHandle
 from pyrouter.errors import BadRequest, NoCapacity
-from pyrouter.policy_registry import Param, policy
 from pyrouter.request import RouterRequest
+from pyrouter.runtime.policy_registry import Param, policy
 from router_core import Pd
 
 

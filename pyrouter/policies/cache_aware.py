@@ -8,6 +8,6 @@ requests.
 from __future__ import annotations
 
 from pyrouter.cluster import SCORE_WEIGHTS
-from pyrouter.policy_registry import Param, builtin
+from pyrouter.runtime.policy_registry import Param, builtin
 
 SPEC = builtin("cache_aware", __doc__ or "", {k: Param(1.0, ge=0) for k in SCORE_WEIGHTS})

@@ -4,6 +4,6 @@ session's engine). A Rust built-in: router_core/src/front/fast_path.rs picks, no
 its requests."""
 from __future__ import annotations
 
-from pyrouter.policy_registry import builtin
+from pyrouter.runtime.policy_registry import builtin
 
 SPEC = builtin("least_load", __doc__ or "")

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pyrouter.cluster import ClusterView
 from pyrouter.errors import NoCapacity
-from pyrouter.policy_registry import Param, policy
 from pyrouter.request import RouterRequest
+from pyrouter.runtime.policy_registry import Param, policy
 from router_core import Pd
 
 

@@ -3,6 +3,6 @@ with a session: its session's engine). A Rust built-in: router_core/src/front/fa
 no Python runs for its requests."""
 from __future__ import annotations
 
-from pyrouter.policy_registry import builtin
+from pyrouter.runtime.policy_registry import builtin
 
 SPEC = builtin("round_robin", __doc__ or "")

@@ -12,7 +12,7 @@ output only past the router's first-output timeout is refused at once, 503 `over
 (pyrouter/planning/late_refusal.py).
 
 Several router replicas keep one set of roles: a replica that switches a role publishes them and
-the others adopt them (pyrouter/shared_policy_state.py), so the newest switch holds everywhere.
+the others adopt them (pyrouter/runtime/shared_policy_state.py), so the newest switch holds everywhere.
 """
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ from pyrouter.degrade import serves
 from pyrouter.errors import NoCapacity
 from pyrouter.planning.late_refusal import refuse_past_timeout
 from pyrouter.planning.slo_fit import MUX, PREFILL, MuxRoles, dp_fit, mux_fit, queue_saturated
-from pyrouter.policy_registry import Param, policy
 from pyrouter.request import RouterRequest
-from pyrouter.shared_policy_state import share_state
+from pyrouter.runtime.policy_registry import Param, policy
+from pyrouter.runtime.shared_policy_state import share_state
 from router_core import Dp, Pd
 
 log = logging.getLogger("switchyard.router")

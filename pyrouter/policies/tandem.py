@@ -20,8 +20,8 @@ from pyrouter.errors import BadRequest, NoCapacity
 from pyrouter.planning.chunk_control import ChunkController
 from pyrouter.planning.late_refusal import refuse_past_timeout
 from pyrouter.planning.tandem_split import TandemPlan, plan_tandem
-from pyrouter.policy_registry import Param, policy
 from pyrouter.request import RouterRequest
+from pyrouter.runtime.policy_registry import Param, policy
 from router_core import Dp, Split
 
 PARAMS = {"tpot_ms": Param(200.0, gt=0), "ttft_ms": Param(2000.0, gt=0),

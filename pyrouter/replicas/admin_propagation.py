@@ -2,7 +2,7 @@
 
 Each replicated setting is a *record* under a key — `policy:<model>`, `admission`,
 `session-affinity`, `engine:<address>`, `state:<model>:<policy>:<name>` (a stateful policy's
-shared state, pyrouter/shared_policy_state.py) — holding the setting in full (not the delta a PUT
+shared state, pyrouter/runtime/shared_policy_state.py) — holding the setting in full (not the delta a PUT
 named) and a generation: a counter one above the highest this replica has seen, and the id of
 the replica that made it, so that of two records for one key every replica keeps the same one
 (newest counter; equal counters: the larger origin id).

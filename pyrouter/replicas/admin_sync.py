@@ -24,7 +24,7 @@ from pyrouter.replicas.admin_propagation import (
     ChangeRecord,
     peer_admin_offset,
 )
-from pyrouter.shared_policy_state import shared_keys
+from pyrouter.runtime.shared_policy_state import shared_keys
 from pyrouter.state import RouterState
 
 log = logging.getLogger("switchyard.router")
@@ -94,7 +94,7 @@ def adopt_shared_state(group: ModelGroup, replication: AdminPropagation,
 
 def share_on_events(replication: AdminPropagation, group: ModelGroup) -> None:
     """After a policy event (slo_mux's role switch) the active policy's shared state goes to
-    the peers when it changed (pyrouter/shared_policy_state.py)."""
+    the peers when it changed (pyrouter/runtime/shared_policy_state.py)."""
     inner = group.dispatcher.events
 
     def sink(kind: str, detail: str) -> None:

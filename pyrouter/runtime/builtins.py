@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from pyrouter.cluster import SCORE_WEIGHTS
-from pyrouter.policy_registry import ActivePolicy
+from pyrouter.runtime.policy_registry import ActivePolicy
 from pyrouter.state import RouterState
 
 RUST_BUILTINS = ("round_robin", "least_load", "cache_aware")

@@ -17,8 +17,8 @@ from typing import Any, cast
 from pyrouter.cluster import ClusterView
 from pyrouter.engines.handle import EngineHandle
 from pyrouter.errors import PolicyFailed, RouterError
-from pyrouter.policy_registry import ActivePolicy
 from pyrouter.request import RouterRequest
+from pyrouter.runtime.policy_registry import ActivePolicy
 from router_core import Dp, Pd, Segment, Split
 
 log = logging.getLogger("switchyard.router")

@@ -20,10 +20,10 @@ from typing import Any, cast
 
 from tqdm import tqdm
 
-from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.membership import EngineMembership
-from pyrouter.policy_registry import ActivePolicy, get_policy
 from pyrouter.request import RouterRequest, SloSpec
+from pyrouter.runtime.dispatch import Dispatcher, PolicySlot
+from pyrouter.runtime.policy_registry import ActivePolicy, get_policy
 from switchyard_bench.serve.request_body import Slo
 from switchyard_bench.serve.stream_record import RequestRecord, StreamObserver
 from switchyard_bench.serve.summary import summarize

@@ -26,7 +26,7 @@ from typing import Any
 
 from engine.server.cpu_affinity import usable_cores
 from pyrouter.errors import BadRequest
-from pyrouter.policy_registry import BUILTIN_NAMES, get_policy, load_policy_source
+from pyrouter.runtime.policy_registry import BUILTIN_NAMES, get_policy, load_policy_source
 from switchyard_bench.list_arguments import name_list, rate_list
 from switchyard_bench.result_dir import make_result_dir
 from switchyard_bench.serve.request_body import Slo

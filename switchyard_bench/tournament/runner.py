@@ -18,7 +18,7 @@ from functools import partial
 from typing import Any
 
 from engine.core.latency_model import StepShape
-from pyrouter.policy_registry import get_policy
+from pyrouter.runtime.policy_registry import get_policy
 from switchyard_bench.serve.request_body import Slo
 from switchyard_bench.simulate.run import SimConfig, run_summary, simulate
 from switchyard_bench.tournament.capacity import find_capacity

@@ -23,13 +23,13 @@ from typing import Any, cast
 
 import router_core
 from pyrouter.cluster import ClusterView
-from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.handle import EngineHandle
 from pyrouter.engines.membership import EngineMembership
 from pyrouter.outcomes import RecentOutcomes
 from pyrouter.planning.prediction_feedback import PredictionFeedback
-from pyrouter.policy_registry import ActivePolicy, PolicySpec, get_policy
 from pyrouter.request import RouterRequest, SloSpec
+from pyrouter.runtime.dispatch import Dispatcher, PolicySlot
+from pyrouter.runtime.policy_registry import ActivePolicy, PolicySpec, get_policy
 from router_core import InProcessFront, RouterCore, engine_name
 from switchyard_engine_api.sampling_params import SamplingParams
 from switchyard_sim.fake.fake_engine import FakeEngineClient, Fault, next_token

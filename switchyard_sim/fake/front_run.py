@@ -13,12 +13,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyrouter.dispatch import Dispatcher
 from pyrouter.engines.membership import EngineMembership
 from pyrouter.migration import move_request
 from pyrouter.request import RouterRequest
 from pyrouter.runtime.bridge import PolicyRuntime
 from pyrouter.runtime.builtins import sync_builtins
+from pyrouter.runtime.dispatch import Dispatcher
 from pyrouter.runtime.records import RequestRecorder
 from pyrouter.state import RouterConfig, RouterState
 from router_core import IncrementalDetokenizer, InProcessFront, RouterTracer

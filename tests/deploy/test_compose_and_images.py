@@ -19,8 +19,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from deploy_refs import DEPLOY, OVERLAYS, ROOT, env_read_by_code, flag_value, render  # noqa: E402
 
 from pyrouter.cli import build_parser  # noqa: E402
-from pyrouter.policy_dir import PolicyDir  # noqa: E402
 from pyrouter.probe import main as probe_main  # noqa: E402
+from pyrouter.runtime.policy_dir import PolicyDir  # noqa: E402
 
 _VARIABLE = re.compile(r"\$\{([A-Z0-9_]+):-([^}]*)\}")
 

@@ -6,7 +6,7 @@ import re
 import tempfile
 from pathlib import Path
 
-from pyrouter.policy_registry import load_policy_file
+from pyrouter.runtime.policy_registry import load_policy_file
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "policies.md"
 

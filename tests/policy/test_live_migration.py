@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from pyrouter.errors import NotFound
-from pyrouter.policy_registry import PolicySpec, policy
+from pyrouter.runtime.policy_registry import PolicySpec, policy
 from switchyard_sim.fake import FakeCluster, FakeEngine
 from switchyard_sim.fake.front_run import FrontHarness
 

@@ -192,7 +192,7 @@ def test_a_policy_waiting_on_a_slow_engine_past_the_timeout_is_an_engine_timeout
 
 def test_a_policy_that_hangs_by_itself_is_still_a_policy_failure() -> None:
     # The same timeout with no engine verb outstanding: the policy's own doing (500).
-    from pyrouter.policy_registry import policy
+    from pyrouter.runtime.policy_registry import policy
 
     @policy("sleeps_then_generates")
     async def sleeps(req: Any, cluster: Any) -> Any:

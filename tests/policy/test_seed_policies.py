@@ -11,7 +11,7 @@ import pytest
 from pyrouter.errors import BadRequest
 from pyrouter.planning.chunk_control import ChunkController
 from pyrouter.planning.prediction_feedback import PredictedOutcome
-from pyrouter.policy_registry import get_policy
+from pyrouter.runtime.policy_registry import get_policy
 from switchyard_sim.fake import FakeCluster, FakeEngine
 
 # ms per unit: a 512-token prefill ~261 ms; a step of 8 decodes ~21 ms.

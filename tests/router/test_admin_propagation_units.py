@@ -1,22 +1,22 @@
 """Admin changes shared between router replicas, in-process (pyrouter/replicas/admin_propagation.py):
 which of two records wins, that a received record is applied once and never sent on, and that
 two replicas running slo_mux over the same engines agree on its roles — the one whose own
-requests made it switch decides, the other adopts (pyrouter/shared_policy_state.py)."""
+requests made it switch decides, the other adopts (pyrouter/runtime/shared_policy_state.py)."""
 from __future__ import annotations
 
 from typing import Any, cast
 
 import pytest
 
-from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.membership import EngineMembership
 from pyrouter.errors import BadRequest
 from pyrouter.model_groups import ModelGroup, ModelSpec
 from pyrouter.planning.slo_fit import MuxRoles
-from pyrouter.policy_registry import ActivePolicy, get_policy
 from pyrouter.replicas.admin_propagation import AdminPropagation, ChangeRecord, Generation
 from pyrouter.replicas.admin_sync import adopt_shared_state, share_on_events
 from pyrouter.replicas.peers import RouterPeers
+from pyrouter.runtime.dispatch import Dispatcher, PolicySlot
+from pyrouter.runtime.policy_registry import ActivePolicy, get_policy
 from switchyard_sim.fake import FakeCluster, FakeEngine
 from switchyard_sim.fake.front_run import FrontHarness
 

@@ -15,7 +15,7 @@ import pytest
 import requests
 from router_procs import free_port, start_mock, start_router, wait_ready
 
-from pyrouter.policy_registry import get_policy
+from pyrouter.runtime.policy_registry import get_policy
 from switchyard_bench.soak.outcome import Outcome, judge_stream
 
 pytestmark = [pytest.mark.procs, pytest.mark.slow, pytest.mark.timeout(180)]

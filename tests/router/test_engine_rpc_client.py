@@ -100,7 +100,7 @@ async def test_a_silent_peer_times_out_and_a_cancelled_call_ends() -> None:
 
 def test_the_router_process_has_one_engine_client() -> None:
     """The router's modules never import the Python grpc.aio engine client."""
-    code = ("import sys, pyrouter.router_command, pyrouter.engines.membership, pyrouter.dispatch; "
+    code = ("import sys, pyrouter.router_command, pyrouter.engines.membership, pyrouter.runtime.dispatch; "
             "print('switchyard_engine_api.client' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=Path(ROOT), capture_output=True,
                          text=True, timeout=120)

@@ -17,9 +17,9 @@ import pytest
 
 import pyrouter.router_command as router_server
 from pyrouter import Dp, Pd, Segment, Split
-from pyrouter.policy_registry import policy
 from pyrouter.router_command import build_state, start_front
 from pyrouter.runtime.bridge import PolicyRuntime
+from pyrouter.runtime.policy_registry import policy
 from pyrouter.state import RouterState
 from router_core import (
     DecideSpec,

@@ -10,8 +10,8 @@ import requests
 from router_procs import SWITCHYARD, Proc, free_port, start_mock, wait_ready
 
 from pyrouter.errors import BadRequest
-from pyrouter.policy_dir import PolicyDir
-from pyrouter.policy_registry import get_policy
+from pyrouter.runtime.policy_dir import PolicyDir
+from pyrouter.runtime.policy_registry import get_policy
 
 pytestmark = pytest.mark.procs
 

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from pyrouter.dispatch import PolicySlot
 from pyrouter.errors import BadRequest
-from pyrouter.policy_fallback import PolicyFallback
-from pyrouter.policy_registry import ActivePolicy, Param, get_policy, policy
+from pyrouter.runtime.dispatch import PolicySlot
+from pyrouter.runtime.policy_fallback import PolicyFallback
+from pyrouter.runtime.policy_registry import ActivePolicy, Param, get_policy, policy
 
 
 def _refused(name: str, params: dict[str, Any]) -> BadRequest:

@@ -21,7 +21,7 @@ from router_real_cluster import real_engines, router_over
 pytestmark = [pytest.mark.procs, pytest.mark.timeout(600)]
 
 PREFIX_PROBE_PY = """from pyrouter.errors import BadRequest
-from pyrouter.policy_registry import policy
+from pyrouter.runtime.policy_registry import policy
 
 
 @policy("prefix_probe")

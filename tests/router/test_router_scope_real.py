@@ -20,10 +20,10 @@ import grpc
 import pytest
 
 from engine.server.launcher import EngineProcess, EngineSpec, start_engines, stop_engines
-from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.membership import EngineMembership
-from pyrouter.policy_registry import ActivePolicy, get_policy
 from pyrouter.request import RouterRequest
+from pyrouter.runtime.dispatch import Dispatcher, PolicySlot
+from pyrouter.runtime.policy_registry import ActivePolicy, get_policy
 from switchyard_engine_api.client import EngineClient
 from switchyard_engine_api.sampling_params import SamplingParams
 from switchyard_sim.fake import Fault

@@ -18,8 +18,8 @@ import aiohttp
 import pytest
 
 from pyrouter import policy
-from pyrouter.policy_registry import ActivePolicy, get_policy
 from pyrouter.router_command import build_state, start_front
+from pyrouter.runtime.policy_registry import ActivePolicy, get_policy
 from router_core import MockEngineServer
 from switchyard_bench.policies import round_robin_py
 

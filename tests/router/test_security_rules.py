@@ -10,8 +10,8 @@ import pytest
 from pyrouter.degrade import readiness
 from pyrouter.errors import BadRequest, Forbidden, NotFound, Unauthorized
 from pyrouter.json_body import parse_json
-from pyrouter.policy_dir import PolicyDir
 from pyrouter.request import RouteNote
+from pyrouter.runtime.policy_dir import PolicyDir
 from pyrouter.security.engine_allow import EngineAllowList, split_host_port
 from pyrouter.security.keys import KeyRing, bearer_token
 from pyrouter.security.rate_limit import RateRules

@@ -19,7 +19,7 @@ from router_real_cluster import real_engines, router_over
 
 pytestmark = [pytest.mark.procs, pytest.mark.timeout(600)]
 
-SESSION_ECHO_PY = """from pyrouter.policy_registry import policy
+SESSION_ECHO_PY = """from pyrouter.runtime.policy_registry import policy
 
 
 @policy("session_echo")

@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from pyrouter.dispatch import Dispatcher, PolicySlot
 from pyrouter.engines.membership import EngineMembership
-from pyrouter.policy_registry import ActivePolicy, get_policy
 from pyrouter.request import RouterRequest
+from pyrouter.runtime.dispatch import Dispatcher, PolicySlot
+from pyrouter.runtime.policy_registry import ActivePolicy, get_policy
 from switchyard_engine_api.sampling_params import SamplingParams
 from switchyard_sim.clock import run_virtual
 from switchyard_sim.cluster import SimCluster

@@ -278,7 +278,7 @@ def test_a_failing_policy_is_reported_and_the_others_still_count(
         tmp_path: os.PathLike[str], capsys: pytest.CaptureFixture[str]) -> None:
     source = os.path.join(tmp_path, "broken.py")
     with open(source, "w", encoding="utf-8") as f:
-        f.write("from pyrouter.policy_registry import policy\n\n\n"
+        f.write("from pyrouter.runtime.policy_registry import policy\n\n\n"
                 "@policy('broken_for_tests')\n"
                 "async def broken_for_tests(req, cluster):\n"
                 "    raise RuntimeError('no engine for you')\n")

@@ -17,9 +17,9 @@ from pyrouter.cluster import ClusterView, EngineDirectory, EventSink
 from pyrouter.errors import BadRequest, PolicyFailed, VerbOrderError
 from pyrouter.outcomes import Outcome, RecentOutcomes, slo_met
 from pyrouter.planning.prediction_feedback import PredictionFeedback
-from pyrouter.policy_fallback import PolicyFallback
-from pyrouter.policy_registry import ActivePolicy
 from pyrouter.request import RouterRequest
+from pyrouter.runtime.policy_fallback import PolicyFallback
+from pyrouter.runtime.policy_registry import ActivePolicy
 from pyrouter.runtime.policy_run import Placement, PolicyRun
 
 log = logging.getLogger("switchyard.router")

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyrouter.cluster import EventSink
-    from pyrouter.dispatch import PolicySlot
-    from pyrouter.policy_registry import ActivePolicy
+    from pyrouter.runtime.dispatch import PolicySlot
+    from pyrouter.runtime.policy_registry import ActivePolicy
 
 log = logging.getLogger("switchyard.router")
 

@@ -20,7 +20,7 @@ import os
 from collections.abc import Callable
 
 from pyrouter.errors import BadRequest, Forbidden, NotFound
-from pyrouter.policy_registry import load_policy_file
+from pyrouter.runtime.policy_registry import load_policy_file
 
 log = logging.getLogger("switchyard.router")
 
