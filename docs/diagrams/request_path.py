@@ -35,7 +35,7 @@ NODES = {
              "front/fast_path.rs\nround_robin, least_load,\ncache_aware in Rust"),
     "bridge": (RUST, 6.05, -3.5, 2.5, "front/bridge.rs\npython/bridge_jobs.rs\nDecideSpec -> Decision"),
     "runtime": (PY, 9.3, -3.5, 3.3, "runtime/bridge.py\ndecide, next_segment"),
-    "dispatch": (PY, 9.3, -4.6, 3.3, "dispatch.py\npolicies/\nDp, Pd, Split placements"),
+    "dispatch": (PY, 9.3, -4.6, 3.3, "runtime/dispatch.py\npolicies/\nDp, Pd, Split placements"),
     "handle": (PY, 9.3, -5.7, 3.3, "engines/handle.py\nthe verb API (optional)"),
     "executor": (RUST, 4.75, -5.7, 3.4,
                  "executor/\nplacements carried out:\nthe verbs, holds, failures"),
