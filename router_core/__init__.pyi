@@ -117,6 +117,7 @@ class EngineLoad:
     latency_model: dict[str, float]  # term -> ms per unit of its feature; {} = no model yet
     prefill_chunk_size: int       # prefill token budget per step; 0 = not reported (one step)
     longest_queued_prefill: int   # most prefill one queued request has left (Stats, or a larger dispatch since)
+    cached_blocks: int            # blocks its prefix cache holds (its last Stats)
     inflight: int                 # router-side: requests dispatched and not finished
     router_tokens: int            # router-side: tokens dispatched that the latest Stats can't include yet
     router_prefill_tokens: int    # router-side, as router_tokens: their prefill (also sends')
@@ -142,6 +143,9 @@ class EngineTable:
         = no model yet: predicted times are NaN); queued_requests = stats.queued_requests (the
         requests waiting to be admitted; 0 = not reported). ValueError for an unknown or repeated term or a
         non-finite coefficient, or a non-finite/negative decode_step_ms."""
+    def apply_stats(self, engine_id: int, stats: bytes) -> None:
+        """A serialized StatsResponse, through the router's upkeep's own mapping (for engines
+        whose answers are Python objects: the simulator's); ValueError when it is none."""
     def on_dispatch(self, engine_id: int, prefill_tokens: int, decode_tokens: int) -> int:
         """inflight += 1, router_tokens += prefill + decode, router_prefill_tokens += prefill,
         router_seqs += 1 when decode > 0. Returns the dispatch's stamp for on_prefill_done."""
@@ -672,10 +676,9 @@ class OpsReply:
 @final
 class EngineRpcClient:
     """One engine's gRPC client (tonic: one lazily opened HTTP/2 connection): the front's
-    executor reaches the engine through it (RouterFront.set_engine); the upkeep calls are
-    awaitables answering serialized response messages (read them with
-    switchyard_rpc.engine_pb2); failures raise EngineCallError; cancelling an awaitable cancels
-    its call. pyrouter/engines/rust_client.py wraps it."""
+    executor reaches the engine through it (RouterFront.set_engine), and so does the engine's
+    upkeep (EngineUpkeep); failures raise EngineCallError; cancelling an awaitable cancels its
+    call. pyrouter/engines/rust_client.py wraps it."""
     def __new__(cls, address: str, timeout_s: float, engine_token: str = "",
                 tls_ca: bytes | None = None, tls_cert: bytes | None = None,
                 tls_key: bytes | None = None, tls_server_name: str | None = None
@@ -685,23 +688,90 @@ class EngineRpcClient:
     @property
     def timeout_s(self) -> float:
         """The unary calls' deadline when they name none."""
-    def stats(self, timeout_s: float | None = None) -> Awaitable[bytes]:
-        """A serialized StatsResponse."""
-    def model_info(self, timeout_s: float | None = None) -> Awaitable[bytes]:
-        """A serialized ModelInfoResponse."""
+    def model_info(self, timeout_s: float | None = None) -> Awaitable[ModelInfo]: ...
     def configure(self, prefill_chunk_size: int | None = None,
-                  timeout_s: float | None = None) -> Awaitable[bytes]:
-        """A serialized ConfigureResponse."""
+                  timeout_s: float | None = None) -> Awaitable[Configured]:
+        """The setting now in force; EngineCallError INVALID_ARGUMENT for a value out of range."""
     def healthy(self, timeout_s: float = 2.0) -> Awaitable[bool]:
         """grpc.health.v1 answers SERVING; False for anything else (never raises for that)."""
-    def kv_events(self, snapshot: bool = False) -> KvEventStream: ...
 
 @final
-class KvEventStream:
-    """One KVEvents stream (endless until cancelled)."""
-    def next_batch(self) -> Awaitable[bytes | None]:
-        """A serialized KVEventBatch; None once the engine closed the stream."""
-    def cancel(self) -> bool: ...
+class ModelInfo:
+    """An engine's ModelInfoResponse (proto/switchyard_rpc/engine.proto), field for field."""
+    @property
+    def model_id(self) -> str: ...
+    @property
+    def num_layers(self) -> int: ...
+    @property
+    def num_kv_heads(self) -> int: ...
+    @property
+    def head_dim(self) -> int: ...
+    @property
+    def page_size(self) -> int: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def block_hash_seed(self) -> int: ...
+    @property
+    def vocab_size(self) -> int: ...
+    @property
+    def max_context(self) -> int: ...
+    @property
+    def host_id(self) -> str: ...
+    @property
+    def transfer_addr(self) -> str: ...
+    @property
+    def role(self) -> str: ...
+    @property
+    def engine_id(self) -> str: ...
+    @property
+    def served_model(self) -> str: ...
+
+@final
+class Configured:
+    """An engine's ConfigureResponse: the value now in force and the one before."""
+    @property
+    def prefill_chunk_size(self) -> int: ...
+    @property
+    def previous_prefill_chunk_size(self) -> int: ...
+
+@final
+class UpkeepPace:
+    """How often each engine is polled: every poll_s, or, past poll_s x polls_per_s engines,
+    less often so that the fleet's polls stay at polls_per_s a second (0: no bound)."""
+    def __new__(cls, poll_s: float, polls_per_s: float) -> UpkeepPace: ...
+    @property
+    def poll_s(self) -> float: ...
+    @property
+    def polls_per_s(self) -> float: ...
+    @property
+    def interval_s(self) -> float:
+        """Seconds between one engine's polls, for the fleet's size now."""
+    def set_engines(self, engines: int) -> None: ...
+
+@final
+class EngineUpkeep:
+    """One engine's upkeep in Rust, from construction until stop(): health and Stats polled at
+    `pace` into core's table, KV events followed into core's index. Make it on the client's loop."""
+    def __new__(cls, client: EngineRpcClient, core: RouterCore, engine_id: int,
+                pace: UpkeepPace) -> EngineUpkeep: ...
+    @property
+    def healthy(self) -> bool:
+        """As of the latest poll (False until the first answers)."""
+    @property
+    def reason(self) -> str:
+        """Why it is unhealthy ("" while healthy)."""
+    @property
+    def polls(self) -> int: ...
+    def next_change(self, known: bool) -> Awaitable[tuple[bool, str]]:
+        """(healthy, reason) once its health differs from `known` (at once if it already does)."""
+    def set_core(self, core: RouterCore) -> None:
+        """Apply to `core` from now on; the KV view starts over there from a snapshot."""
+    def set_draining(self, draining: bool) -> None: ...
+    def mark_unhealthy(self, reason: str) -> bool:
+        """Out of rotation, its load forgotten, until a poll finds it serving; False when it was
+        unhealthy already."""
+    def stop(self) -> None: ...
 
 # ---- router replicas (router_core/src/python/peer.rs; pyrouter/replicas/peer_exchange.py) ----
 @final

@@ -16,7 +16,6 @@ import router_core
 from engine.core.outputs import StepOutput
 from engine.server.convert import event_batches, stats_to_proto
 from pyrouter.engines.handle import EngineHandle
-from pyrouter.engines.membership import apply_stats
 from router_core import RouterCore, engine_name
 from switchyard_sim.cores import SharedCores
 from switchyard_sim.engine import SimEngine
@@ -99,16 +98,17 @@ class SimCluster(LocalEngines):
             poll(engine_id)
 
     def poll_stats(self, engine_id: str) -> None:
-        """What EngineMembership._watch does with one Stats answer."""
+        """What the router's upkeep (router_core/src/engine_upkeep/) does with one Stats answer."""
         handle = self.engines[engine_id]
         table = self.core.table
         table.stats_requested(handle.num)
-        # Through the Stats message, as a real engine answers: one mapping into the table.
-        apply_stats(self.core, handle, stats_to_proto(self._sims[engine_id].core.stats(), 0, 0))
+        # Through the Stats message, as a real engine answers: the upkeep's one mapping.
+        table.apply_stats(handle.num, stats_to_proto(
+            self._sims[engine_id].core.stats(), 0, 0).SerializeToString())
         table.set_health(handle.num, handle.healthy and not handle.draining)
 
     def poll_kv_events(self, engine_id: str) -> None:
-        """What EngineMembership._follow_kv_events does with the engine's event batches (a gap, when
+        """What the router's upkeep does with the engine's event batches (a gap, when
         the engine's bounded log overflowed, is answered with a snapshot)."""
         core, num = self._sims[engine_id].core, self.engines[engine_id].num
         index = self.core.index

@@ -25,14 +25,21 @@ class EngineHandle:
     num: int             # the int id router_core uses
     address: str
     role: str
-    client: Any          # its upkeep client (health, Stats, KV events; rust_client.py) or a double
+    client: Any          # its client for one-off calls (Configure; rust_client.py) or a double
     core: RouterCore     # the cluster view reads its table
     healthy: bool = False
     draining: bool = False
     model_id: str = ""
     # The served model whose requests it takes (pyrouter/model_groups.py); None: not known yet.
     model: str | None = None
-    cached_blocks: int = 0  # from the engine's last Stats
+
+    @property
+    def cached_blocks(self) -> int:
+        """Blocks the engine's prefix cache holds, as its last Stats said (the table's row)."""
+        try:
+            return int(self.core.table.get(self.num).cached_blocks)
+        except (KeyError, ValueError, LookupError):
+            return 0
 
     @property
     def longest_queued_prefill(self) -> int:

@@ -1,9 +1,11 @@
-"""Which engines the router uses: add, health-check, poll Stats, follow KV events, drain, remove.
+"""Which engines the router uses: add, identify, drain, remove — and each engine's upkeep.
 
-Each engine gets one background task that keeps its health, load and prefix view fresh; an
-unhealthy engine is out of rotation (router_core scores only healthy engines) until it recovers.
-Every call to an engine, these and the requests' verbs, goes through its one Rust client
-(pyrouter/engines/rust_client.py), which the HTTP front streams from too.
+Once an engine's ModelInfo says what it serves, router_core keeps its health, load and prefix
+view fresh (router_core.EngineUpkeep: health and Stats polled, KV events followed, all applied
+in Rust); Python hears only when it turns healthy or unhealthy. An unhealthy engine is out of
+rotation (router_core scores only healthy engines) until it recovers. Every call to an engine,
+these and the requests' verbs, goes through its one Rust client (pyrouter/engines/rust_client.py),
+which the HTTP front streams from too.
 """
 from __future__ import annotations
 
@@ -15,8 +17,7 @@ from collections.abc import Callable
 from pyrouter.engines.handle import EngineHandle
 from pyrouter.engines.rust_client import RustEngineClient, dial
 from pyrouter.errors import BadRequest, EngineCallError, NotFound
-from router_core import RouterCore, RouterFront, engine_name
-from switchyard_rpc import engine_pb2 as pb
+from router_core import EngineUpkeep, ModelInfo, RouterCore, RouterFront, UpkeepPace, engine_name
 
 log = logging.getLogger("switchyard.router")
 
@@ -25,28 +26,13 @@ _VALID_ROLES = ("any", "prefill", "decode")
 _VERB_TIMEOUT_S = 600.0
 
 # The upkeep's whole rate: every engine's health check and Stats poll, together, at most this many
-# times a second. Each poll costs the router an RPC answer on a tokio thread and a task step on
-# the asyncio loop; at --poll-s 0.5 a 1,024-engine fleet polled 2,048 times a second and kept
-# 70% of a core busy with no request in flight (docs/benchmarks.md, "One router, N engines").
-# Past poll_s x this many engines each engine is polled less often instead; what the router sent
-# an engine since its latest Stats is counted router-side (the table's router_tokens), so a
-# longer interval leaves the load it scores by current, only the engine's own view (queue, KV
-# pages, cached blocks) older.
+# times a second. Each poll costs the router two small RPCs on tokio; at --poll-s 0.5 an
+# unbounded 1,024-engine fleet polls 2,048 times a second (docs/benchmarks.md, "One router, N
+# engines"). Past poll_s x this many engines each engine is polled less often instead; what the
+# router sent an engine since its latest Stats is counted router-side (the table's
+# router_tokens), so a longer interval leaves the load it scores by current, only the engine's
+# own view (queue, KV pages, cached blocks) older.
 UPKEEP_POLLS_PER_S = 256.0
-
-
-def apply_stats(core: RouterCore, handle: EngineHandle, s: pb.StatsResponse) -> None:
-    """An engine's Stats answer into router_core's table (and the handle's cached blocks): the
-    one mapping, for real engines' polls and the simulator's."""
-    handle.cached_blocks = int(s.cached_blocks)
-    core.table.update_stats(
-        handle.num, int(s.queued_prefill_tokens), int(s.decode_requests),
-        int(s.unfinished_tokens), int(s.kv_pages_used), int(s.kv_pages_total),
-        float(s.decode_step_ms), latency_model=dict(s.latency_model.coeffs_ms),
-        prefill_chunk_size=int(s.prefill_chunk_size),
-        decode_context_tokens=int(s.decode_context_tokens),
-        kv_pages_evictable=int(s.kv_pages_evictable), queued_requests=int(s.queued_requests),
-        longest_queued_prefill_tokens=int(s.longest_queued_prefill_tokens))
 
 
 def _check_address(address: str) -> None:
@@ -66,14 +52,16 @@ class EngineMembership:
             raise ValueError("poll_s must be > 0 and polls_per_s >= 0")
         self.poll_s = poll_s
         self.polls_per_s = polls_per_s  # 0: no bound
+        self.pace = UpkeepPace(poll_s, polls_per_s)  # shared by every engine's upkeep
         self.engines: dict[str, EngineHandle] = {}
         self.core: RouterCore = RouterCore(block_size, seed)
         self._core_key: tuple[int, int] | None = None  # (block_size, seed) learned from engines
         # Told the new core when it is rebuilt (the peer exchange, pyrouter/replicas/peer_exchange.py).
         self.core_followers: list[Callable[[RouterCore], None]] = []
         self._next = 0
-        self._tasks: dict[str, list[asyncio.Task[None]]] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
         self._clients: dict[str, RustEngineClient] = {}
+        self._upkeeps: dict[str, EngineUpkeep] = {}  # from the engine's ModelInfo on
         self.model_id = ""
         # An engine's served model from its ModelInfo's `served_model` (pyrouter/model_groups.py
         # engine_group); None: it serves none of this router's models.
@@ -93,9 +81,7 @@ class EngineMembership:
     def poll_interval_s(self) -> float:
         """Seconds between one engine's polls: poll_s, or longer where the fleet is larger than
         the upkeep's rate allows at poll_s."""
-        if self.polls_per_s <= 0:
-            return self.poll_s
-        return max(self.poll_s, len(self.engines) / self.polls_per_s)
+        return float(self.pace.interval_s)
 
     def active(self, handle: EngineHandle) -> int:
         """Requests with work on `handle` now (router_core's executor holds them)."""
@@ -126,9 +112,8 @@ class EngineMembership:
         self.core.table.set_health(num, False)
         self.core.index.add_engine(num)
         self._join_front(handle)
-        self._tasks[handle.id] = [
-            asyncio.create_task(self._watch(handle, client, role is None)),
-            asyncio.create_task(self._follow_kv_events(handle, client))]
+        self.pace.set_engines(len(self.engines))
+        self._tasks[handle.id] = asyncio.create_task(self._keep(handle, client, role is None))
         return handle
 
     def get(self, engine_id: str) -> EngineHandle:
@@ -142,14 +127,19 @@ class EngineMembership:
         handle = self.get(engine_id)
         handle.draining = True
         self.core.table.set_health(handle.num, False)
+        if (upkeep := self._upkeeps.get(engine_id)) is not None:
+            upkeep.set_draining(True)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while self.active(handle) and loop.time() < deadline:
             await asyncio.sleep(0.05)
-        for task in self._tasks.pop(engine_id, []):
+        if (task := self._tasks.pop(engine_id, None)) is not None:
             task.cancel()
+        if (upkeep := self._upkeeps.pop(engine_id, None)) is not None:
+            upkeep.stop()
         self.engines.pop(engine_id, None)
         self._clients.pop(engine_id, None)
+        self.pace.set_engines(len(self.engines))
         self.core.table.remove(handle.num)
         self.core.index.remove_engine(handle.num)
         if self.front is not None:
@@ -157,9 +147,10 @@ class EngineMembership:
         await handle.client.close()
 
     async def close(self) -> None:
-        for tasks in self._tasks.values():
-            for task in tasks:
-                task.cancel()
+        for task in self._tasks.values():
+            task.cancel()
+        for upkeep in self._upkeeps.values():
+            upkeep.stop()
         for handle in self.engines.values():
             await handle.client.close()
 
@@ -169,18 +160,10 @@ class EngineMembership:
         if handle is not None and handle.healthy:
             handle.healthy = False
             self.core.table.set_health(handle.num, False)
-            self._forget_load(handle)
+            if (upkeep := self._upkeeps.get(engine_id)) is not None:
+                upkeep.mark_unhealthy("a request failed on it")  # its load forgotten too
             log.warning("engine %s (%s) failed a request; out of rotation until healthy",
                         handle.id, handle.address)
-
-    def _forget_load(self, handle: EngineHandle) -> None:
-        """An unreachable engine's last Stats say nothing about now (a restarted process starts
-        empty): its load reads zero until it answers again."""
-        load = self.core.table.get(handle.num)
-        if load.unfinished_tokens or load.kv_pages_used or load.running_decodes \
-                or load.queued_prefill_tokens:
-            self.core.table.update_stats(handle.num, 0, 0, 0, 0, int(load.kv_pages_total), 0.0)
-        handle.cached_blocks = 0
 
     def healthy(self) -> list[EngineHandle]:
         return [e for e in self.engines.values() if e.healthy and not e.draining]
@@ -223,12 +206,9 @@ class EngineMembership:
             self.core.table.upsert(handle.num, handle.role)
             self.core.table.set_health(handle.num, handle.healthy and not handle.draining)
             self.core.index.add_engine(handle.num)
-            # The new index is empty: restart the event follower so it asks for a snapshot.
-            tasks = self._tasks.get(handle.id)
-            if tasks:
-                tasks[1].cancel()
-                tasks[1] = asyncio.create_task(
-                    self._follow_kv_events(handle, self._clients[handle.id]))
+            # The new index is empty: the upkeep's event follower starts over with a snapshot.
+            if (upkeep := self._upkeeps.get(handle.id)) is not None:
+                upkeep.set_core(self.core)
         del old
 
     def _place(self, handle: EngineHandle, served_model: str) -> None:
@@ -240,66 +220,42 @@ class EngineMembership:
         if self.front is not None:
             self.front.set_engine_model(handle.num, handle.model)
 
-    async def _watch(self, handle: EngineHandle, client: RustEngineClient,
-                     learn_role: bool) -> None:
-        info_known = False
+    async def _keep(self, handle: EngineHandle, client: RustEngineClient,
+                    learn_role: bool) -> None:
+        """Learn what the engine serves, start its upkeep in router_core, then follow its health
+        (the one thing of the upkeep Python hears)."""
+        info = await self._identify(handle, client)
+        self._learn(handle, info, learn_role)
+        upkeep = EngineUpkeep(client.rpc, self.core, handle.num, self.pace)
+        self._upkeeps[handle.id] = upkeep
+        upkeep.set_draining(handle.draining)
+        while True:
+            serving, reason = await upkeep.next_change(handle.healthy)
+            log.info("engine %s (%s) is now %s%s", handle.id, handle.address,
+                     "healthy" if serving else "UNHEALTHY", "" if serving else f": {reason}")
+            handle.healthy = serving
+
+    async def _identify(self, handle: EngineHandle, client: RustEngineClient) -> ModelInfo:
+        """Its ModelInfo, asked again every poll interval until it answers."""
         while True:
             try:
-                if not info_known:
-                    info = await client.model_info(timeout_s=5.0)
-                    self._adopt_layout(info.page_size or 16, int(info.block_hash_seed))
-                    handle.model_id = info.model_id
-                    self._place(handle, info.served_model)
-                    if info.max_context > 0:
-                        self.max_context = (min(self.max_context, int(info.max_context))
-                                            if self.max_context else int(info.max_context))
-                        if self.front is not None:
-                            self.front.set_engine_max_context(self.max_context)
-                    self.model_id = self.model_id or info.model_id
-                    if learn_role and info.role in _VALID_ROLES:
-                        handle.role = info.role
-                        self.core.table.upsert(handle.num, handle.role)
-                    info_known = True
-                serving = await client.healthy()
-                if serving:
-                    self.core.table.stats_requested(handle.num)
-                    s = await client.stats(timeout_s=2.0)
-                    apply_stats(self.core, handle, s)
+                return await client.model_info(timeout_s=5.0)
             except EngineCallError as exc:
-                serving = False
-                log.debug("engine %s (%s) unreachable: %s", handle.id, handle.address,
-                          exc.code)
-            except Exception:  # never let one odd answer end this engine's upkeep
-                serving = False
-                log.exception("engine %s (%s): unexpected error while polling", handle.id,
-                              handle.address)
-            if serving != handle.healthy:
-                log.info("engine %s (%s) is now %s", handle.id, handle.address,
-                         "healthy" if serving else "UNHEALTHY")
-                handle.healthy = serving
-            if not serving:
-                self._forget_load(handle)
-            self.core.table.set_health(handle.num, serving and not handle.draining)
-            # Jittered, so that engines added together do not poll in step.
+                log.debug("engine %s (%s) unreachable: %s", handle.id, handle.address, exc.code)
+            # Jittered, so that engines added together do not ask in step.
             await asyncio.sleep(self.poll_interval_s() * random.uniform(0.75, 1.25))
 
-    async def _follow_kv_events(self, handle: EngineHandle, client: RustEngineClient) -> None:
-        """Apply KV event batches to the prefix index; on a sequence gap, ask for a snapshot."""
-        snapshot = True
-        while True:
-            try:
-                async for batch in client.kv_events(snapshot):
-                    index = self.core.index
-                    if batch.snapshot:
-                        index.apply_snapshot(handle.num, batch.last_seq, list(batch.stored))
-                        snapshot = False
-                    elif not index.apply_events(handle.num, batch.first_seq, batch.last_seq,
-                                                list(batch.stored), list(batch.evicted)):
-                        snapshot = True
-                        break  # reconnect asking for the full set
-            except EngineCallError:
-                snapshot = True
-            except Exception:
-                snapshot = True
-                log.exception("engine %s: bad KV event batch; asking for a snapshot", handle.id)
-            await asyncio.sleep(self.poll_s)
+    def _learn(self, handle: EngineHandle, info: ModelInfo, learn_role: bool) -> None:
+        """Its KV layout, model, context and (when it was added without one) role."""
+        self._adopt_layout(info.page_size or 16, int(info.block_hash_seed))
+        handle.model_id = info.model_id
+        self._place(handle, info.served_model)
+        if info.max_context > 0:
+            self.max_context = (min(self.max_context, int(info.max_context))
+                                if self.max_context else int(info.max_context))
+            if self.front is not None:
+                self.front.set_engine_max_context(self.max_context)
+        self.model_id = self.model_id or info.model_id
+        if learn_role and info.role in _VALID_ROLES:
+            handle.role = info.role
+            self.core.table.upsert(handle.num, handle.role)

@@ -70,6 +70,8 @@ pub struct EngineLoad {
     /// The most prefill tokens one queued request has left: the engine's last Stats, or a
     /// larger prefill the router has sent it since (one long prompt tells from a long queue).
     pub longest_queued_prefill: u64,
+    /// Blocks the engine's prefix cache holds (its last Stats; 0 = not reported).
+    pub cached_blocks: u64,
     /// Router-side: requests dispatched and not completed.
     pub inflight: u64,
     /// Router-side: prefill + decode tokens dispatched that the engine's latest Stats cannot
@@ -127,6 +129,7 @@ impl EngineLoad {
             latency: StepModel::unknown(),
             prefill_chunk_size: 0,
             longest_queued_prefill: 0,
+            cached_blocks: 0,
             inflight: 0,
             router_tokens: 0,
             router_prefill_tokens: 0,
@@ -218,6 +221,26 @@ pub struct StatsUpdate {
     pub prefill_chunk_size: u64,
 }
 
+impl StatsUpdate {
+    /// An engine with nothing to do: no queue, no decodes, no pages held of `kv_pages_total`,
+    /// no step model.
+    pub fn idle(kv_pages_total: u64, decode_step_ms: f64) -> Self {
+        StatsUpdate {
+            queued_prefill_tokens: 0,
+            running_decodes: 0,
+            queued_requests: 0,
+            unfinished_tokens: 0,
+            kv_pages_used: 0,
+            kv_pages_evictable: 0,
+            kv_pages_total,
+            decode_step_ms,
+            decode_context_tokens: 0,
+            latency_model: Vec::new(),
+            prefill_chunk_size: 0,
+        }
+    }
+}
+
 /// All engines' rows, by engine id.
 #[derive(Debug, Default)]
 pub struct EngineTable {
@@ -291,6 +314,12 @@ impl EngineTable {
     /// The most prefill tokens one queued request has left, as the engine's Stats reported it.
     pub fn set_longest_queued_prefill(&mut self, engine_id: u32, tokens: u64) -> Result<()> {
         self.row_mut(engine_id)?.longest_queued_prefill = tokens;
+        Ok(())
+    }
+
+    /// The blocks the engine's prefix cache holds, as its Stats reported them.
+    pub fn set_cached_blocks(&mut self, engine_id: u32, blocks: u64) -> Result<()> {
+        self.row_mut(engine_id)?.cached_blocks = blocks;
         Ok(())
     }
 

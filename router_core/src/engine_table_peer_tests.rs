@@ -4,19 +4,7 @@
 use super::*;
 
 fn quiet_stats() -> StatsUpdate {
-    StatsUpdate {
-        queued_prefill_tokens: 0,
-        running_decodes: 0,
-        queued_requests: 0,
-        unfinished_tokens: 0,
-        kv_pages_used: 0,
-        kv_pages_evictable: 0,
-        kv_pages_total: 10,
-        decode_step_ms: 1.0,
-        decode_context_tokens: 0,
-        latency_model: vec![],
-        prefill_chunk_size: 0,
-    }
+    StatsUpdate::idle(10, 1.0)
 }
 
 fn table() -> EngineTable {

@@ -19,6 +19,8 @@ pub mod dispatch_delta;
 pub mod engine_rpc;
 pub mod engine_set;
 pub mod engine_table;
+#[cfg(feature = "front")]
+pub mod engine_upkeep;
 pub mod error;
 #[cfg(feature = "front")]
 pub mod executor;

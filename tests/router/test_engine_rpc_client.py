@@ -1,5 +1,5 @@
 """The router's one engine client (router_core's Rust EngineRpcClient behind
-pyrouter/engines/rust_client.py): the upkeep calls the membership makes and Configure, against
+pyrouter/engines/rust_client.py): health, ModelInfo and Configure as typed answers, against
 real SmolLM2 engines, its errors (router_core's EngineCallError with the status code's name), the
 engine token, a dead address and a peer that never answers. The verbs are the executor's alone
 (their end-to-end tests run through the router: test_router_seed_patterns_real.py)."""
@@ -17,7 +17,7 @@ from router_procs import ROOT, free_port
 
 from engine.server.launcher import EngineProcess, start_engines, stop_engines
 from pyrouter.engines.rust_client import RustEngineClient, dial
-from router_core import EngineCallError, EngineRpcClient, MockEngineServer
+from router_core import EngineCallError, EngineRpcClient, MockEngineServer, ModelInfo
 
 pytestmark = pytest.mark.procs
 
@@ -35,19 +35,13 @@ async def _code_of(call: object) -> str:
 
 
 @pytest.mark.timeout(300)
-async def test_every_upkeep_call_through_the_rust_client(pair: list[EngineProcess]) -> None:
+async def test_every_call_through_the_rust_client(pair: list[EngineProcess]) -> None:
     a, b = dial(pair[0].address, 120.0), dial(pair[1].address, 120.0)
     assert await a.healthy() and await b.healthy()
     info = await a.model_info(timeout_s=5.0)
+    assert isinstance(info, ModelInfo)
     assert info.engine_id == "rpc-a" and info.page_size > 0 and info.max_context > 0
-    stats = await b.stats(timeout_s=5.0)
-    assert stats.kv_pages_total > 0 and stats.kv_pages_used == 0
-
-    # The engine's event stream opens with its snapshot.
-    events = a.kv_events(snapshot=True)
-    batch = await anext(events)
-    await events.aclose()
-    assert batch.snapshot
+    assert (await b.model_info()).engine_id == "rpc-b"
 
     # Configure: the answer says what is in force; out of range is the caller's mistake.
     before = await a.configure(timeout_s=5.0)
@@ -68,7 +62,7 @@ async def test_engine_token_is_sent_and_health_stays_open() -> None:
         wrong = RustEngineClient(EngineRpcClient(address, 5.0, "guess"))
         none = RustEngineClient(EngineRpcClient(address, 5.0))
         assert (await good.model_info()).engine_id == "mock"
-        assert await _code_of(wrong.stats()) == "UNAUTHENTICATED"
+        assert await _code_of(wrong.model_info()) == "UNAUTHENTICATED"
         assert await _code_of(none.model_info()) == "UNAUTHENTICATED"
         assert await none.healthy()  # the health service is open to probes
     finally:
@@ -78,7 +72,7 @@ async def test_engine_token_is_sent_and_health_stays_open() -> None:
 async def test_dead_address_is_unhealthy_and_unavailable() -> None:
     client = dial(f"127.0.0.1:{free_port()}", 5.0)
     assert await client.healthy(timeout_s=2.0) is False
-    assert await _code_of(client.stats()) == "UNAVAILABLE"
+    assert await _code_of(client.configure()) == "UNAVAILABLE"
     assert await _code_of(client.model_info()) == "UNAVAILABLE"
 
 
@@ -89,13 +83,13 @@ async def test_a_silent_peer_times_out_and_a_cancelled_call_ends() -> None:
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
         client = dial(f"127.0.0.1:{silent.getsockname()[1]}", 0.3)
-        assert await _code_of(client.stats()) == "DEADLINE_EXCEEDED"
+        assert await _code_of(client.configure()) == "DEADLINE_EXCEEDED"
         assert await _code_of(client.model_info(timeout_s=0.2)) == "DEADLINE_EXCEEDED"
         assert await client.healthy(timeout_s=0.2) is False
         slow = dial(f"127.0.0.1:{silent.getsockname()[1]}", 60.0)
         with pytest.raises(TimeoutError):
             async with asyncio.timeout(0.2):
-                await slow.stats()
+                await slow.model_info()
 
 
 def test_the_router_process_has_one_engine_client() -> None:

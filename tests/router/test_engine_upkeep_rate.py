@@ -11,7 +11,7 @@ from pyrouter.engines.membership import UPKEEP_POLLS_PER_S, EngineMembership
 def _fleet(size: int, poll_s: float, polls_per_s: float = UPKEEP_POLLS_PER_S
            ) -> EngineMembership:
     m = EngineMembership(poll_s=poll_s, polls_per_s=polls_per_s)
-    m.engines = {str(i): None for i in range(size)}  # type: ignore[misc]  # only counted here
+    m.pace.set_engines(size)  # as add() and drain_and_remove() keep it
     return m
 
 

@@ -84,19 +84,7 @@ fn a_peers_dispatch_reaches_this_table_before_any_stats() {
     });
     let mut t = lock(&table_b);
     t.stats_requested(1).unwrap();
-    let quiet = crate::engine_table::StatsUpdate {
-        queued_prefill_tokens: 0,
-        running_decodes: 0,
-        queued_requests: 0,
-        unfinished_tokens: 0,
-        kv_pages_used: 0,
-        kv_pages_evictable: 0,
-        kv_pages_total: 1,
-        decode_step_ms: 1.0,
-        decode_context_tokens: 0,
-        latency_model: vec![],
-        prefill_chunk_size: 0,
-    };
+    let quiet = crate::engine_table::StatsUpdate::idle(1, 1.0);
     t.update_stats(1, &quiet).unwrap();
     assert_eq!(t.get(1).unwrap().router_tokens, 0);
 }

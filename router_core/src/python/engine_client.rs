@@ -1,23 +1,22 @@
 //! `EngineRpcClient` for Python: the router's one gRPC client for one engine
 //! (crate::engine_rpc::EngineRpc). The router dials each engine once, here; the executor's
 //! fleet reaches the engine through the same client (RouterFront.set_engine), and the
-//! membership's health / Stats / ModelInfo / KV event upkeep and Configure go through it as
-//! asyncio awaitables (pyrouter/engines/rust_client.py). The verbs are the executor's alone.
+//! membership's upkeep (python/engine_upkeep.rs: health, Stats and KV events, applied in Rust)
+//! polls through it too. ModelInfo, health and Configure are asyncio awaitables here
+//! (pyrouter/engines/rust_client.py). The verbs are the executor's alone.
 //!
 //! An awaitable crosses into Rust once (the call starts on tokio) and back once: the answer is
 //! queued through the bridge's job queue (bridge_jobs.rs) and converted on the loop, so the
-//! tokio side never takes the GIL. The upkeep calls answer the serialized response message
-//! (Python reads it with the generated protobuf class); a failed call raises EngineCallError
-//! with the gRPC status code's name and the details. Cancelling the awaitable cancels the call.
+//! tokio side never takes the GIL. The answers are typed values (engine_info.rs); a failed
+//! call raises EngineCallError with the gRPC status code's name and the details. Cancelling the awaitable cancels the call.
 
 use super::bridge_jobs::{BridgeJobs, Job, Wake};
+use super::engine_info::{PyConfigured, PyModelInfo};
 use super::verb_values::call_error;
-use crate::engine_rpc::{CallError, EngineRpc, EngineTls, KvEventsCall};
+use crate::engine_rpc::{CallError, EngineRpc, EngineTls};
 use crate::rpc::pb;
-use prost::Message;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
 use pyo3_async_runtimes::TaskLocals;
 use std::future::Future;
 use std::sync::Arc;
@@ -40,16 +39,9 @@ fn timeout_of(timeout_s: Option<f64>) -> PyResult<Option<Duration>> {
         .transpose()
 }
 
-/// The serialized message, for Python's generated class to read.
-fn encoded<M: Message>(py: Python<'_>, message: &M) -> PyResult<PyObject> {
-    Ok(PyBytes::new(py, &message.encode_to_vec())
-        .into_any()
-        .unbind())
-}
-
 /// Where calls run (tokio) and how their answers reach the loop (the job queue).
 #[derive(Clone)]
-struct Answers {
+pub(super) struct Answers {
     jobs: Arc<BridgeJobs>,
     runtime: tokio::runtime::Handle,
 }
@@ -58,7 +50,7 @@ impl Answers {
     /// `call` on tokio; its outcome, converted by `convert` on the loop, resolves the returned
     /// asyncio future. `cancellable`: cancelling that future aborts the call (not for a stream
     /// read, which cut short would leave its stream mid-read).
-    fn start<'py, T, F>(
+    pub(super) fn start<'py, T, F>(
         &self,
         py: Python<'py>,
         call: F,
@@ -110,6 +102,11 @@ impl PyEngineRpcClient {
 
     pub fn address(&self) -> &str {
         &self.address
+    }
+
+    /// Where its calls run and how their answers reach its loop (the upkeep's awaitables too).
+    pub(super) fn answers(&self) -> &Answers {
+        &self.answers
     }
 
     /// A unary call as an awaitable (cancelling it cancels the call).
@@ -173,16 +170,7 @@ impl PyEngineRpcClient {
         })
     }
 
-    /// Stats. Awaitable: the serialized StatsResponse.
-    #[pyo3(signature = (timeout_s = None))]
-    fn stats<'py>(&self, py: Python<'py>, timeout_s: Option<f64>) -> PyResult<Bound<'py, PyAny>> {
-        let (rpc, timeout) = (self.rpc.clone(), timeout_of(timeout_s)?);
-        self.answer(py, async move { rpc.stats(timeout).await }, |py, answer| {
-            encoded(py, &answer)
-        })
-    }
-
-    /// ModelInfo. Awaitable: the serialized ModelInfoResponse.
+    /// ModelInfo. Awaitable: a ModelInfo.
     #[pyo3(signature = (timeout_s = None))]
     fn model_info<'py>(
         &self,
@@ -193,12 +181,12 @@ impl PyEngineRpcClient {
         self.answer(
             py,
             async move { rpc.model_info(timeout).await },
-            |py, answer| encoded(py, &answer),
+            |py, answer| Ok(Py::new(py, PyModelInfo::from(answer))?.into_any()),
         )
     }
 
-    /// Configure (None: leave the setting as it is). Awaitable: the serialized
-    /// ConfigureResponse; EngineCallError INVALID_ARGUMENT for a value out of range.
+    /// Configure (None: leave the setting as it is). Awaitable: a Configured (the value in
+    /// force); EngineCallError INVALID_ARGUMENT for a value out of range.
     #[pyo3(signature = (prefill_chunk_size = None, timeout_s = None))]
     fn configure<'py>(
         &self,
@@ -215,7 +203,7 @@ impl PyEngineRpcClient {
         self.answer(
             py,
             async move { rpc.configure(message, timeout).await },
-            |py, answer| encoded(py, &answer),
+            |py, answer| Ok(Py::new(py, PyConfigured::from(answer))?.into_any()),
         )
     }
 
@@ -230,47 +218,6 @@ impl PyEngineRpcClient {
             async move { Ok(rpc.healthy(timeout).await) },
             |py, serving| Ok(serving.into_pyobject(py)?.to_owned().into_any().unbind()),
         )
-    }
-
-    /// KVEvents, opened now (endless until cancelled); with `snapshot` the first batch is the
-    /// full set the engine holds.
-    #[pyo3(signature = (snapshot = false))]
-    fn kv_events(&self, snapshot: bool) -> PyKvEventStream {
-        PyKvEventStream {
-            call: self.rpc.kv_events(snapshot, &self.answers.runtime),
-            answers: self.answers.clone(),
-        }
-    }
-}
-
-/// One KVEvents stream: `next_batch` until None (the engine ended it) or an error.
-#[pyclass(name = "KvEventStream", module = "router_core._router_core", frozen)]
-pub struct PyKvEventStream {
-    call: Arc<KvEventsCall>,
-    answers: Answers,
-}
-
-#[pymethods]
-impl PyKvEventStream {
-    /// Awaitable: the next serialized KVEventBatch, or None once the engine closed the stream;
-    /// raises EngineCallError when the stream failed or was cancelled.
-    fn next_batch<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let call = self.call.clone();
-        let read = async move { call.next().await };
-        self.answers.start(
-            py,
-            read,
-            |py, batch| match batch {
-                Some(batch) => encoded(py, &batch),
-                None => Ok(py.None()),
-            },
-            false,
-        )
-    }
-
-    /// Ends the stream; True if it was open.
-    fn cancel(&self) -> bool {
-        self.call.cancel()
     }
 }
 

@@ -1,8 +1,12 @@
 //! `EngineTable` and `EngineLoad` for Python: a handle on the shared, locked engine table.
 
 use crate::engine_table::{EngineLoad, EngineTable, Role, StatsUpdate};
+use crate::engine_upkeep::stats::apply_stats;
 use crate::latency_model::StepWork;
 use crate::router::lock;
+use crate::rpc::pb;
+use prost::Message;
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -32,6 +36,7 @@ pub struct PyEngineLoad {
     latency_model: HashMap<String, f64>,
     prefill_chunk_size: u64,
     longest_queued_prefill: u64,
+    cached_blocks: u64,
     inflight: u64,
     router_tokens: u64,
     router_prefill_tokens: u64,
@@ -59,6 +64,7 @@ impl From<&EngineLoad> for PyEngineLoad {
             latency_model: row.latency.named().into_iter().collect(),
             prefill_chunk_size: row.prefill_chunk_size,
             longest_queued_prefill: row.longest_queued_prefill,
+            cached_blocks: row.cached_blocks,
             inflight: row.inflight,
             router_tokens: row.router_tokens,
             router_prefill_tokens: row.router_prefill_tokens,
@@ -113,6 +119,15 @@ impl PyEngineTable {
 
     fn set_health(&self, py: Python<'_>, engine_id: u32, healthy: bool) -> PyResult<()> {
         Ok(py.allow_threads(|| lock(&self.inner).set_health(engine_id, healthy))?)
+    }
+
+    /// A serialized StatsResponse into `engine_id`'s row, through the upkeep's own mapping
+    /// (engine_upkeep::stats): for engines whose answers are Python objects (the simulator's).
+    /// The router's upkeep applies real engines' answers in Rust; nothing crosses for them.
+    fn apply_stats(&self, py: Python<'_>, engine_id: u32, stats: &[u8]) -> PyResult<()> {
+        let answer = pb::StatsResponse::decode(stats)
+            .map_err(|err| PyValueError::new_err(format!("not a StatsResponse: {err}")))?;
+        Ok(py.allow_threads(|| apply_stats(&mut lock(&self.inner), engine_id, &answer))?)
     }
 
     #[pyo3(signature = (engine_id, queued_prefill_tokens, running_decodes, unfinished_tokens,
