@@ -6,6 +6,9 @@ attainment and goodput per policy per cell, the best fixed policy per cell and e
 policy's regret; writes summary.json and heatmap.png. Deterministic: the same command gives
 the same tables. `--seeds 0,1,2` runs every cell at each seed and judges it by the policies'
 mean attainment over the seeds (past capacity one seed moves a cell by more than 3 points).
+`--workloads random:K` adds K generated workloads (gen-N: generator seed N) from the seeds
+`--split` selects; the report then sets a policy's gaps on the tuning set beside the check set
+(workload_sets.py).
 
   switchyard bench tournament                      # the full grid (hours on 2 cores)
   switchyard bench tournament --profiles local-smollm2-cpu --workloads sonnet-short \\
@@ -47,6 +50,7 @@ from switchyard_bench.tournament.report import (
     write_summary,
 )
 from switchyard_bench.tournament.runner import Plan, run_tournament, workload
+from switchyard_bench.tournament.workload_sets import SPLITS, expand
 from switchyard_bench.tournament.workloads import TOURNAMENT_WORKLOADS, Sizing
 from switchyard_bench.workloads import WorkloadError
 from switchyard_sim.clock import real_perf_counter
@@ -73,7 +77,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="switchyard bench tournament", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workloads", type=name_list, default=list(TOURNAMENT_WORKLOADS),
-                   help=f"comma-separated, from {', '.join(TOURNAMENT_WORKLOADS)}")
+                   help=f"comma-separated, from {', '.join(TOURNAMENT_WORKLOADS)}, gen-N (the "
+                   "generated workload of generator seed N) and random:K (K generated "
+                   "workloads from the seeds of --split)")
+    p.add_argument("--split", choices=SPLITS, default="all",
+                   help="the generator seeds random:K takes: tune (even), check (odd) or all")
+    p.add_argument("--study", default=None, metavar="POLICY",
+                   help="the policy whose gaps to the best fixed policy the report gives for "
+                   "the tuning and check sets apart (default adaptive, when it runs)")
     p.add_argument("--loads", type=rate_list, default=list(LOADS),
                    help="multiples of each group's capacity")
     p.add_argument("--engines", type=name_list, default=[str(n) for n in ENGINES],
@@ -155,9 +166,11 @@ def _check(a: argparse.Namespace) -> Plan:
     a.engines = [int(n) for n in a.engines]
     for name in a.profiles:
         load_profile(name)
-    bad = [w for w in a.workloads if w not in TOURNAMENT_WORKLOADS]
-    if bad:
-        raise ValueError(f"unknown workload(s) {bad}; choose from {TOURNAMENT_WORKLOADS}")
+    a.workloads = expand(a.workloads, a.split, TOURNAMENT_WORKLOADS)
+    if a.study is not None and a.study not in a.policies:
+        raise ValueError(f"--study {a.study!r} is not in --policies")
+    if a.study is None and "adaptive" in a.policies:
+        a.study = "adaptive"
     if a.num_prompts < 1 or a.jobs < 1 or a.coalesce < 1:
         raise ValueError("--num-prompts, --jobs and --coalesce must be >= 1")
     if not 0 < a.attainment_target <= 1 or not a.capacity_tolerance > 0:
@@ -188,6 +201,7 @@ def _meta(a: argparse.Namespace, plan: Plan) -> dict[str, Any]:
             "command": "switchyard bench tournament " + " ".join(getattr(a, "argv", [])),
             "profiles": a.profiles, "workloads": a.workloads, "engines": a.engines,
             "loads": a.loads, "policies": a.policies, "adaptive": a.adaptive,
+            "split": a.split, "study": a.study,
             "roles": a.roles, "num_prompts": a.num_prompts, "seed": a.seeds[0],
             "seeds": a.seeds, "salt": a.salt,
             "slo": {p: s.slo.body() if s.slo else None for p, s in plan.settings.items()},
@@ -233,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
     print("\n".join(capacity_lines(results, groups, a.num_prompts)))
     print()
     print(tables(rows, a.policies))
-    lines, summary = summary_lines(rows)
+    lines, summary = summary_lines(rows, a.study)
     print()
     print("\n".join(lines))
     for error in errors:

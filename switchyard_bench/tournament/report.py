@@ -10,6 +10,11 @@ closed loop, empty for policies that predict nothing); a cell reports, per kind 
 the request-weighted median of those medians over all its runs, and the columns are left out
 when no run has any.
 
+Out of sample (`out_of_sample_lines`): for one policy under study (adaptive by default), its gap
+to the best fixed policy per cell (best fixed attainment − its own, points), summarised apart
+for the tuning set and the check set (workload_sets.py says which workload is in which): the
+mean gap over the cells, the worst cell, the cells within 3 points.
+
 Over several seeds (`--seeds`), a cell's attainment and goodput are each policy's mean over the
 seeds, and the best fixed policy, the regrets and the summary are read off those means (past
 capacity one seed moves a cell by more than the 3-point target); each policy's spread (max −
@@ -25,6 +30,7 @@ from typing import Any
 
 from switchyard_bench.tournament.cells import Cell, Group, short_profile
 from switchyard_bench.tournament.runner import STEADY_FACTOR, Results
+from switchyard_bench.tournament.workload_sets import CHECK, TUNE, generator_seed, workload_set
 
 HIGH_LOAD = 0.9  # loads at or above it are where adaptive should beat every fixed pattern
 REGRET_BOUND = 3.0  # points: issue 21's "adaptive >= best fixed - 3 points"
@@ -168,9 +174,11 @@ def seed_verdicts(results: dict[int, Results], cells: Sequence[Cell], policies: 
     return out, per_seed
 
 
-def summary_lines(rows: Sequence[CellVerdict]) -> tuple[list[str], dict[str, Any]]:
+def summary_lines(rows: Sequence[CellVerdict], study: str | None = None
+                  ) -> tuple[list[str], dict[str, Any]]:
     """Per adaptive policy: its largest regret and where, the cells within REGRET_BOUND, and the
-    cells at load >= HIGH_LOAD where it beats the best fixed policy."""
+    cells at load >= HIGH_LOAD where it beats the best fixed policy; then, for the policy under
+    `study`, its gaps on the tuning set beside the check set (when a generated workload ran)."""
     lines: list[str] = []
     body: dict[str, Any] = {}
     adaptive = list(dict.fromkeys(p for r in rows for p in r.regret))
@@ -206,6 +214,53 @@ def summary_lines(rows: Sequence[CellVerdict]) -> tuple[list[str], dict[str, Any
     body["best_fixed_counts"] = dict(sorted(wins.items(), key=lambda kv: (-kv[1], kv[0])))
     lines.append("best fixed policy (cells, ties counted for each): " + ", ".join(
         f"{p} {n}" for p, n in body["best_fixed_counts"].items()))
+    split_lines, split = out_of_sample_lines(rows, study) if study else ([], {})
+    if split:
+        lines += ["", *split_lines]
+        body["out_of_sample"] = split
+    return lines, body
+
+
+def _gap_summary(gaps: list[tuple[float, CellVerdict]]) -> dict[str, Any]:
+    if not gaps:
+        return {"cells": 0}
+    worst, where = max(gaps, key=lambda g: g[0])
+    within = sum(1 for gap, _ in gaps if gap <= REGRET_BOUND)
+    return {"cells": len(gaps), "mean_gap_points": round(fmean(g for g, _ in gaps), 6),
+            "worst_gap_points": worst, "worst_cell": where.cell.label,
+            "cells_within_3_points": within, "share_within_3_points": within / len(gaps),
+            "workloads": sorted({r.cell.group.workload for _, r in gaps})}
+
+
+def out_of_sample_lines(rows: Sequence[CellVerdict], policy: str
+                        ) -> tuple[list[str], dict[str, Any]]:
+    """`policy`'s gap to the best fixed policy per cell, the tuning set's cells beside the check
+    set's; no lines when no generated workload ran (then there is no check set to speak of)."""
+    if not any(generator_seed(r.cell.group.workload) is not None for r in rows):
+        return [], {}
+    gaps: dict[str, list[tuple[float, CellVerdict]]] = {TUNE: [], CHECK: []}
+    for r in rows:
+        mine = r.attainment.get(policy)
+        if mine is not None and r.best_fixed_attainment is not None:
+            gaps[workload_set(r.cell.group.workload)].append(
+                (round(r.best_fixed_attainment - mine, 6), r))
+    body: dict[str, Any] = {"policy": policy, TUNE: _gap_summary(gaps[TUNE]),
+                            CHECK: _gap_summary(gaps[CHECK])}
+    sets = (body[TUNE], body[CHECK])
+
+    def row(label: str, cell: Any) -> str:
+        return f"{label:<20}" + "".join(f"{cell(b) if b['cells'] else '-':>32}" for b in sets)
+
+    lines = [f"out of sample: {policy} against the best fixed policy per cell (gap = best fixed "
+             f"- {policy}, points; tuning set: named workloads and even generator seeds, check "
+             "set: odd generator seeds)",
+             f"{'':<20}{'tuning set':>32}{'check set':>32}",
+             row("cells", lambda b: str(b["cells"])),
+             row("mean gap", lambda b: f"{b['mean_gap_points']:+.1f}"),
+             row("worst cell", lambda b: f"{b['worst_gap_points']:+.1f}"),
+             row("  where", lambda b: b["worst_cell"]),
+             row(f"within {REGRET_BOUND:g} points", lambda b: f"{b['cells_within_3_points']}/"
+                 f"{b['cells']} ({b['share_within_3_points']:.0%})")]
     return lines, body
 
 
@@ -317,7 +372,8 @@ def write_summary(path: str, meta: dict[str, Any], results: dict[int, Results],
             "runs": runs}
     if len(results) > 1:
         body["per_seed"] = {str(seed): {"cells": [r.to_json() for r in seed_rows],
-                                        "summary": summary_lines(seed_rows)[1]}
+                                        "summary": summary_lines(seed_rows,
+                                                                 meta.get("study"))[1]}
                             for seed, seed_rows in per_seed.items()}
     with open(path, "w", encoding="utf-8") as f:
         json.dump(body, f, indent=1, default=str)

@@ -4,10 +4,10 @@ as `bench simulate --jobs`). A run is a fresh simulated cluster in virtual time,
 its inputs only, so where it runs does not change its figures.
 
 Every policy in a cell gets the same items: the group's workload at one salt, Poisson arrivals
-from one seed at the cell's rate (offsets from one seed scale with 1 / rate, so the loads of a
-group see the same arrival pattern, stretched). With several seeds, each seed is the tournament
-`--seed N` alone would run (its own lengths, arrivals and capacity search); the seeds' searches
-share one pool of workers, then their runs do.
+(a generated workload's own process) from one seed at the cell's rate (offsets from one seed
+scale with 1 / rate, so the loads of a group see the same arrival pattern, stretched). With
+several seeds, each seed is the tournament `--seed N` alone would run (its own lengths, arrivals
+and capacity search); the seeds' searches share one pool of workers, then their runs do.
 """
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from switchyard_bench.serve.request_body import Slo
 from switchyard_bench.simulate.run import SimConfig, run_summary, simulate
 from switchyard_bench.tournament.capacity import find_capacity
 from switchyard_bench.tournament.cells import Cell, Group, ProfileSetting
-from switchyard_bench.tournament.workloads import build_tournament_workload
-from switchyard_bench.workloads import ArrivalProcess, RealVocabulary, WorkItem, Workload, schedule
+from switchyard_bench.tournament.workloads import arrivals_for, build_tournament_workload
+from switchyard_bench.workloads import RealVocabulary, WorkItem, Workload, schedule
 from switchyard_sim.parallel import in_processes
 from switchyard_sim.profile import HardwareProfile, load_profile
 
@@ -75,7 +75,9 @@ def profile(name: str) -> HardwareProfile:
 
 def workload(plan: Plan, group: Group) -> Workload:
     global _vocab
-    key = (group.workload, plan.settings[group.profile].sizing, plan.num_prompts, plan.seed)
+    context = profile(group.profile).model.max_context
+    key = (group.workload, plan.settings[group.profile].sizing, plan.num_prompts, plan.seed,
+           context)
     if key not in _workloads:
         if _vocab is None:
             from pyrouter.tokenizer import load_router_tokenizer
@@ -83,12 +85,13 @@ def workload(plan: Plan, group: Group) -> Workload:
             _vocab = RealVocabulary(load_router_tokenizer(None))
         _workloads[key] = build_tournament_workload(group.workload, _vocab,
                                                     plan.settings[group.profile].sizing,
-                                                    plan.num_prompts, plan.seed)
+                                                    plan.num_prompts, plan.seed, context)
     return _workloads[key]
 
 
 def items(plan: Plan, group: Group, rate: float) -> list[WorkItem]:
-    return schedule(workload(plan, group), plan.num_prompts, plan.salt, ArrivalProcess(rate),
+    chosen = workload(plan, group)
+    return schedule(chosen, plan.num_prompts, plan.salt, arrivals_for(chosen, rate),
                     seed=plan.seed)
 
 

@@ -9,6 +9,11 @@ tenth of them (as the real-engine runs in docs/experiments.md) and Mooncake's a 
 mean of 12k tokens becomes 240, its longest 126k becomes 2.5k: SmolLM2's 8k context holds it,
 and ~90% of its prompts prefill within the 2 s TTFT SLO when alone); outputs of the traces are
 kept (decoding is cheap next to prefill there: Azure's average 28 tokens, Mooncake's 343).
+
+Generated workloads (`gen-N`, switchyard_bench/workloads/synthetic.py) are sized as the traces
+are: prompts times the profile's scale, outputs times its trace output scale, clipped to the
+model's context. They bring their own arrival process (burstiness, on/off phases) at the rate
+the tournament asks for; every other workload takes Poisson arrivals.
 """
 from __future__ import annotations
 
@@ -16,11 +21,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from switchyard_bench.workloads import RealVocabulary, RequestShape, Workload, WorkloadError
+from switchyard_bench.tournament.workload_sets import generator_seed
+from switchyard_bench.workloads import (
+    ArrivalProcess,
+    RealVocabulary,
+    RequestShape,
+    Workload,
+    WorkloadError,
+)
+from switchyard_bench.workloads.arrivals import Arrivals
 from switchyard_bench.workloads.azure import AzureCodeWorkload
 from switchyard_bench.workloads.data_files import AZURE_CODE, MOONCAKE_CONVERSATION
 from switchyard_bench.workloads.mooncake import MooncakeWorkload
 from switchyard_bench.workloads.sonnet import SonnetConfig, SonnetWorkload
+from switchyard_bench.workloads.synthetic import SyntheticWorkload
 from switchyard_bench.workloads.trace_replay import TraceConfig
 
 TOURNAMENT_WORKLOADS = ("sonnet-short", "sonnet-long", "mooncake", "azure-code", "shifting")
@@ -79,9 +93,15 @@ def _sonnet(vocab: RealVocabulary, lengths: tuple[float, ...], scale: float,
 
 
 def build_tournament_workload(name: str, vocab: RealVocabulary, sizing: Sizing,
-                              num_prompts: int, seed: int) -> Workload:
-    """The named workload at a profile's sizing (`num_prompts` sets shifting's phases)."""
+                              num_prompts: int, seed: int, max_context: int | None = None
+                              ) -> Workload:
+    """The named or generated workload at a profile's sizing (`num_prompts` sets shifting's
+    phases; `max_context` clips a generated workload's lengths)."""
     s = sizing.scale
+    generated = generator_seed(name)
+    if generated is not None:
+        return SyntheticWorkload.from_seed(vocab, generated, seed, s, sizing.trace_output_scale,
+                                           max_context)
     if name == "sonnet-short":
         return _sonnet(vocab, SONNET_SHORT, s, seed)
     if name == "sonnet-long":
@@ -97,4 +117,11 @@ def build_tournament_workload(name: str, vocab: RealVocabulary, sizing: Sizing,
         return PhasedWorkload([("sonnet-short", short, third), ("sonnet-long", long, third),
                                ("sonnet-short", short, max(1, num_prompts - 2 * third))])
     raise WorkloadError(f"unknown tournament workload {name!r}; choose from "
-                        f"{', '.join(TOURNAMENT_WORKLOADS)}")
+                        f"{', '.join(TOURNAMENT_WORKLOADS)} or gen-N")
+
+
+def arrivals_for(workload: Workload, rate: float) -> Arrivals:
+    """A generated workload's own arrival process at `rate`, else Poisson arrivals."""
+    if isinstance(workload, SyntheticWorkload):
+        return workload.arrivals(rate)
+    return ArrivalProcess(rate)

@@ -9,10 +9,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 from switchyard_bench.workloads.base import WorkloadError
+
+
+class Arrivals(Protocol):
+    """What `schedule` needs of an arrival process (this gamma one, or a synthetic workload's
+    own, switchyard_bench/workloads/synthetic.py)."""
+
+    def offsets(self, count: int, seed: int) -> list[float]: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,11 +2,11 @@
 process or from the trace's own timestamps times a time scale."""
 from __future__ import annotations
 
-from switchyard_bench.workloads.arrivals import ArrivalProcess, scaled_trace_offsets
+from switchyard_bench.workloads.arrivals import Arrivals, scaled_trace_offsets
 from switchyard_bench.workloads.base import WorkItem, Workload, WorkloadError
 
 
-def schedule(workload: Workload, count: int, salt: int, arrivals: ArrivalProcess | None,
+def schedule(workload: Workload, count: int, salt: int, arrivals: Arrivals | None,
              time_scale: float = 1.0, seed: int = 0) -> list[WorkItem]:
     if count < 1:
         raise WorkloadError(f"num-prompts must be >= 1, got {count}")

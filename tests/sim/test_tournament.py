@@ -261,6 +261,9 @@ def test_worker_processes_give_the_same_figures(tmp_path: os.PathLike[str]) -> N
     (["--seeds", "0,0"], "expected distinct seeds"),
     (["--seeds", "0,x"], "expected seeds like 0,1,2"),
     (["--seed", "1", "--seeds", "0,1"], "not allowed with argument --seed"),
+    (["--workloads", "random:0"], "random:K, K >= 1"),
+    (["--split", "sideways"], "invalid choice: 'sideways'"),
+    (["--policies", "round_robin", "--study", "adaptive"], "--study 'adaptive' is not in"),
 ])
 def test_bad_input_is_a_clear_error(args: list[str], message: str,
                                     capsys: pytest.CaptureFixture[str],
