@@ -1,5 +1,6 @@
-"""CPU time of process trees, for "CPU per request" figures: user + system seconds of each
-process and of every descendant alive at the time (psutil)."""
+"""CPU time and memory of process trees, for "CPU per request" and "RSS per engine" figures:
+user + system seconds of each process and of every descendant alive at the time, and their
+resident memory (psutil)."""
 from __future__ import annotations
 
 import contextlib
@@ -20,3 +21,16 @@ def tree_cpu_s(pids: Iterable[int]) -> float:
                     t = proc.cpu_times()
                     total += t.user + t.system + t.children_user + t.children_system
     return total
+
+
+def tree_rss_mb(pids: Iterable[int]) -> float:
+    """Resident memory (MB) of these processes and their live descendants, summed (shared pages
+    counted once per process: an upper bound)."""
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            root = psutil.Process(pid)
+            for proc in [root, *root.children(recursive=True)]:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    total += proc.memory_info().rss
+    return total / 1e6

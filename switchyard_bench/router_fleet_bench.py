@@ -6,10 +6,12 @@ in front of them (default --poll-s, as a user starts it), started with round_rob
 registered as a Python policy (switchyard_bench/policies/round_robin_py.py) so that
 `PUT /admin/policy` can switch it between that and the Rust built-ins, as an operator would. Per N:
 - idle: the router's CPU (user + system, its process tree) over --idle-s seconds with no
-  requests, once every engine is healthy in GET /admin/engines, as % of one core;
+  requests, once every engine is healthy in GET /admin/engines, as % of one core, and its
+  resident memory then (RSS: the engine table, prefix index, one connection and KV event
+  stream per engine);
 - per policy (round_robin, cache_aware, the Python policy): wrk at --concurrency streaming
   --max-tokens-token completions for --duration seconds: req/s, p50/p99 and router CPU per
-  request.
+  request, and the router's RSS after the run (the prefix index filled by the requests).
 Rounds (--repeat) run every N once each, interleaved; the table gives medians, the min-max
 spread, and each figure's ratio to the same policy's at the smallest N.
 """
@@ -27,7 +29,7 @@ import requests
 
 from switchyard_bench.bench_procs import SWITCHYARD, Procs, free_port, spawn, started_procs
 from switchyard_bench.policies import round_robin_py
-from switchyard_bench.proc_cpu import tree_cpu_s
+from switchyard_bench.proc_cpu import tree_cpu_s, tree_rss_mb
 from switchyard_bench.wrk_runner import ensure_wrk, measure_http
 
 POLICIES = ("round_robin", "cache_aware", round_robin_py.NAME)
@@ -62,6 +64,8 @@ class FleetRow:
     router_cpu_ms: float | None
     idle_core_pct: float
     ready_s: float
+    idle_rss_mb: float = float("nan")
+    rss_mb: float = float("nan")  # after this policy's run
 
 
 @dataclass(slots=True)
@@ -140,6 +144,7 @@ def _one_round(cfg: FleetBenchConfig, count: int, rnd: int) -> list[FleetRow]:
         before = tree_cpu_s(pids)
         time.sleep(cfg.idle_s)
         idle_pct = (tree_cpu_s(pids) - before) / cfg.idle_s * 100
+        idle_rss = tree_rss_mb(pids)
         url = f"{router.url}/v1/completions"
         for policy in cfg.policies:
             _switch(router, policy)
@@ -147,12 +152,14 @@ def _one_round(cfg: FleetBenchConfig, count: int, rnd: int) -> list[FleetRow]:
             before = tree_cpu_s(pids)
             m = measure_http(url, _body(cfg), cfg.concurrency, cfg.duration_s)
             cpu_ms = (tree_cpu_s(pids) - before) * 1000 / m.requests if m.requests else None
+            rss = tree_rss_mb(pids)
             rows.append(FleetRow(count, policy, rnd, m.rps, m.p50_ms, m.p99_ms, m.errors,
-                                 cpu_ms, idle_pct, ready_s))
+                                 cpu_ms, idle_pct, ready_s, idle_rss, rss))
             cpu = f"{cpu_ms:.3f}" if cpu_ms is not None else "-"
             print(f"  round {rnd} N={count:<5} {policy:<16} {m.rps:8.0f} req/s  p50 "
                   f"{m.p50_ms:7.2f} ms  p99 {m.p99_ms:7.2f} ms  errors {m.errors}  router CPU "
-                  f"{cpu} ms/req  idle {idle_pct:5.1f}% of a core  ready in {ready_s:.1f} s",
+                  f"{cpu} ms/req  idle {idle_pct:5.1f}% of a core  RSS {idle_rss:.0f} -> "
+                  f"{rss:.0f} MB  ready in {ready_s:.1f} s",
                   flush=True)
     return rows
 
@@ -185,14 +192,16 @@ def fleet_table(rows: list[FleetRow], counts: list[int], policies: tuple[str, ..
                 and (v := getattr(r, attr)) is not None]
 
     lines = ["| engines | policy | c=32 streaming req/s (vs smallest N) | router CPU ms/req "
-             "(vs smallest N) | p50 / p99 ms | router CPU idle, % of a core |",
-             "|---|---|---|---|---|---|"]
+             "(vs smallest N) | p50 / p99 ms | router CPU idle, % of a core | router RSS MB, "
+             "idle / after the run |",
+             "|---|---|---|---|---|---|---|"]
     base = min(counts)
     for n in counts:
         for p in policies:
             rps, cpu, p50, p99 = (med(n, p, a) for a in ("rps", "router_cpu_ms", "p50_ms",
                                                         "p99_ms"))
             idle = med(n, p, "idle_core_pct")
+            idle_rss, rss = med(n, p, "idle_rss_mb"), med(n, p, "rss_mb")
             if not rps:
                 continue
             r0, c0 = med(base, p, "rps"), med(base, p, "router_cpu_ms")
@@ -204,7 +213,8 @@ def fleet_table(rows: list[FleetRow], counts: list[int], policies: tuple[str, ..
                 f"| {n} | {p} | {_with_span(f'{rps_m:.0f} ({rps_ratio}', rps)} | "
                 f"{_with_span(f'{cpu_m:.3f} ({cpu_ratio}', cpu)} | "
                 f"{statistics.median(p50):.1f} / {statistics.median(p99):.1f} | "
-                f"{statistics.median(idle):.1f}{_spread(idle)} |")
+                f"{statistics.median(idle):.1f}{_spread(idle)} | "
+                f"{statistics.median(idle_rss):.0f} / {statistics.median(rss):.0f} |")
     return "\n".join(lines)
 
 

@@ -19,7 +19,8 @@ from switchyard_bench.router_fleet_bench import (
 
 
 def _row(engines: int, policy: str, rnd: int, rps: float, cpu: float | None) -> FleetRow:
-    return FleetRow(engines, policy, rnd, rps, 3.0, 9.0, 0, cpu, 0.5 * engines, 1.0)
+    return FleetRow(engines, policy, rnd, rps, 3.0, 9.0, 0, cpu, 0.5 * engines, 1.0,
+                    idle_rss_mb=40.0 + engines, rss_mb=50.0 + engines + rnd)
 
 
 def test_engine_counts_parse_and_bad_ones_are_refused() -> None:
@@ -42,6 +43,7 @@ def test_table_gives_medians_spread_and_ratios_to_the_smallest_fleet() -> None:
     assert "500 (0.50x; 400–600)" in lines[("64", "round_robin")]
     assert "0.200 (2.00x; 0.2–0.2)" in lines[("64", "round_robin")]
     assert "32.0 (32–32)" in lines[("64", "round_robin")]  # idle % of a core
+    assert lines[("64", "round_robin")].endswith("| 104 / 115 |")  # RSS idle / after, medians
     assert "| 10 (-) | nan (-) |" in lines[("64", "cache_aware")]  # nothing to compare with
 
 
