@@ -4,22 +4,27 @@ resident memory (psutil)."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import psutil
+
+
+def _tree(pids: Iterable[int]) -> Iterator[psutil.Process]:
+    """These processes and their live descendants (those gone meanwhile left out)."""
+    for pid in pids:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            root = psutil.Process(pid)
+            yield from [root, *root.children(recursive=True)]
 
 
 def tree_cpu_s(pids: Iterable[int]) -> float:
     """user + system seconds used so far by these processes and their live descendants (plus
     descendants that already exited and were waited for, which psutil reports as children_*)."""
     total = 0.0
-    for pid in pids:
+    for proc in _tree(pids):
         with contextlib.suppress(psutil.NoSuchProcess):
-            root = psutil.Process(pid)
-            for proc in [root, *root.children(recursive=True)]:
-                with contextlib.suppress(psutil.NoSuchProcess):
-                    t = proc.cpu_times()
-                    total += t.user + t.system + t.children_user + t.children_system
+            t = proc.cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
     return total
 
 
@@ -27,10 +32,7 @@ def tree_rss_mb(pids: Iterable[int]) -> float:
     """Resident memory (MB) of these processes and their live descendants, summed (shared pages
     counted once per process: an upper bound)."""
     total = 0
-    for pid in pids:
+    for proc in _tree(pids):
         with contextlib.suppress(psutil.NoSuchProcess):
-            root = psutil.Process(pid)
-            for proc in [root, *root.children(recursive=True)]:
-                with contextlib.suppress(psutil.NoSuchProcess):
-                    total += proc.memory_info().rss
+            total += proc.memory_info().rss
     return total / 1e6

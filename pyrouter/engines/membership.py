@@ -48,11 +48,9 @@ class EngineMembership:
 
     def __init__(self, poll_s: float = 0.5, block_size: int = 16, seed: int = 0,
                  polls_per_s: float = UPKEEP_POLLS_PER_S) -> None:
-        if poll_s <= 0 or polls_per_s < 0:
-            raise ValueError("poll_s must be > 0 and polls_per_s >= 0")
-        self.poll_s = poll_s
-        self.polls_per_s = polls_per_s  # 0: no bound
-        self.pace = UpkeepPace(poll_s, polls_per_s)  # shared by every engine's upkeep
+        # Shared by every engine's upkeep; ValueError unless poll_s > 0 and polls_per_s >= 0
+        # (0: no bound).
+        self.pace = UpkeepPace(poll_s, polls_per_s)
         self.engines: dict[str, EngineHandle] = {}
         self.core: RouterCore = RouterCore(block_size, seed)
         self._core_key: tuple[int, int] | None = None  # (block_size, seed) learned from engines

@@ -7,6 +7,7 @@ a restart on the same port. The real engines' upkeep runs in every real-engine r
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import Callable
 from pathlib import Path
 
@@ -139,6 +140,20 @@ async def test_a_stopped_upkeep_polls_no_more() -> None:
         stopped = upkeep.polls
         await asyncio.sleep(0.2)
         assert upkeep.polls == stopped
+
+
+async def test_a_dropped_upkeep_polls_no_more(tmp_path: Path) -> None:
+    """Its tasks hold the upkeep; dropping the Python object must still end them."""
+    unhealthy = tmp_path / "unhealthy"
+    with MockEngineServer(0, unhealthy_file=str(unhealthy)) as server:
+        core = _core()
+        upkeep = _upkeep(server, core, poll_s=0.02)
+        assert (await asyncio.wait_for(upkeep.next_change(False), 10))[0] is True
+        del upkeep
+        gc.collect()
+        unhealthy.touch()  # a live upkeep would mark it unhealthy within a poll or two
+        await asyncio.sleep(0.3)
+        assert core.table.get(0).healthy
 
 
 def test_the_pace_is_checked() -> None:

@@ -41,8 +41,15 @@ pub struct EngineUpkeep {
     draining: AtomicBool,
     polls: AtomicU64,
     runtime: tokio::runtime::Handle,
-    /// The poll loop and the KV event follower.
-    tasks: Mutex<Vec<AbortHandle>>,
+    tasks: Mutex<Tasks>,
+}
+
+/// The upkeep's two tasks (None once stopped). Each holds the upkeep, so it ends only when
+/// they are aborted: whoever owns the upkeep calls `stop`.
+#[derive(Default)]
+struct Tasks {
+    poll: Option<AbortHandle>,
+    follow: Option<AbortHandle>,
 }
 
 impl EngineUpkeep {
@@ -67,18 +74,19 @@ impl EngineUpkeep {
             draining: AtomicBool::new(false),
             polls: AtomicU64::new(0),
             runtime: runtime.clone(),
-            tasks: Mutex::new(Vec::new()),
+            tasks: Mutex::new(Tasks::default()),
         });
-        let poll = runtime.spawn(upkeep.clone().poll_loop()).abort_handle();
-        let follow = runtime
-            .spawn(kv_follow::follow(upkeep.clone()))
-            .abort_handle();
-        *lock(&upkeep.tasks) = vec![poll, follow];
+        *lock(&upkeep.tasks) = Tasks {
+            poll: Some(runtime.spawn(upkeep.clone().poll_loop()).abort_handle()),
+            follow: Some(upkeep.spawn_follower()),
+        };
         upkeep
     }
 
-    pub fn engine_id(&self) -> u32 {
-        self.engine_id
+    fn spawn_follower(self: &Arc<Self>) -> AbortHandle {
+        self.runtime
+            .spawn(kv_follow::follow(self.clone()))
+            .abort_handle()
     }
 
     pub fn core(&self) -> Arc<RouterCore> {
@@ -110,12 +118,9 @@ impl EngineUpkeep {
     pub fn set_core(self: &Arc<Self>, core: Arc<RouterCore>) {
         *lock(&self.core) = core;
         let mut tasks = lock(&self.tasks);
-        if let Some(follow) = tasks.get_mut(1) {
+        if let Some(follow) = tasks.follow.take() {
             follow.abort();
-            *follow = self
-                .runtime
-                .spawn(kv_follow::follow(self.clone()))
-                .abort_handle();
+            tasks.follow = Some(self.spawn_follower());
         }
     }
 
@@ -139,7 +144,11 @@ impl EngineUpkeep {
 
     /// Ends the polls and the event stream.
     pub fn stop(&self) {
-        for task in lock(&self.tasks).drain(..) {
+        let mut tasks = lock(&self.tasks);
+        for task in [tasks.poll.take(), tasks.follow.take()]
+            .into_iter()
+            .flatten()
+        {
             task.abort();
         }
     }
@@ -205,11 +214,5 @@ impl EngineUpkeep {
             }
             flipped
         });
-    }
-}
-
-impl Drop for EngineUpkeep {
-    fn drop(&mut self) {
-        self.stop();
     }
 }

@@ -54,11 +54,18 @@ impl PyUpkeepPace {
     }
 }
 
-/// One engine's upkeep, running from construction until `stop` (or until it is dropped).
+/// One engine's upkeep, running from construction until `stop` or until it is dropped.
 #[pyclass(name = "EngineUpkeep", module = "router_core._router_core", frozen)]
 pub struct PyEngineUpkeep {
     upkeep: Arc<EngineUpkeep>,
     client: Py<PyEngineRpcClient>,
+}
+
+impl Drop for PyEngineUpkeep {
+    /// Its tasks hold the upkeep: without this a dropped upkeep would poll on for ever.
+    fn drop(&mut self) {
+        self.upkeep.stop();
+    }
 }
 
 fn health_tuple(health: Health) -> (bool, String) {
