@@ -44,7 +44,7 @@ def _load(target: str) -> Callable[[argparse.Namespace], int]:
 
 def add_admission_arguments(parser: argparse.ArgumentParser) -> None:
     """The admission queue (pyrouter/admission.py); `serve` passes them through."""
-    g = parser.add_argument_group("admission queue (docs/policies.md)")
+    g = parser.add_argument_group("admission (docs/api.md \"Admission by predicted outcome\")")
     g.add_argument("--admit-max-inflight-per-engine", type=int, default=0, metavar="N",
                    help="N unfinished requests of this router per open engine saturate the "
                    "engines; while they are, requests queue by priority and fair share (0 = off)")
@@ -57,6 +57,17 @@ def add_admission_arguments(parser: argparse.ArgumentParser) -> None:
                    "queue_timeout with Retry-After")
     g.add_argument("--admit-weight", action="append", default=None, metavar="KEY=W",
                    help="fair-share weight of an API key (repeatable; others weigh 1)")
+    g.add_argument("--slo-ttft-ms", type=float, default=None, metavar="MS",
+                   help="the TTFT objective of requests that bring no slo.ttft_ms: they are "
+                   "admitted by predicted outcome too")
+    g.add_argument("--slo-tpot-ms", type=float, default=None, metavar="MS",
+                   help="the TPOT objective of requests that bring no slo.tpot_ms")
+    g.add_argument("--admit-predicted", choices=("on", "off"), default=None,
+                   help="admit requests with a TTFT objective by their predicted outcome, "
+                   "refusing at once those that cannot make it (503 slo_unattainable; default on)")
+    g.add_argument("--admit-margin", type=float, default=None, metavar="M",
+                   help="how far past its TTFT budget a prediction may go and still count as in "
+                   "time (0.1 = 10%%, the default)")
 
 
 def add_router_guard_arguments(parser: argparse.ArgumentParser) -> None:

@@ -808,11 +808,19 @@ class AdmissionQueueLength:
 
 def set_admission(front: RouterFront | InProcessFront, *, max_inflight_per_engine: int,
                   max_queued_prefill_tokens: int, max_queue_len: int, queue_timeout_s: float,
-                  weights: Mapping[str, float], default_weight: float = 1.0) -> None:
-    """The front's admission queue takes these for requests from now on: the engines are
+                  weights: Mapping[str, float], default_weight: float = 1.0,
+                  predicted: bool = True, margin: float = 0.1, slo_ttft_ms: float | None = None,
+                  slo_tpot_ms: float | None = None) -> None:
+    """The front's admission gate takes these for requests from now on: the engines are
     saturated when the router's unfinished requests reach max_inflight_per_engine per open engine
     (healthy, under max_queued_prefill_tokens queued); 0 = that limit off, both off = nothing
-    queues; weights by API key. ValueError for a queue of 0, a non-positive timeout or weight."""
+    queues by count; weights by API key. `predicted`: requests with a TTFT objective (their own,
+    else slo_ttft_ms) are admitted by their predicted outcome, `margin` the share a prediction
+    may pass its budget by. ValueError for a queue of 0, a non-positive timeout, weight or
+    objective, or a margin outside (-1, 10]."""
+
+def admission_corrections(front: RouterFront | InProcessFront) -> tuple[float, float]:
+    """The gate's closed-loop (TTFT, TPOT) corrections now (1: nothing learnt yet)."""
 
 def admission_queue_lengths(front: RouterFront | InProcessFront
                             ) -> list[AdmissionQueueLength]:

@@ -1,8 +1,10 @@
 """GET / PUT /admin/admission: the admission queue's settings while the router runs.
 
 `PUT` takes any of `max_inflight_per_engine`, `max_queued_prefill_tokens`, `queue_size`,
-`queue_timeout_s` and `weights` (`{API key: weight}`, replacing the weights in force); fields
-left out keep their values. It answers with the settings now in force (the weights' keys, being
+`queue_timeout_s`, `weights` (`{API key: weight}`, replacing the weights in force), `predicted`
+(admission by predicted outcome: true/false or "on"/"off"), `margin`, and the deployment's
+default objectives `slo_ttft_ms` / `slo_tpot_ms` (null: none); fields left out keep their
+values. It answers with the settings now in force (the weights' keys, being
 secrets, only counted), as `GET` does. Requests already queued keep their place and deadline.
 """
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pyrouter.state import RouterState
 
 log = logging.getLogger("switchyard.router")
 FIELDS = ("max_inflight_per_engine", "max_queued_prefill_tokens", "queue_size", "queue_timeout_s",
-          "weights")
+          "weights", "predicted", "margin", "slo_ttft_ms", "slo_tpot_ms")
 
 
 async def get_admission(state: RouterState, request: OpsRequest) -> OpsResponse:

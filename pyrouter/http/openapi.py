@@ -97,7 +97,11 @@ SCHEMAS: dict[str, Any] = {
         "max_inflight_per_engine": {**_INT, "minimum": 0},
         "max_queued_prefill_tokens": {**_INT, "minimum": 0},
         "queue_size": {**_INT, "minimum": 1}, "queue_timeout_s": {**_NUM, "exclusiveMinimum": 0},
-        "weights": {"type": "object", "additionalProperties": {**_NUM, "exclusiveMinimum": 0}}}},
+        "weights": {"type": "object", "additionalProperties": {**_NUM, "exclusiveMinimum": 0}},
+        "predicted": {"oneOf": [_BOOL, {**_STR, "enum": ["on", "off"]}]},
+        "margin": {**_NUM, "exclusiveMinimum": -1, "maximum": 10},
+        "slo_ttft_ms": {"type": ["number", "null"], "exclusiveMinimum": 0},
+        "slo_tpot_ms": {"type": ["number", "null"], "exclusiveMinimum": 0}}},
     "EngineAdd": {"type": "object", "required": ["address"], "properties": {
         "address": {**_STR, "description": "HOST:PORT on the allow-list"},
         "role": {**_STR, "enum": ["any", "prefill", "decode"]}, "wait": _BOOL,

@@ -1,18 +1,34 @@
 //! The router's admission queue, as pure bookkeeping (no clock of its own, no async): requests
 //! that arrive while every engine is saturated wait here, ordered by priority (lower first, the
-//! body's `priority`) and, within a priority, by weighted fair queuing over callers (API keys):
-//! start-time fair queuing, where a caller's request gets the start tag max(V, F) — V the start
-//! tag of the request last let through, F the caller's previous finish tag — and finishes at
-//! start + 1/weight. A caller sending many requests thus takes its weight's share of the turns,
-//! not the whole queue, and one that was idle starts at V, with no credit saved up.
+//! body's `priority`) and, within a priority:
+//!
+//! - requests admitted by their predicted outcome (they carry an SLO: admission_outlook.rs)
+//!   earliest deadline first, so that a burst does not make every request miss by a little;
+//! - the others by weighted fair queuing over callers (API keys): start-time fair queuing,
+//!   where a caller's request gets the start tag max(V, F) — V the start tag of the request last
+//!   let through, F the caller's previous finish tag — and finishes at start + 1/weight. A caller
+//!   sending many requests thus takes its weight's share of the turns, not the whole queue, and
+//!   one that was idle starts at V, with no credit saved up.
+//!
+//! Within a priority the deadline-ordered requests go before the fair-shared ones: they are the
+//! ones that can still miss.
 //!
 //! When the engines count as saturated is [`open_engines`] (over the engine table's rows) and
-//! [`has_room`]; the async gate around this (front/admission.rs) asks them when to let the head
-//! through.
+//! [`has_room`], or, for a request with an SLO, admission_outlook.rs; the async gate around this
+//! (front/admission.rs) asks them when to let the head through. Times are seconds on the front's
+//! clock (the simulator's virtual one in a simulation).
 
 use crate::engine_table::EngineLoad;
 use std::collections::{BTreeMap, HashMap};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+/// The deployment's default SLO, for requests that bring none (`--slo-ttft-ms`,
+/// `--slo-tpot-ms`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SloTargets {
+    pub ttft_ms: Option<f64>,
+    pub tpot_ms: Option<f64>,
+}
 
 /// What the admission queue does; the defaults leave it off.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,7 +46,18 @@ pub struct AdmissionSettings {
     /// Fair-share weight per API key (absent: `default_weight`).
     pub weights: HashMap<String, f64>,
     pub default_weight: f64,
+    /// Admission by predicted outcome for requests with an SLO (admission_outlook.rs).
+    pub predicted: bool,
+    /// How far past its TTFT budget a prediction may go and still count as meeting it (0.1:
+    /// 10% over). Larger admits more requests that may miss; negative sheds earlier.
+    pub margin: f64,
+    /// The SLO of requests that bring none.
+    pub default_slo: SloTargets,
 }
+
+/// The default `margin`: the closed loop's corrected TTFT predictions are within about 10% past
+/// capacity (docs/policies.md "Admission by predicted outcome").
+pub const DEFAULT_MARGIN: f64 = 0.1;
 
 impl Default for AdmissionSettings {
     fn default() -> Self {
@@ -41,14 +68,28 @@ impl Default for AdmissionSettings {
             queue_timeout: Duration::from_secs(30),
             weights: HashMap::new(),
             default_weight: 1.0,
+            predicted: true,
+            margin: DEFAULT_MARGIN,
+            default_slo: SloTargets::default(),
         }
     }
 }
 
 impl AdmissionSettings {
-    /// With neither saturation limit set no engine is ever saturated: requests never queue.
+    /// With neither saturation limit set no engine is ever saturated by count: only requests
+    /// admitted by their predicted outcome ever queue.
     pub fn enabled(&self) -> bool {
         self.max_inflight_per_engine > 0 || self.max_queued_prefill_tokens > 0
+    }
+
+    /// The TTFT objective a request is admitted against by prediction: its own, else the
+    /// deployment's; None when predicted admission is off or the request has no TTFT objective
+    /// (it is never shed by prediction).
+    pub fn predicted_ttft_ms(&self, own: Option<f64>) -> Option<f64> {
+        self.predicted
+            .then(|| own.or(self.default_slo.ttft_ms))
+            .flatten()
+            .filter(|ms| ms.is_finite() && *ms > 0.0)
     }
 
     /// The fair-share weight of `caller` (a non-positive or non-finite weight counts as 1).
@@ -98,20 +139,33 @@ pub fn has_room(open: u64, running: u64, in_transit: u64, settings: &AdmissionSe
     }
 }
 
+/// How a request is ordered within its priority.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// By its deadline (admitted by predicted outcome).
+    Deadline,
+    /// By its caller's fair share.
+    FairShare,
+}
+
 /// One queued request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Queued {
     pub ticket: u64,
     pub priority: i32,
     pub caller: String,
-    pub enqueued: Instant,
+    /// Seconds on the front's clock.
+    pub enqueued: f64,
     /// Shed (503) if still queued then.
-    pub deadline: Instant,
+    pub deadline: f64,
+    pub order: Order,
+    /// Prompt tokens it brings (the work it adds ahead of those behind it).
+    pub tokens: u64,
 }
 
-/// The queue's order: priority, then start tag (a non-negative f64's bits order as the value
-/// does), then arrival.
-type Key = (i32, u64, u64);
+/// The queue's order: priority, then deadline-ordered before fair-shared, then the deadline or
+/// the start tag (a non-negative f64's bits order as the value does), then arrival.
+type Key = (i32, u8, u64, u64);
 
 #[derive(Debug, Default)]
 pub struct AdmissionQueue {
@@ -137,21 +191,31 @@ impl AdmissionQueue {
         self.waiting.is_empty()
     }
 
-    /// Queues a request; its ticket names it from now on.
+    /// Queues a request (times in seconds on the front's clock); its ticket names it from now
+    /// on.
+    #[allow(clippy::too_many_arguments)]
     pub fn push(
         &mut self,
         priority: i32,
         caller: &str,
         weight: f64,
-        enqueued: Instant,
-        deadline: Instant,
+        enqueued: f64,
+        deadline: f64,
+        order: Order,
+        tokens: u64,
     ) -> u64 {
         let ticket = self.next_ticket;
         self.next_ticket += 1;
-        let previous = self.finish.get(caller).copied().unwrap_or(0.0);
-        let start = self.virtual_time.max(previous);
-        self.finish.insert(caller.to_owned(), start + 1.0 / weight);
-        let key = (priority, start.to_bits(), ticket);
+        let key = match order {
+            // Clock seconds are non-negative: their bits order as the values do.
+            Order::Deadline => (priority, 0, deadline.max(0.0).to_bits(), ticket),
+            Order::FairShare => {
+                let previous = self.finish.get(caller).copied().unwrap_or(0.0);
+                let start = self.virtual_time.max(previous);
+                self.finish.insert(caller.to_owned(), start + 1.0 / weight);
+                (priority, 1, start.to_bits(), ticket)
+            }
+        };
         self.keys.insert(ticket, key);
         self.waiting.insert(
             key,
@@ -161,9 +225,18 @@ impl AdmissionQueue {
                 caller: caller.to_owned(),
                 enqueued,
                 deadline,
+                order,
+                tokens,
             },
         );
         ticket
+    }
+
+    /// Prompt tokens of the requests queued ahead of `ticket` (0 when it is not queued).
+    pub fn tokens_ahead(&self, ticket: u64) -> u64 {
+        self.keys.get(&ticket).map_or(0, |key| {
+            self.waiting.range(..*key).map(|(_, q)| q.tokens).sum()
+        })
     }
 
     /// The request that goes next.
@@ -175,7 +248,9 @@ impl AdmissionQueue {
     pub fn pop_head(&mut self) -> Option<Queued> {
         let (key, queued) = self.waiting.pop_first()?;
         self.keys.remove(&queued.ticket);
-        self.virtual_time = self.virtual_time.max(f64::from_bits(key.1));
+        if queued.order == Order::FairShare {
+            self.virtual_time = self.virtual_time.max(f64::from_bits(key.2));
+        }
         if self.finish.len() > 2 * self.waiting.len() + 64 {
             let now = self.virtual_time;
             self.finish.retain(|_, finish| *finish > now);

@@ -6,10 +6,18 @@ fn queue_of(requests: &[(i32, &str)], weights: &[(&str, f64)]) -> AdmissionQueue
         weights: weights.iter().map(|(k, w)| ((*k).to_owned(), *w)).collect(),
         ..AdmissionSettings::default()
     };
-    let now = Instant::now();
+    let now = 0.0;
     let mut queue = AdmissionQueue::new();
     for (priority, caller) in requests {
-        queue.push(*priority, caller, settings.weight(caller), now, now);
+        queue.push(
+            *priority,
+            caller,
+            settings.weight(caller),
+            now,
+            now,
+            Order::FairShare,
+            0,
+        );
     }
     queue
 }
@@ -36,9 +44,9 @@ fn lower_priority_numbers_go_first_then_arrival() {
 fn callers_share_turns_equally_by_default() {
     // "a" queued six before "b" queued two: they alternate while both have requests waiting.
     let mut queue = queue_of(&[(0, "a"); 6], &[]);
-    let now = Instant::now();
+    let now = 0.0;
     for _ in 0..2 {
-        queue.push(0, "b", 1.0, now, now);
+        queue.push(0, "b", 1.0, now, now, Order::FairShare, 0);
     }
     assert_eq!(callers(&drained(&mut queue)), "ababaaaa");
 }
@@ -66,9 +74,9 @@ fn an_idle_caller_saves_up_no_credit() {
     let mut queue = queue_of(&[(0, "a"); 4], &[]);
     queue.pop_head();
     queue.pop_head(); // virtual time is now past "b"'s never-used finish tag
-    let now = Instant::now();
-    queue.push(0, "b", 1.0, now, now);
-    queue.push(0, "b", 1.0, now, now);
+    let now = 0.0;
+    queue.push(0, "b", 1.0, now, now, Order::FairShare, 0);
+    queue.push(0, "b", 1.0, now, now, Order::FairShare, 0);
     // "b" starts at the queue's virtual time: one turn ahead of "a"'s next, then alternating
     // (with credit from the turns it missed it would go twice first: "bbaa").
     assert_eq!(callers(&drained(&mut queue)), "baba");
@@ -119,4 +127,17 @@ fn saturation_is_read_from_the_engine_table_and_the_routers_count() {
         None,
         "no healthy engine: no wait"
     );
+}
+
+#[test]
+fn deadline_ordered_requests_go_earliest_deadline_first_before_fair_shares() {
+    let mut queue = queue_of(&[(0, "a"), (0, "b")], &[]);
+    queue.push(0, "late", 1.0, 0.0, 9.0, Order::Deadline, 100);
+    queue.push(0, "soon", 1.0, 1.0, 2.0, Order::Deadline, 10);
+    queue.push(-1, "urgent", 1.0, 1.0, 50.0, Order::Deadline, 1);
+    let last = queue.push(1, "x", 1.0, 1.0, 1.0, Order::Deadline, 1000);
+    assert_eq!(queue.tokens_ahead(last), 111);
+    assert_eq!(queue.tokens_ahead(12345), 0);
+    let order: Vec<String> = drained(&mut queue).into_iter().map(|(_, c)| c).collect();
+    assert_eq!(order, ["urgent", "soon", "late", "a", "b", "x"]);
 }

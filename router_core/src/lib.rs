@@ -10,6 +10,7 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+pub mod admission_outlook;
 pub mod admission_queue;
 #[cfg(any(feature = "mock-engine", feature = "mock-worker", feature = "front"))]
 pub mod background_server;

@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-scale", type=float, default=1.0)
     p.add_argument("--slo-ttft-ms", type=float, default=None)
     p.add_argument("--slo-tpot-ms", type=float, default=None)
+    p.add_argument("--admission", choices=("off", "on"), default="off",
+                   help="the router's admission by predicted outcome for the SLO's requests "
+                   "(off by default here, as every figure before it; a router has it on)")
     p.add_argument("--attainment-target", type=float, default=0.9)
     p.add_argument("--salt", type=int, default=0,
                    help="prompt-content salt of the first run (run k uses salt + k); the same "
@@ -114,7 +117,8 @@ def _check(a: argparse.Namespace) -> tuple[SimConfig, Workload]:
         raise WorkloadError(f"num-prompts must be in 1..{size or 'inf'} for the "
                             f"{workload.name} workload, got {a.num_prompts}")
     cfg = SimConfig(profile, a.engines, a.roles, Slo(a.slo_ttft_ms, a.slo_tpot_ms),
-                    a.coalesce, a.policy_timeout_s, not a.no_progress)
+                    a.coalesce, a.policy_timeout_s, not a.no_progress,
+                    admission=a.admission == "on")
     return cfg, workload
 
 

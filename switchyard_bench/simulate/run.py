@@ -20,6 +20,7 @@ from typing import Any, cast
 
 from tqdm import tqdm
 
+from pyrouter.admission import AdmissionConfig
 from pyrouter.engines.membership import EngineMembership
 from pyrouter.request import RouterRequest, SloSpec
 from pyrouter.runtime.dispatch import Dispatcher, PolicySlot
@@ -46,6 +47,10 @@ class SimConfig:
     coalesce: int = 16
     policy_timeout_s: float = 300.0  # the router's --policy-timeout-s
     progress: bool = False
+    # Admission by predicted outcome (`switchyard router --admit-predicted`), for the requests'
+    # SLO. Off by default here, so that a run compares with the figures recorded before it
+    # existed; a router has it on.
+    admission: bool = False
 
 
 @dataclass(slots=True)
@@ -94,6 +99,7 @@ async def _simulate(cfg: SimConfig, policy: str, params: dict[str, Any],
                             policy_timeout_s=cfg.policy_timeout_s)
     # The simulated cluster stands in for the router's EngineMembership.
     harness = FrontHarness(cast(EngineMembership, cluster), dispatcher)
+    AdmissionConfig(predicted=cfg.admission).apply(harness.front)
     records: list[RequestRecord | None] = [None] * len(items)
     bar = tqdm(total=len(items), desc=label, unit="req", disable=not cfg.progress,
                file=sys.stderr, dynamic_ncols=True)

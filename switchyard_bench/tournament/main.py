@@ -42,6 +42,8 @@ from switchyard_bench.tournament.cells import (
     grid,
     short_profile,
 )
+from switchyard_bench.tournament.goodput_curve import curve_lines
+from switchyard_bench.tournament.policy_labels import ADMISSION_CHOICES, labels
 from switchyard_bench.tournament.report import (
     capacity_lines,
     seed_verdicts,
@@ -116,6 +118,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a .py file or module of @policy functions to load (repeatable)")
     p.add_argument("--policy-params", type=json.loads, default={},
                    help='JSON: policy -> its parameters')
+    p.add_argument("--admission", choices=ADMISSION_CHOICES, default="off",
+                   help="the router's admission by predicted outcome for each policy: off (as "
+                   "every figure before it), on (policy P runs as P+admit) or both; the goodput "
+                   "curve after the tables sets them side by side")
     seeds = p.add_mutually_exclusive_group()
     seeds.add_argument("--seed", type=int, default=0, help="seed of lengths and arrival times")
     seeds.add_argument("--seeds", type=_seeds, default=None, metavar="N,N,...",
@@ -183,6 +189,10 @@ def _check(a: argparse.Namespace) -> Plan:
         load_policy_source(source)
     for name in [*a.policies, a.capacity_policy]:
         get_policy(name).check_params(a.policy_params.get(name) or {})
+    # Each policy's runs by label: P, P+admit or both (their parameters are P's).
+    a.policies = labels(a.policies, a.admission)
+    if a.study is not None and a.study not in a.policies:
+        a.study = labels([a.study], a.admission)[-1]
     settings = _settings(a)
     plan = Plan(settings, a.num_prompts, a.seeds[0], a.salt, tuple(a.roles), a.policy_params,
                 a.capacity_policy, a.attainment_target, a.capacity_tolerance, a.coalesce,
@@ -201,7 +211,7 @@ def _meta(a: argparse.Namespace, plan: Plan) -> dict[str, Any]:
             "command": "switchyard bench tournament " + " ".join(getattr(a, "argv", [])),
             "profiles": a.profiles, "workloads": a.workloads, "engines": a.engines,
             "loads": a.loads, "policies": a.policies, "adaptive": a.adaptive,
-            "split": a.split, "study": a.study,
+            "split": a.split, "study": a.study, "admission": a.admission,
             "roles": a.roles, "num_prompts": a.num_prompts, "seed": a.seeds[0],
             "seeds": a.seeds, "salt": a.salt,
             "slo": {p: s.slo.body() if s.slo else None for p, s in plan.settings.items()},
@@ -250,6 +260,8 @@ def run(args: argparse.Namespace) -> int:
     lines, summary = summary_lines(rows, a.study)
     print()
     print("\n".join(lines))
+    print()
+    print("\n".join(curve_lines(rows, a.policies, a.num_prompts)))
     for error in errors:
         print(f"FAILED {error}")
     path = os.path.join(result_dir, "summary.json")

@@ -23,6 +23,7 @@ from switchyard_bench.serve.request_body import Slo
 from switchyard_bench.simulate.run import SimConfig, run_summary, simulate
 from switchyard_bench.tournament.capacity import find_capacity
 from switchyard_bench.tournament.cells import Cell, Group, ProfileSetting
+from switchyard_bench.tournament.policy_labels import policy_of
 from switchyard_bench.tournament.workloads import arrivals_for, build_tournament_workload
 from switchyard_bench.workloads import RealVocabulary, WorkItem, Workload, schedule
 from switchyard_sim.parallel import in_processes
@@ -58,7 +59,7 @@ class Plan:
 
     def roles_for(self, engines: int, policy: str) -> list[str]:
         if self.roles == ("own",):
-            return get_policy(policy).engine_roles(engines)
+            return get_policy(policy_of(policy)[0]).engine_roles(engines)
         return [self.roles[i % len(self.roles)] for i in range(engines)]
 
 
@@ -95,14 +96,17 @@ def items(plan: Plan, group: Group, rate: float) -> list[WorkItem]:
                     seed=plan.seed)
 
 
-def run_policy(plan: Plan, group: Group, rate: float, policy: str) -> dict[str, Any]:
-    """One simulated run: its summary row, as `bench simulate` writes it."""
+def run_policy(plan: Plan, group: Group, rate: float, label: str) -> dict[str, Any]:
+    """One simulated run of a policy (`P`, or `P+admit`: with admission by predicted outcome):
+    its summary row, as `bench simulate` writes it."""
     slo = plan.slo(group.profile)
+    policy, admission = policy_of(label)
     cfg = SimConfig(profile(group.profile), group.engines, plan.roles_for(group.engines, policy),
-                    slo, plan.coalesce, plan.policy_timeout_s, progress=False)
+                    slo, plan.coalesce, plan.policy_timeout_s, progress=False,
+                    admission=admission)
     run = simulate(cfg, policy, items(plan, group, rate), plan.policy_params.get(policy),
-                   f"{group.label} {policy}@{rate:.4g}")
-    return run_summary(run, policy, rate, 1.0, 1.0, plan.salt, slo)
+                   f"{group.label} {label}@{rate:.4g}")
+    return {**run_summary(run, policy, rate, 1.0, 1.0, plan.salt, slo), "policy": label}
 
 
 def service_s(prof: HardwareProfile, work: list[WorkItem]) -> float:

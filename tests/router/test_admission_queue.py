@@ -157,9 +157,11 @@ def test_admin_route_reads_and_changes_the_settings(router: str) -> None:
     settings = requests.get(f"{router}/admin/admission", headers=ADMIN, timeout=5).json()
     assert settings == {"max_inflight_per_engine": 1, "max_queued_prefill_tokens": 0,
                         "queue_size": 4, "queue_timeout_s": 30.0, "weighted_keys": 0,
-                        "enabled": True}
+                        "enabled": True, "predicted": True, "margin": 0.1, "slo_ttft_ms": None,
+                        "slo_tpot_ms": None}
     for bad in ({"queue_size": 0}, {"queue_timeout_s": -1}, {"weights": {KEYS[0]: 0}},
-                {"max_inflight_per_engine": 1.5}, {"colour": "red"}):
+                {"max_inflight_per_engine": 1.5}, {"colour": "red"}, {"predicted": "maybe"},
+                {"margin": -1}, {"margin": "wide"}, {"slo_ttft_ms": 0}, {"slo_tpot_ms": "x"}):
         r = requests.put(f"{router}/admin/admission", json=bad, headers=ADMIN, timeout=5)
         assert r.status_code == 400, (bad, r.text)
     r = requests.put(f"{router}/admin/admission", json={"weights": {KEYS[0]: 3}}, headers=ADMIN,
@@ -168,4 +170,12 @@ def test_admin_route_reads_and_changes_the_settings(router: str) -> None:
     assert requests.get(f"{router}/admin/admission", headers=ADMIN, timeout=5).json() == {
         **settings, "weighted_keys": 1}
     r = requests.put(f"{router}/admin/admission", json={"weights": {}}, headers=ADMIN, timeout=5)
+    assert r.json() == settings
+    # Admission by predicted outcome: turned off and on, its margin and the default objectives.
+    changed = {"predicted": "off", "margin": 0.25, "slo_ttft_ms": 800, "slo_tpot_ms": 60}
+    r = requests.put(f"{router}/admin/admission", json=changed, headers=ADMIN, timeout=5)
+    assert r.status_code == 200 and r.json() == {**settings, **changed, "predicted": False}
+    r = requests.put(f"{router}/admin/admission", json={"predicted": True, "margin": 0.1,
+                                                        "slo_ttft_ms": None, "slo_tpot_ms": None},
+                     headers=ADMIN, timeout=5)
     assert r.json() == settings

@@ -12,8 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+from pyrouter.admission import AdmissionConfig
 from pyrouter.engines.membership import EngineMembership
-from pyrouter.request import RouterRequest
+from pyrouter.request import RouterRequest, SloSpec
 from pyrouter.runtime.dispatch import Dispatcher, PolicySlot
 from pyrouter.runtime.policy_registry import ActivePolicy, get_policy
 from switchyard_engine_api.sampling_params import SamplingParams
@@ -44,9 +45,12 @@ def run_requests(profile: HardwareProfile, policy: str, prompts: Sequence[Sequen
                  max_tokens: int | Sequence[int] = 3, arrivals_ms: Sequence[float] | None = None,
                  roles: Sequence[str] | None = None, engines: int = 2,
                  params: dict[str, Any] | None = None, coalesce: int = 1,
-                 policy_timeout_s: float = 300.0) -> Outcome:
+                 policy_timeout_s: float = 300.0, slo: SloSpec | None = None,
+                 admission: bool = False) -> Outcome:
     """Each prompt arrives at its time, is sent through the router's front; returns what
-    every client got, when each token left its engine, and the cluster after everything ended."""
+    every client got, when each token left its engine, and the cluster after everything ended.
+    `slo`: every request's objectives; `admission`: the router admits them by their predicted
+    outcome (off here unless asked, as in the simulator)."""
     spec = get_policy(policy)
     roles = list(roles) if roles is not None else spec.engine_roles(engines)
     limits = [max_tokens] * len(prompts) if isinstance(max_tokens, int) else list(max_tokens)
@@ -59,13 +63,15 @@ def run_requests(profile: HardwareProfile, policy: str, prompts: Sequence[Sequen
         dispatcher = Dispatcher(cluster, PolicySlot(ActivePolicy(spec, spec.check_params(
             params or {}))), policy_timeout_s=policy_timeout_s)
         harness = FrontHarness(cast(EngineMembership, cluster), dispatcher)
+        AdmissionConfig(predicted=admission).apply(harness.front)
         start = loop.time()
 
         async def one(i: int) -> tuple[FakeRun, list[float]]:
             await asyncio.sleep(arrivals[i] / 1e3)
             sent = loop.time()
             req = RouterRequest(f"r{i}", list(prompts[i]),
-                                SamplingParams(max_tokens=limits[i], ignore_eos=True))
+                                SamplingParams(max_tokens=limits[i], ignore_eos=True),
+                                slo=slo or SloSpec())
             run = await harness.run(req)
             times = cluster.tokens.pop(run.engine_request_id)
             return run, [round((t - sent) * 1e3, 6) for t in times]

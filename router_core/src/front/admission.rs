@@ -1,9 +1,15 @@
-//! The admission gate in front of every generation request: while every engine is saturated
-//! (crate::admission_queue's rule over the engine table), a request waits in the admission
-//! queue — by priority, then fair shares over API keys — and is let through when an engine has
-//! room; it is shed with 429 when the queue is full, and with 503 when its deadline passes
-//! (its `slo.ttft_ms`, at most the queue timeout). Both carry a `Retry-After` from the waits
-//! the queue has seen lately.
+//! The admission gate in front of every generation request. A request with a TTFT objective (its
+//! `slo.ttft_ms`, else the deployment's `--slo-ttft-ms`) is admitted by its predicted outcome
+//! (crate::admission_outlook): let through when an engine would give it its first token in
+//! time, queued — earliest deadline first within its priority — while it could once the work
+//! ahead drains, and refused at once, 503 `slo_unattainable` with a `Retry-After` of the
+//! predicted drain, when it cannot; the head of the queue is refused the same way once not even
+//! an idle engine would be in time. Every request also waits while every engine is saturated
+//! by count (crate::admission_queue's rule over the engine table, when its limits are set) —
+//! the others by fair shares over API keys — and is shed with 429 when the queue is full, and
+//! with 503 `queue_timeout` when its deadline passes (its TTFT objective, at most the queue
+//! timeout). A shed request never reached an engine. Times are on the front's clock (virtual in
+//! the simulator, which runs this gate as a router does).
 //!
 //! Only the head of the queue polls (every few milliseconds, as engine Stats and completions
 //! change the table); the others sleep until they become the head. A request let through holds
@@ -13,15 +19,19 @@
 
 use super::api_error::{ApiError, ShapedError};
 use super::bridge::{Caller, PolicyBridge};
+use super::client::ROUTE_HEADER;
+use super::clock::Clock;
 use super::front_state::Front;
 use super::generation::{error_response, Prepared};
-use crate::admission_queue::{has_room, open_engines, AdmissionQueue, AdmissionSettings};
-use crate::router::{lock, RouterCore};
+use crate::admission_outlook::{outlook, Correction, Outlook, Standing, Verdict, QUEUE_SHARE};
+use crate::admission_queue::{has_room, open_engines, AdmissionQueue, AdmissionSettings, Order};
+use crate::prediction::PredictParams;
+use crate::router::{lock, monotonic_s, RouterCore};
 use axum::http::{header, HeaderValue};
 use axum::response::Response;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::{oneshot, Notify};
 
 /// How often the head of the queue looks at the engine table again.
@@ -37,8 +47,9 @@ const WAIT_MEAN_WEIGHT: f64 = 0.2;
 pub struct AdmissionWait {
     pub priority: i32,
     pub wait_s: f64,
-    /// "admitted", "queue_full" (429), "timeout" (503: past its deadline) or "gone" (the client
-    /// went away while it waited).
+    /// "admitted", "queue_full" (429), "timeout" (503: past its deadline), "slo_unattainable"
+    /// (503: predicted to miss its TTFT objective) or "gone" (the client went away while it
+    /// waited).
     pub outcome: &'static str,
 }
 
@@ -54,8 +65,9 @@ impl Shed {
     /// The OpenAI error body with `Retry-After`.
     pub fn response(&self, request_id: &str) -> Response {
         let mut resp = error_response(&ShapedError::from(&self.error), "none", request_id);
-        resp.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(self.retry_after_s));
+        let headers = resp.headers_mut();
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(self.retry_after_s));
+        headers.insert(ROUTE_HEADER, HeaderValue::from_static("none admitted=shed"));
         resp
     }
 }
@@ -75,20 +87,27 @@ pub fn caller_key(caller: &Caller, keyed: bool) -> String {
     }
 }
 
-/// The gate for one parsed request: its priority, its caller's share, its TTFT objective.
+/// The gate for one parsed request: its priority, its caller's share, its objectives, its
+/// prompt (the predictions match its prefix) and its model's engines.
 async fn admit<B: PolicyBridge>(
     front: &Front<B>,
     prepared: &Prepared,
 ) -> Result<Option<AdmissionPermit>, Shed> {
     let caller = caller_key(&prepared.caller, !front.config.api_keys.is_empty());
     let request = &prepared.request;
-    let slo_ttft = request
-        .slo_ttft_ms
-        .map(|ms| Duration::from_secs_f64(ms / 1e3));
-    let priority = request.sampling.priority;
-    (front.admission)
-        .enter(front.core(), priority, &caller, slo_ttft, prepared.started)
-        .await
+    let clock = front.clock.as_ref();
+    let (models, model) = (&front.models, prepared.model.name.as_str());
+    let serves = move |num: u32| models.serves(num, model);
+    let entry = Entry {
+        priority: request.sampling.priority,
+        caller: &caller,
+        slo_ttft_ms: request.slo_ttft_ms,
+        slo_tpot_ms: request.slo_tpot_ms,
+        arrived_s: clock.now() - prepared.started.elapsed().as_secs_f64(),
+        tokens: &request.tokens,
+        serves: &serves,
+    };
+    (front.admission).enter(front.core(), clock, entry).await
 }
 
 /// Holds `prepared` at the gate until it may go, its permit in `prepared.admission`; None when
@@ -115,22 +134,81 @@ pub async fn wait_at_gate<B: PolicyBridge>(
     }
 }
 
+/// One request at the gate.
+pub struct Entry<'a> {
+    pub priority: i32,
+    /// Whose fair share it counts against ([`caller_key`]).
+    pub caller: &'a str,
+    /// Its own objectives, ms (the deployment's stand in for those it has not).
+    pub slo_ttft_ms: Option<f64>,
+    pub slo_tpot_ms: Option<f64>,
+    /// When it arrived, seconds on the front's clock.
+    pub arrived_s: f64,
+    /// Its prompt.
+    pub tokens: &'a [u32],
+    /// Whether engine `num` serves its model.
+    pub serves: &'a (dyn Fn(u32) -> bool + Sync),
+}
+
+impl Entry<'_> {
+    /// What the engines promise it now; None when none can be predicted (no latency model).
+    fn outlook(
+        &self,
+        core: &RouterCore,
+        tpot_ms: Option<f64>,
+        margin: f64,
+        tpot_correction: f64,
+    ) -> Option<Outlook> {
+        if self.tokens.is_empty() {
+            return None;
+        }
+        let params = PredictParams {
+            tpot_slo_ms: tpot_ms,
+            kv_watermark: 1.0,
+        };
+        let predictions = core.predict(self.tokens, &params, monotonic_s()).ok()?;
+        outlook(
+            predictions.iter().filter(|p| (self.serves)(p.engine_id)),
+            tpot_ms,
+            margin,
+            tpot_correction,
+        )
+    }
+}
+
+/// What the gate reads of its settings for one request.
+#[derive(Clone, Copy)]
+struct Terms {
+    /// The count limits are set.
+    counting: bool,
+    /// Its TTFT objective, when it is admitted by prediction.
+    ttft_ms: Option<f64>,
+    tpot_ms: Option<f64>,
+    margin: f64,
+    timeout: Duration,
+    weight: f64,
+    max_queue_len: usize,
+}
+
 #[derive(Default)]
 struct GateState {
     settings: AdmissionSettings,
     queue: AdmissionQueue,
-    /// Requests let through whose admission has not ended (first token, or failure)...
+    /// Requests let through that no decision has placed yet (the table does not count them)...
     in_transit: u64,
     /// ...and those not finished yet.
     running: u64,
     wakers: HashMap<u64, Arc<Notify>>,
     waits: VecDeque<AdmissionWait>,
     mean_wait_s: f64,
+    /// The closed loop over the TTFTs and TPOTs of the requests let through by prediction.
+    ttft: Correction,
+    tpot: Correction,
 }
 
 impl GateState {
-    fn record(&mut self, priority: i32, since: Instant, outcome: &'static str) {
-        let wait_s = since.elapsed().as_secs_f64();
+    fn record(&mut self, priority: i32, wait_s: f64, outcome: &'static str) {
+        let wait_s = wait_s.max(0.0);
         if outcome == "admitted" {
             self.mean_wait_s += WAIT_MEAN_WEIGHT * (wait_s - self.mean_wait_s);
         }
@@ -155,9 +233,12 @@ impl GateState {
         }
     }
 
-    /// Whether a request may go to the engines now (also when no engine is healthy: nothing to
-    /// wait for).
+    /// Whether the count limits let a request go to the engines now (always, when they are not
+    /// set; also when no engine is healthy: nothing to wait for).
     fn room(&self, core: Option<&RouterCore>) -> bool {
+        if !self.settings.enabled() {
+            return true;
+        }
         let open = core.and_then(|core| open_engines(lock(&core.table).all(), &self.settings));
         open.is_none_or(|open| has_room(open, self.running, self.in_transit, &self.settings))
     }
@@ -166,6 +247,53 @@ impl GateState {
         self.in_transit += 1;
         self.running += 1;
     }
+
+    fn terms(&self, entry: &Entry<'_>) -> Terms {
+        let s = &self.settings;
+        Terms {
+            counting: s.enabled(),
+            ttft_ms: s.predicted_ttft_ms(entry.slo_ttft_ms),
+            tpot_ms: entry
+                .slo_tpot_ms
+                .or(s.default_slo.tpot_ms)
+                .filter(|ms| ms.is_finite() && *ms > 0.0),
+            margin: s.margin,
+            timeout: s.queue_timeout,
+            weight: s.weight(entry.caller),
+            max_queue_len: s.max_queue_len,
+        }
+    }
+
+    fn standing(
+        &self,
+        terms: &Terms,
+        entry: &Entry<'_>,
+        now_s: f64,
+        tokens_ahead: u64,
+    ) -> Standing {
+        let ttft_ms = terms.ttft_ms.unwrap_or(f64::INFINITY);
+        Standing {
+            budget_ms: ttft_ms - (now_s - entry.arrived_s) * 1e3,
+            queue_cap_ms: QUEUE_SHARE * ttft_ms,
+            tokens_ahead,
+            in_transit: self.in_transit,
+            margin: terms.margin,
+            correction: self.ttft.factor(),
+        }
+    }
+
+    /// The refusal of a request predicted to miss its TTFT objective of `ttft_ms`.
+    fn unattainable(&mut self, priority: i32, waited_s: f64, drain_s: f64, ttft_ms: f64) -> Shed {
+        self.record(priority, waited_s, "slo_unattainable");
+        Shed {
+            error: ApiError::no_capacity(format!(
+                "the request's TTFT objective ({ttft_ms:.0} ms) cannot be met: the work ahead \
+                 of it drains in about {drain_s:.2} s"
+            ))
+            .with_code("slo_unattainable"),
+            retry_after_s: drain_s.ceil().clamp(1.0, 60.0) as u64,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -173,26 +301,78 @@ pub struct AdmissionGate {
     state: Mutex<GateState>,
 }
 
-/// Held by a request let through until it ends; [`AdmissionPermit::admitted`] once its
-/// admission ends (the table counts its tokens from then on).
+/// Held by a request let through until it ends: [`AdmissionPermit::placed`] once a decision
+/// placed it (the table counts its tokens from then on), [`AdmissionPermit::first_token`] when
+/// its first token came (the closed loop learns from it).
 pub struct AdmissionPermit {
     gate: Arc<AdmissionGate>,
     in_transit: bool,
+    /// How it got through, for its route (`admitted=...`): "predicted" (straight through by its
+    /// predicted outcome), "queued" (it waited), None (straight through by the counts).
+    how: Option<&'static str>,
+    /// What was predicted for it where it was let through.
+    predicted: Option<Predicted>,
+}
+
+/// A request's raw predictions when it was let through, for the closed loop.
+#[derive(Clone, Copy)]
+struct Predicted {
+    ttft_ms: f64,
+    /// The TTFT the gate admitted it by (corrected by the closed loop).
+    corrected_ttft_ms: f64,
+    step_ms: f64,
+    /// When it was let through, on the front's clock.
+    at_s: f64,
 }
 
 impl AdmissionPermit {
-    pub fn admitted(&mut self) {
+    /// How it got through: "predicted", "queued" or None.
+    pub fn how(&self) -> Option<&'static str> {
+        self.how
+    }
+
+    /// The TTFT it was admitted by, ms (predicted, corrected by the closed loop); None when no
+    /// prediction let it through.
+    pub fn predicted_ttft_ms(&self) -> Option<f64> {
+        self.predicted.map(|p| p.corrected_ttft_ms)
+    }
+
+    /// A decision placed it (or its admission ended without one).
+    pub fn placed(&mut self) {
         if std::mem::take(&mut self.in_transit) {
             let mut state = lock(&self.gate.state);
             state.in_transit = state.in_transit.saturating_sub(1);
             state.wake_head();
         }
     }
+
+    /// Its admission ended: its first token came, or it failed.
+    pub fn admitted(&mut self) {
+        self.placed();
+    }
+
+    /// Its first token came at `now_s` on the front's clock: the closed loop learns how far its
+    /// TTFT prediction was off.
+    pub fn first_token(&mut self, now_s: f64) {
+        if let Some(p) = &self.predicted {
+            let mut state = lock(&self.gate.state);
+            state.ttft.observe((now_s - p.at_s) * 1e3, p.ttft_ms);
+        }
+    }
+
+    /// It finished with a mean TPOT of `tpot_ms`: the closed loop learns how far the decode
+    /// step predicted for it was off.
+    pub fn finished(&mut self, tpot_ms: f64) {
+        if let Some(p) = self.predicted.take() {
+            let mut state = lock(&self.gate.state);
+            state.tpot.observe(tpot_ms, p.step_ms);
+        }
+    }
 }
 
 impl Drop for AdmissionPermit {
     fn drop(&mut self) {
-        self.admitted();
+        self.placed();
         let mut state = lock(&self.gate.state);
         state.running = state.running.saturating_sub(1);
         state.wake_head();
@@ -203,9 +383,10 @@ impl Drop for AdmissionPermit {
 /// went away) takes it out.
 struct Ticket<'a> {
     gate: &'a AdmissionGate,
+    clock: &'a dyn Clock,
     ticket: u64,
     priority: i32,
-    since: Instant,
+    since: f64,
     queued: bool,
 }
 
@@ -215,7 +396,7 @@ impl Drop for Ticket<'_> {
             let mut state = lock(&self.gate.state);
             state.wakers.remove(&self.ticket);
             if state.queue.remove(self.ticket).is_some() {
-                state.record(self.priority, self.since, "gone");
+                state.record(self.priority, self.clock.now() - self.since, "gone");
                 state.wake_head();
             }
         }
@@ -243,92 +424,195 @@ impl AdmissionGate {
         lock(&self.state).waits.drain(..).collect()
     }
 
+    /// The closed loop's TTFT and TPOT corrections now (1: none learnt).
+    pub fn corrections(&self) -> (f64, f64) {
+        let state = lock(&self.state);
+        (state.ttft.factor(), state.tpot.factor())
+    }
+
+    fn permit(
+        self: &Arc<Self>,
+        how: Option<&'static str>,
+        predicted: Option<Predicted>,
+    ) -> AdmissionPermit {
+        AdmissionPermit {
+            gate: self.clone(),
+            in_transit: true,
+            how,
+            predicted,
+        }
+    }
+
     /// Waits until the request may go to the engines (at once when no engine is healthy: there
-    /// is nothing to wait for). Ok(None): the gate is off; Ok(Some(permit)): hold it until the
-    /// request's admission ends.
+    /// is nothing to wait for). Ok(None): the gate holds nothing of it (no count limit, no
+    /// prediction); Ok(Some(permit)): hold it until the request ends; Err: refused.
     pub async fn enter(
         self: &Arc<Self>,
         core: Option<Arc<RouterCore>>,
-        priority: i32,
-        caller: &str,
-        slo_ttft: Option<Duration>,
-        arrived: Instant,
+        clock: &dyn Clock,
+        entry: Entry<'_>,
     ) -> Result<Option<AdmissionPermit>, Shed> {
-        let permit = || AdmissionPermit {
-            gate: self.clone(),
-            in_transit: true,
+        let terms = lock(&self.state).terms(&entry);
+        let look = || match (terms.ttft_ms, core.as_deref()) {
+            (Some(_), Some(core)) => {
+                let tpot_correction = lock(&self.state).tpot.factor();
+                entry.outlook(core, terms.tpot_ms, terms.margin, tpot_correction)
+            }
+            _ => None,
         };
-        let now = Instant::now();
+        let predicted = |o: &Outlook, at_s, correction: f64| Predicted {
+            ttft_ms: o.best_ttft_ms,
+            corrected_ttft_ms: correction * o.best_ttft_ms,
+            step_ms: o.best_step_ms,
+            at_s,
+        };
+        let arrival = look();
+        if !terms.counting && arrival.is_none() {
+            return Ok(None);
+        }
+        let priority = entry.priority;
+        let now = clock.now();
         let (ticket, waker, deadline) = {
             let mut state = lock(&self.state);
-            if !state.settings.enabled() {
-                return Ok(None);
-            }
             if state.queue.is_empty() && state.room(core.as_deref()) {
-                state.let_through();
-                state.record(priority, now, "admitted");
-                return Ok(Some(permit()));
+                let through = match &arrival {
+                    None => Some(self.permit(None, None)),
+                    Some(o) => match state.standing(&terms, &entry, now, 0).at_arrival(o) {
+                        Verdict::Go { .. } => {
+                            let noted = predicted(o, now, state.ttft.factor());
+                            Some(self.permit(Some("predicted"), Some(noted)))
+                        }
+                        _ => None,
+                    },
+                };
+                if let Some(permit) = through {
+                    state.let_through();
+                    state.record(priority, 0.0, "admitted");
+                    return Ok(Some(permit));
+                }
             }
-            if state.queue.len() >= state.settings.max_queue_len {
-                state.record(priority, now, "queue_full");
+            if state.queue.len() >= terms.max_queue_len {
+                state.record(priority, 0.0, "queue_full");
                 return Err(Shed {
                     error: ApiError::busy(format!(
                         "every engine is saturated and the admission queue is full ({} \
                          requests)",
-                        state.settings.max_queue_len
+                        terms.max_queue_len
                     ))
                     .with_code("queue_full"),
                     retry_after_s: state.retry_after_s(),
                 });
             }
-            let timeout = slo_ttft.map_or(state.settings.queue_timeout, |slo| {
-                slo.min(state.settings.queue_timeout)
-            });
-            let weight = state.settings.weight(caller);
-            let deadline = arrived + timeout;
-            let ticket = state.queue.push(priority, caller, weight, now, deadline);
+            let objective = terms.ttft_ms.map(|ms| Duration::from_secs_f64(ms / 1e3));
+            let timeout = objective.map_or(terms.timeout, |slo| slo.min(terms.timeout));
+            let deadline = entry.arrived_s + timeout.as_secs_f64();
+            let order = if arrival.is_some() {
+                Order::Deadline
+            } else {
+                Order::FairShare
+            };
+            let tokens = entry.tokens.len() as u64;
+            let ticket = state.queue.push(
+                priority,
+                entry.caller,
+                terms.weight,
+                now,
+                deadline,
+                order,
+                tokens,
+            );
+            if let Some(o) = &arrival {
+                let ahead = state.queue.tokens_ahead(ticket);
+                if let Verdict::Shed { drain_s } =
+                    state.standing(&terms, &entry, now, ahead).at_arrival(o)
+                {
+                    state.queue.remove(ticket);
+                    let ttft_ms = terms.ttft_ms.unwrap_or_default();
+                    return Err(state.unattainable(priority, 0.0, drain_s, ttft_ms));
+                }
+            }
             let waker = Arc::new(Notify::new());
             state.wakers.insert(ticket, waker.clone());
             (ticket, waker, deadline)
         };
         let mut place = Ticket {
             gate: self,
+            clock,
             ticket,
             priority,
             since: now,
             queued: true,
         };
         loop {
+            let is_head = lock(&self.state)
+                .queue
+                .head()
+                .is_some_and(|h| h.ticket == ticket);
+            // The head's outlook now, read outside the gate's lock (the table's and the index's
+            // are taken inside).
+            let at_head = if is_head { look() } else { None };
             let is_head = {
                 let mut state = lock(&self.state);
                 let is_head = state.queue.head().is_some_and(|h| h.ticket == ticket);
-                if is_head && state.room(core.as_deref()) {
-                    state.queue.pop_head();
-                    state.wakers.remove(&ticket);
-                    state.let_through();
-                    state.record(priority, now, "admitted");
-                    state.wake_head();
-                    place.queued = false;
-                    return Ok(Some(permit()));
+                let t = clock.now();
+                let verdict = match (&at_head, is_head) {
+                    (_, false) => Verdict::Wait,
+                    (Some(o), true) => state.standing(&terms, &entry, t, 0).at_head(o),
+                    // Nothing to predict with (any more): the counts decide.
+                    (None, true) => Verdict::Go {
+                        predicted_ms: f64::NAN,
+                        raw_ms: f64::NAN,
+                    },
+                };
+                match verdict {
+                    Verdict::Go { .. } if state.room(core.as_deref()) => {
+                        state.queue.pop_head();
+                        state.wakers.remove(&ticket);
+                        state.let_through();
+                        state.record(priority, t - now, "admitted");
+                        state.wake_head();
+                        place.queued = false;
+                        let correction = state.ttft.factor();
+                        let noted = at_head.as_ref().map(|o| predicted(o, t, correction));
+                        return Ok(Some(self.permit(Some("queued"), noted)));
+                    }
+                    Verdict::Shed { drain_s } => {
+                        state.queue.remove(ticket);
+                        state.wakers.remove(&ticket);
+                        place.queued = false;
+                        state.wake_head();
+                        let ttft_ms = terms.ttft_ms.unwrap_or_default();
+                        return Err(state.unattainable(priority, t - now, drain_s, ttft_ms));
+                    }
+                    _ => {}
                 }
                 is_head
             };
+            let left = Duration::from_secs_f64((deadline - clock.now()).max(0.0));
+            // Only the head polls (a timer is made only when this is polled).
+            let poll = async {
+                if is_head {
+                    clock.sleep(HEAD_POLL).await;
+                } else {
+                    std::future::pending::<()>().await;
+                }
+            };
             tokio::select! {
                 () = waker.notified() => {}
-                () = tokio::time::sleep(HEAD_POLL), if is_head => {}
-                () = tokio::time::sleep_until(deadline.into()) => {
+                () = poll => {}
+                () = clock.sleep(left) => {
                     let mut state = lock(&self.state);
                     state.wakers.remove(&ticket);
                     state.queue.remove(ticket);
                     place.queued = false;
-                    state.record(priority, now, "timeout");
+                    let waited = clock.now() - now;
+                    state.record(priority, waited, "timeout");
                     state.wake_head();
-                    let waited = now.elapsed().as_secs_f64();
                     return Err(Shed {
                         error: ApiError::no_capacity(format!(
                             "every engine is saturated: shed after {waited:.3} s in the \
-                             admission queue (its deadline: the request's slo.ttft_ms or the \
-                             queue timeout)"
+                             admission queue (its deadline: the request's TTFT objective or \
+                             the queue timeout)"
                         ))
                         .with_code("queue_timeout"),
                         retry_after_s: state.retry_after_s(),

@@ -322,7 +322,11 @@ impl<B: PolicyBridge> RequestTask<B> {
         }
         let outcome = match admitted {
             Ok(first) => {
-                self.first_token = Some(self.front.clock.now());
+                let now = self.front.clock.now();
+                self.first_token = Some(now);
+                if let Some(permit) = &mut self.admission {
+                    permit.first_token(now);
+                }
                 self.respond(first).await
             }
             Err(stop) => Err(stop),
@@ -486,6 +490,10 @@ impl<B: PolicyBridge> RequestTask<B> {
         self.policy = policy;
         self.run = run;
         self.observer = observer;
+        // Placed: the engine table counts it from now on (the gate's next head sees it there).
+        if let Some(permit) = &mut self.admission {
+            permit.placed();
+        }
         let (plan, then, sent) = self.prepare(&placement, &mut route).await?;
         self.decided(with_route(explanation, &route), plan.engine, "policy");
         if let (Some(observer), Some(sent)) = (&self.observer, &sent) {
@@ -501,6 +509,15 @@ impl<B: PolicyBridge> RequestTask<B> {
             // A policy that noted nothing: its name and the engine that ran it.
             route = RouteNote::new(self.policy.clone());
             route.set("engine", engine_name(plan.engine));
+        }
+        if let Some(permit) = &self.admission {
+            if let Some(how) = permit.how() {
+                route.set("admitted", how);
+            }
+            // What the gate predicted, beside the actual TTFT in the trace.
+            if let Some(ms) = permit.predicted_ttft_ms() {
+                route.set("admit_ttft_ms", format!("{ms:.0}"));
+            }
         }
         self.route = route;
         self.then = then;
@@ -799,6 +816,9 @@ impl<B: PolicyBridge> RequestTask<B> {
             Some(first) if n > 1 => Some((ended - first) / (n - 1) as f64),
             _ => None,
         };
+        if let (true, Some(tpot_s), Some(permit)) = (ok, tpot_s, &mut self.admission) {
+            permit.finished(tpot_s * 1e3);
+        }
         if let Some(observer) = self.observer.take() {
             self.front.bridge.observe(
                 &observer,

@@ -4,7 +4,7 @@
 
 use super::front::PyRouterFront;
 use super::in_process::PyInProcessFront;
-use crate::admission_queue::AdmissionSettings;
+use crate::admission_queue::{AdmissionSettings, SloTargets};
 use crate::front::admission::AdmissionGate;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -35,7 +35,7 @@ fn gate(front: &Bound<'_, PyAny>) -> PyResult<Arc<AdmissionGate>> {
 pub struct PyAdmissionWait {
     priority: i32,
     wait_s: f64,
-    /// "admitted" | "queue_full" | "timeout" | "gone"
+    /// "admitted" | "queue_full" | "timeout" | "slo_unattainable" | "gone"
     outcome: &'static str,
 }
 
@@ -51,11 +51,27 @@ pub struct PyAdmissionQueueLength {
     length: usize,
 }
 
-/// The front's admission queue takes these settings for requests from now on (ValueError for
-/// a negative or non-finite timeout or weight, or a queue of 0).
+/// A positive finite number of ms, or None.
+fn objective(name: &str, ms: Option<f64>) -> PyResult<Option<f64>> {
+    match ms {
+        Some(ms) if !(ms.is_finite() && ms > 0.0) => Err(PyValueError::new_err(format!(
+            "{name} must be a positive number of ms, got {ms}"
+        ))),
+        ms => Ok(ms),
+    }
+}
+
+// `margin`'s default is admission_queue::DEFAULT_MARGIN, written out so the signature shows it.
+/// The front's admission gate takes these settings for requests from now on (ValueError for
+/// a negative or non-finite timeout or weight, a queue of 0, a margin outside (-1, 10], or an
+/// objective that is not a positive number). `predicted`: requests with a TTFT objective (their
+/// own, else `slo_ttft_ms`) are admitted by their predicted outcome (front/admission.rs).
 #[pyfunction]
 #[pyo3(signature = (front, *, max_inflight_per_engine, max_queued_prefill_tokens,
-                    max_queue_len, queue_timeout_s, weights, default_weight = 1.0))]
+                    max_queue_len, queue_timeout_s, weights, default_weight = 1.0,
+                    predicted = true, margin = 0.1, slo_ttft_ms = None,
+                    slo_tpot_ms = None))]
+#[allow(clippy::too_many_arguments)]
 fn set_admission(
     front: &Bound<'_, PyAny>,
     max_inflight_per_engine: u64,
@@ -64,7 +80,20 @@ fn set_admission(
     queue_timeout_s: f64,
     weights: HashMap<String, f64>,
     default_weight: f64,
+    predicted: bool,
+    margin: f64,
+    slo_ttft_ms: Option<f64>,
+    slo_tpot_ms: Option<f64>,
 ) -> PyResult<()> {
+    if !(margin.is_finite() && margin > -1.0 && margin <= 10.0) {
+        return Err(PyValueError::new_err(format!(
+            "the admission margin must be in (-1, 10], got {margin}"
+        )));
+    }
+    let default_slo = SloTargets {
+        ttft_ms: objective("slo_ttft_ms", slo_ttft_ms)?,
+        tpot_ms: objective("slo_tpot_ms", slo_tpot_ms)?,
+    };
     let bad_weight = |w: &f64| !w.is_finite() || *w <= 0.0;
     if max_queue_len == 0 {
         return Err(PyValueError::new_err(
@@ -89,8 +118,17 @@ fn set_admission(
         queue_timeout: Duration::from_secs_f64(queue_timeout_s),
         weights,
         default_weight,
+        predicted,
+        margin,
+        default_slo,
     });
     Ok(())
+}
+
+/// The gate's closed-loop (TTFT, TPOT) corrections now (1: nothing learnt yet).
+#[pyfunction]
+fn admission_corrections(front: &Bound<'_, PyAny>) -> PyResult<(f64, f64)> {
+    Ok(gate(front)?.corrections())
 }
 
 /// Requests waiting now, per priority (lowest number first; priorities with none are absent).
@@ -121,6 +159,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyAdmissionWait>()?;
     m.add_class::<PyAdmissionQueueLength>()?;
     m.add_function(wrap_pyfunction!(set_admission, m)?)?;
+    m.add_function(wrap_pyfunction!(admission_corrections, m)?)?;
     m.add_function(wrap_pyfunction!(admission_queue_lengths, m)?)?;
     m.add_function(wrap_pyfunction!(drain_admission_waits, m)?)
 }
