@@ -65,6 +65,12 @@ def summarize(records: Sequence[RequestRecord], duration_s: float,
             errors[r.error] = errors.get(r.error, 0) + 1
     summary["errors"] = dict(sorted(errors.items(), key=lambda kv: -kv[1])[:5])
     summary["routes"] = _route_patterns(done)
+    # Refused by the router's admission gate (X-Switchyard-Route "... admitted=shed"): how many,
+    # and how long after it was sent each was answered.
+    refused = [r for r in counted if "admitted=shed" in r.route]
+    summary["refused"] = len(refused)
+    for stat, value in describe_ms([r.jct_ms for r in refused if r.jct_ms is not None]).items():
+        summary[f"{stat}_refused_ms"] = value
     return summary
 
 

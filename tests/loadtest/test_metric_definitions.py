@@ -122,6 +122,17 @@ def test_summary_statistics_throughput_goodput_attainment():
     assert s["errors"] == {"HTTP 503: busy": 1}
 
 
+def test_requests_the_admission_gate_refused_are_counted_with_their_answer_times():
+    refused = [_observe([], end=end, status=503) for end in (0.001, 0.003)]
+    for record in refused:
+        record.route = "none admitted=shed"
+    other = _observe([], end=0.5, status=503)  # a 503 of another kind
+    s = summarize([*refused, other], duration_s=1.0, slo_given=True)
+    assert s["refused"] == 2 and s["failed"] == 3
+    assert s["p99_refused_ms"] == pytest.approx(2.98)
+    assert summarize([other], duration_s=1.0, slo_given=True)["p99_refused_ms"] is None
+
+
 def test_summary_without_slo_or_records():
     s = summarize([], duration_s=1.0, slo_given=False)
     assert s["goodput"] is None and s["slo_attainment"] is None
