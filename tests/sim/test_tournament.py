@@ -207,6 +207,28 @@ def test_a_tiny_grid_end_to_end(tmp_path: os.PathLike[str],
     assert again["cells"] == body["cells"] and again["capacities"] == body["capacities"]
 
 
+def test_admission_both_runs_each_policy_behind_the_gate_too_and_draws_the_goodput_curve(
+        tmp_path: os.PathLike[str], capsys: pytest.CaptureFixture[str]) -> None:
+    out = os.path.join(tmp_path, "a")
+    assert _tournament(out, 1, "--admission", "both", "--no-plot") == 0
+    printed = capsys.readouterr().out
+    body = _summary(out)
+    labels = {"round_robin", "round_robin+admit", "least_load", "least_load+admit", "adaptive",
+              "adaptive+admit"}
+    assert body["admission"] == "both" and len(body["runs"]) == 12
+    for cell in body["cells"]:
+        assert set(cell["attainment_pct"]) == labels
+        # adaptive+admit is adaptive, judged as adaptive; the others are fixed.
+        assert set(cell["regret_points"]) == {"adaptive", "adaptive+admit"}
+    at_light = body["cells"][0]["attainment_pct"]
+    # Below capacity the gate costs (almost) nothing.
+    assert at_light["round_robin+admit"] >= at_light["round_robin"] - 10
+    assert "goodput (offered req/s x share within SLO)" in printed
+    assert "round_robin+admit" in printed and "kept@2x" in printed
+    admitted = [r for r in body["runs"] if r["policy"].endswith("+admit")]
+    assert all("refused" in r for r in admitted)
+
+
 def test_seeds_each_run_as_alone_and_the_cells_take_their_means(
         tmp_path: os.PathLike[str], capsys: pytest.CaptureFixture[str]) -> None:
     both, alone = os.path.join(tmp_path, "both"), os.path.join(tmp_path, "alone")
