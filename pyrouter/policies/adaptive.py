@@ -40,14 +40,22 @@ policy in 22 of 25 cells (19 with the plain ratio) and keeps this machine's prof
 the plain ratio, whose pessimism past capacity concentrates the load (better on H100 sonnet-long
 @1.2 and shifting @1.5).
 
+With `fallback` on (off by default: see docs/experiments.md "adaptive's fallback when its
+predictions are off"), a pattern other than dp whose recent predictions are off by more than 1.5x
+on average (the closed loop's window: mean |log(actual / predicted)| over its last 16 requests, at
+least 8 seen) is avoided until that error falls below 1.25x: a request chosen for it runs data
+parallel on the engine with the least predicted TTFT instead (`fallback=dp` in the route), but for
+every 4th, which runs as chosen (`probe=pd`) so the pattern is still observed
+(pyrouter/planning/error_fallback.py).
+
 A request whose chosen placement would give its first output only past the router's
 first-output timeout (`--policy-timeout-s`) is refused at once, 503 `overloaded` with
 Retry-After, instead of failing after that wait: under sustained overload the queue late
 requests join would otherwise grow without bound.
 
 Parameters are the SLO (a request's own `slo` wins), the KV watermark, `patterns` (which
-placements may run: "dp,pd"), `chunk_control` and `tpot_hindsight`. Every response says what ran
-and why: `adaptive chose=pd prefill=e0 decode=e1 ttft_ms=812 tpot_ms=41 fits=1 harm=0`.
+placements may run: "dp,pd"), `chunk_control`, `tpot_hindsight` and `fallback`. Every response
+says what ran and why: `adaptive chose=pd prefill=e0 decode=e1 ttft_ms=812 tpot_ms=41 fits=1 harm=0`.
 """
 from __future__ import annotations
 
