@@ -32,6 +32,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from pyrouter.planning.recent_error import RecentError
+
 TTFT, TPOT = "ttft", "tpot"
 _ALPHA = 0.1            # weight of each new observation in the smoothed log ratio
 _CLAMP = (0.25, 4.0)    # the correction never scales a prediction beyond these
@@ -72,6 +74,9 @@ class PredictionFeedback:
         self._placed_ms: dict[str, float] = {}
         self._running: dict[str, PredictedOutcome] = {}  # request key -> its prediction
         self._running_by_engine: dict[str, list[int]] = {}  # decode engine -> [running, meets]
+        # The corrected predictions' error over each pattern's last requests (adaptive's
+        # fallback reads it: error_fallback.py).
+        self.recent = RecentError()
         self.sink = sink
 
     def running(self, key: str, predicted: PredictedOutcome) -> None:
@@ -165,6 +170,7 @@ class PredictionFeedback:
                                                          - before)
                 self._seen[key] = seen + 1
             ratio = got_s * 1000.0 / used_ms
+            self.recent.observe(kind, predicted.pattern, ratio)
             recent = self._recent.setdefault((kind, predicted.pattern), [])
             recent.append(abs(math.log(ratio)))
             if len(recent) > _KEEP:

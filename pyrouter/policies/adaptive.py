@@ -40,14 +40,22 @@ policy in 22 of 25 cells (19 with the plain ratio) and keeps this machine's prof
 the plain ratio, whose pessimism past capacity concentrates the load (better on H100 sonnet-long
 @1.2 and shifting @1.5).
 
+With `fallback` on (the default; docs/experiments.md "adaptive's fallback when its predictions
+are off": on one seed it moved 4 of 120 tournament cells, by +21.3 to -0.7 points), a pattern
+other than dp whose recent predictions are off by more than 1.5x on average (the closed loop's
+window: mean |log(actual / predicted)| over its last 16 requests, at least 8 seen) is avoided
+until that error falls below 1.25x: a request chosen for it runs data parallel on the engine with
+the least predicted TTFT instead (`fallback=dp` in the route), but for every 4th, which runs as
+chosen (`probe=pd`) so the pattern is still observed (pyrouter/planning/error_fallback.py).
+
 A request whose chosen placement would give its first output only past the router's
 first-output timeout (`--policy-timeout-s`) is refused at once, 503 `overloaded` with
 Retry-After, instead of failing after that wait: under sustained overload the queue late
 requests join would otherwise grow without bound.
 
 Parameters are the SLO (a request's own `slo` wins), the KV watermark, `patterns` (which
-placements may run: "dp,pd"), `chunk_control` and `tpot_hindsight`. Every response says what ran
-and why: `adaptive chose=pd prefill=e0 decode=e1 ttft_ms=812 tpot_ms=41 fits=1 harm=0`.
+placements may run: "dp,pd"), `chunk_control`, `tpot_hindsight` and `fallback`. Every response
+says what ran and why: `adaptive chose=pd prefill=e0 decode=e1 ttft_ms=812 tpot_ms=41 fits=1 harm=0`.
 """
 from __future__ import annotations
 
@@ -60,6 +68,7 @@ from pyrouter.degrade import degraded_note, serves
 from pyrouter.engines.handle import EngineHandle
 from pyrouter.errors import NoCapacity
 from pyrouter.planning.chunk_control import ChunkController, backlog_chunk, lcu_option
+from pyrouter.planning.error_fallback import ErrorFallback
 from pyrouter.planning.interference import PrefillShare
 from pyrouter.planning.late_refusal import refuse_past_timeout
 from pyrouter.planning.placement import (
@@ -82,7 +91,7 @@ PARAMS = {"ttft_ms": Param(2000.0, gt=0), "tpot_ms": Param(200.0, gt=0),
           "kv_watermark": Param(0.9, gt=0, le=1),
           "patterns": Param("dp,pd", check=comma_names((DP, PD))), "chunk_control": True,
           "chunk_min": Param(32, ge=1), "chunk_max": Param(2048, ge=1),
-          "chunk_interval_s": Param(1.0, gt=0), "tpot_hindsight": True}
+          "chunk_interval_s": Param(1.0, gt=0), "tpot_hindsight": True, "fallback": True}
 
 
 def _patterns(cluster: ClusterView) -> set[str]:
@@ -137,6 +146,9 @@ async def route(req: RouterRequest, cluster: ClusterView) -> Dp | Pd:
         placements = placements + _at_lcu_chunks(req, cluster, placements, states, slo, share,
                                                   now)
     chosen = choose(placements, slo)
+    fallback_note: dict[str, object] = {}
+    if bool(cluster.params["fallback"]) and DP in patterns:
+        chosen, fallback_note = _fall_back(chosen, placements, cluster, patterns)
     # Under sustained overload `choose` sends a request late anyway to the longest queue, so
     # that the other engines stay within SLO; once that queue would answer only past the
     # router's first-output timeout, the request is refused now instead of failing then.
@@ -151,7 +163,24 @@ async def route(req: RouterRequest, cluster: ClusterView) -> Dp | Pd:
     if chunk_control:
         _control_chunks(req, cluster, slo, share, chosen,
                         [by_id[chosen.prefill], by_id[chosen.decode]])
-    return _placement(req, chosen, by_id[chosen.prefill], by_id[chosen.decode], transfer)
+    return _placement(req, chosen, by_id[chosen.prefill], by_id[chosen.decode], transfer,
+                      fallback_note)
+
+
+def _fall_back(chosen: Placement, placements: list[Placement], cluster: ClusterView,
+               patterns: set[str]) -> tuple[Placement, dict[str, object]]:
+    """`chosen`, or — its pattern's recent predictions too far off (error_fallback.py) — data
+    parallel on the engine with the least predicted TTFT: a ranking of queues, which holds where
+    their predicted lengths do not. The route's note says which."""
+    fallback: ErrorFallback = cluster.state.setdefault("fallback", ErrorFallback())
+    fallback.update(cluster.feedback.recent, patterns, DP)
+    if not fallback.overrides(chosen.pattern):
+        return chosen, ({"probe": chosen.pattern} if fallback.probing(chosen.pattern) else {})
+    dps = [p for p in placements if p.pattern == DP and not p.chunk]
+    if not dps:
+        return chosen, {}
+    fits_kv = [p for p in dps if p.kv_ok] or dps
+    return min(fits_kv, key=lambda p: (p.ttft_ms, p.decode)), {"fallback": DP}
 
 
 def _at_lcu_chunks(req: RouterRequest, cluster: ClusterView, placements: list[Placement],
@@ -200,7 +229,8 @@ def _control_chunks(req: RouterRequest, cluster: ClusterView, slo: Slo, share: P
 
 
 def _placement(req: RouterRequest, chosen: Placement, prefill: EngineHandle,
-               decode: EngineHandle, transfer: TransferCost) -> Dp | Pd:
+               decode: EngineHandle, transfer: TransferCost,
+               fallback_note: dict[str, object]) -> Dp | Pd:
     """The chosen placement for router_core to carry out: a disaggregation's transfer (its
     tokens and exposed time) teaches the transfer cost; router_core notes prefill, decode,
     matched and decode_start (and a failed transfer's fallback) after these."""
@@ -211,6 +241,7 @@ def _placement(req: RouterRequest, chosen: Placement, prefill: EngineHandle,
         note["chunk"] = chosen.chunk
     note.update(ttft_ms=round(chosen.ttft_ms, 1), tpot_ms=round(chosen.tpot_ms, 1),
                 fits=int(chosen.meets), harm=chosen.harm)
+    note.update(fallback_note)
     req.note_route("adaptive", **note)
     if chosen.pattern == DP:
         return Dp(decode)
