@@ -16,9 +16,11 @@
 //! model):
 //!
 //! ```text
-//! best      = the least predicted TTFT (queue + prefill) among the engines whose decode step
-//!             with this request added, x k, stays within its TPOT objective x (1 + m) (an
-//!             engine with no running decode always counts: nothing there to slow)
+//! step      = the decode step with this request added, beside the share of a prefill chunk
+//!             the engine's queued prefill fills (`step_ms`)
+//! best      = the least predicted TTFT (queue + prefill) among the engines whose step x k
+//!             stays within its TPOT objective x (1 + m) (an engine with no running decode
+//!             always counts: nothing there to slow)
 //! go        = c x ttft(best) <= B x (1 + m), and c x queue(best) <= T / 4, and fewer requests
 //!             let through but not yet placed than engines
 //! wait_ms   = c x (mean queue over the engines + tokens queued ahead of it in the router x the
@@ -38,10 +40,11 @@
 //! has the rest of its budget as slack.
 //!
 //! TPOT is where a request let through costs the others: it joins every running decode's batch,
-//! and while the engine prefills what keeps coming, its decodes step beside prefill chunks. The
-//! step model predicts the decode step alone; the TPOT correction learns the ratio at the
-//! operating point (chunks and all) from the requests that finished, so the gate stops adding to
-//! a batch whose decodes already miss.
+//! and while the engine prefills what keeps coming, its decodes step beside prefill chunks — on
+//! a prefill-heavy mix past capacity (azure-code), nearly every step. The predicted step counts
+//! the chunk share the engine's queue fills; the TPOT correction learns the rest at the operating
+//! point from the requests that finished, so the gate stops adding to a batch whose decodes
+//! already miss.
 //!
 //! A request no engine has a latency model for (a mock engine; an engine before its first
 //! Stats) cannot be predicted: it is admitted as if it had no objective.
@@ -100,7 +103,7 @@ pub fn outlook<'a>(
         queue_sum += p.queue_ms;
         let idle = p.decode_step_now_ms <= 0.0 || p.decode_step_now_ms.is_nan();
         let fits =
-            idle || tpot_limit.is_none_or(|limit| tpot_correction * p.decode_step_ms <= limit);
+            idle || tpot_limit.is_none_or(|limit| tpot_correction * step_ms(p) <= limit);
         let better = match best {
             None => true,
             // An engine that keeps the TPOT objective beats one that does not; then the TTFT.
@@ -116,11 +119,27 @@ pub fn outlook<'a>(
         best_ttft_ms: p.ttft_ms,
         best_prefill_ms: p.prefill_ms,
         best_queue_ms: p.queue_ms,
-        best_step_ms: p.decode_step_ms,
+        best_step_ms: step_ms(p),
         tpot_fits,
         mean_queue_ms: queue_sum / engines as f64,
         ms_per_token: p.prefill_ms / p.prefill_tokens.max(1) as f64,
     })
+}
+
+/// The step the engine's decodes will take with this request added, beside the prefill queued
+/// there: an engine prefills what it holds a chunk per step until that is done, so while more
+/// than a chunk is queued every step carries a full one (past capacity the engine always holds
+/// that much), and a shorter queue fills that share of a step. Between the decode step alone
+/// and the step beside a full chunk (`backlog_step_ms`), by that share (a step's time is close
+/// to linear in its prefill tokens). This request's own prefill is not counted: it passes in a
+/// few steps, a small part of the running decodes' lives, where a queue that stays is every
+/// step of theirs.
+fn step_ms(p: &EnginePrediction) -> f64 {
+    let share = match p.prefill_chunk_size {
+        0 => f64::from(u8::from(p.queued_prefill_tokens > 0)),
+        chunk => (p.queued_prefill_tokens as f64 / chunk as f64).min(1.0),
+    };
+    p.decode_step_ms + (p.backlog_step_ms - p.decode_step_ms).max(0.0) * share
 }
 
 /// What the gate does with a request now.
