@@ -102,8 +102,7 @@ pub fn outlook<'a>(
         engines += 1;
         queue_sum += p.queue_ms;
         let idle = p.decode_step_now_ms <= 0.0 || p.decode_step_now_ms.is_nan();
-        let fits =
-            idle || tpot_limit.is_none_or(|limit| tpot_correction * step_ms(p) <= limit);
+        let fits = idle || tpot_limit.is_none_or(|limit| tpot_correction * step_ms(p) <= limit);
         let better = match best {
             None => true,
             // An engine that keeps the TPOT objective beats one that does not; then the TTFT.
