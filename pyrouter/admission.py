@@ -36,7 +36,7 @@ from router_core import InProcessFront, RouterFront
 ADMISSION_FLAGS = ("admit_max_inflight_per_engine", "admit_max_queued_prefill_tokens",
                    "admit_queue_size", "admit_queue_timeout_s", "admit_weight", "admit_predicted",
                    "admit_margin", "slo_ttft_ms", "slo_tpot_ms")
-DEFAULT_MARGIN = 0.1  # router_core's DEFAULT_MARGIN
+DEFAULT_MARGIN = router_core.ADMISSION_DEFAULT_MARGIN
 WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0,
                 80.0)
 

@@ -819,6 +819,9 @@ def set_admission(front: RouterFront | InProcessFront, *, max_inflight_per_engin
     may pass its budget by. ValueError for a queue of 0, a non-positive timeout, weight or
     objective, or a margin outside (-1, 10]."""
 
+# The default share a prediction may pass its TTFT budget by and still count as in time.
+ADMISSION_DEFAULT_MARGIN: float
+
 def admission_corrections(front: RouterFront | InProcessFront) -> tuple[float, float]:
     """The gate's closed-loop (TTFT, TPOT) corrections now (1: nothing learnt yet)."""
 

@@ -172,7 +172,9 @@ def _fall_back(chosen: Placement, placements: list[Placement], cluster: ClusterV
     """`chosen`, or — its pattern's recent predictions too far off (error_fallback.py) — data
     parallel on the engine with the least predicted TTFT: a ranking of queues, which holds where
     their predicted lengths do not. The route's note says which."""
-    fallback: ErrorFallback = cluster.state.setdefault("fallback", ErrorFallback())
+    fallback = cluster.state.get("fallback")
+    if fallback is None:  # made once per policy run, not per request
+        fallback = cluster.state["fallback"] = ErrorFallback()
     fallback.update(cluster.feedback.recent, patterns, DP)
     if not fallback.overrides(chosen.pattern):
         return chosen, ({"probe": chosen.pattern} if fallback.probing(chosen.pattern) else {})

@@ -18,13 +18,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from switchyard_bench.tournament.cells import Group
-from switchyard_bench.tournament.report import CellVerdict
+from switchyard_bench.tournament.report import CellVerdict, fmt
 
 HELD_LOADS = (2.0, 3.0)  # the loads whose goodput is set against the peak
-
-
-def _fmt(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
 
 
 def curve_lines(rows: Sequence[CellVerdict], policies: Sequence[str], requests: int) -> list[str]:
@@ -49,12 +45,12 @@ def curve_lines(rows: Sequence[CellVerdict], policies: Sequence[str], requests: 
             for x in HELD_LOADS:
                 at = [g for r, g in zip(cells, goodput, strict=True) if r.cell.load == x]
                 share = (at[0] / peak if at and at[0] is not None and peak else None)
-                kept.append(_fmt(None if share is None else 100 * share, "8.0f") + "%")
+                kept.append(fmt(None if share is None else 100 * share, "8.0f") + "%")
             seeds = [max(1, len(r.seeds)) for r in cells]
             failed = [100 * r.failed.get(policy, (0, ""))[0] / (requests * n)
                       for r, n in zip(cells, seeds, strict=True)]
             lines.append(f"  {policy:<22} "
-                         + " ".join(_fmt(g, "8.2f") for g in goodput)
-                         + f" {_fmt(peak, '7.2f')} " + " ".join(kept) + "   "
+                         + " ".join(fmt(g, "8.2f") for g in goodput)
+                         + f" {fmt(peak, '7.2f')} " + " ".join(kept) + "   "
                          + ",".join(f"{f:.0f}" for f in failed))
     return lines

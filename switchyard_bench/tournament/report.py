@@ -264,7 +264,8 @@ def out_of_sample_lines(rows: Sequence[CellVerdict], policy: str
     return lines, body
 
 
-def _fmt(value: float | None, spec: str) -> str:
+def fmt(value: float | None, spec: str) -> str:
+    """`value` formatted by `spec`, or "-" when there is none."""
     return "-" if value is None else format(value, spec)
 
 
@@ -298,7 +299,7 @@ def tables(rows: Sequence[CellVerdict], policies: Sequence[str]) -> str:
                          for i, (c, w) in enumerate(zip(cells, ws, strict=True)))
 
     def per_seed(r: CellVerdict, p: str) -> str:
-        return " ".join(_fmt(v, "+.1f") for v in r.seed_regret.get(p, []))
+        return " ".join(fmt(v, "+.1f") for v in r.seed_regret.get(p, []))
 
     extra = ["best fixed"]
     for p in adaptive:
@@ -308,26 +309,26 @@ def tables(rows: Sequence[CellVerdict], policies: Sequence[str]) -> str:
     for r in rows:
         tail = [_best(r)]
         for p in adaptive:
-            tail += [_fmt(r.regret[p], "+.1f")] + ([per_seed(r, p)] if several else [])
-        tails.append(tail + [_fmt(r.prediction_error.get(k), ".3f") for k in kinds])
+            tail += [fmt(r.regret[p], "+.1f")] + ([per_seed(r, p)] if several else [])
+        tails.append(tail + [fmt(r.prediction_error.get(k), ".3f") for k in kinds])
     extra_w = [max(len(x), 7, *(len(t[i]) for t in tails)) for i, x in enumerate(extra)]
     mean = f" - mean over seeds {','.join(map(str, seeds))}" if several else ""
     out = [f"SLO attainment (%){mean}, * = best fixed policy; regret = best fixed - adaptive "
            "(points)", line(head + list(policies) + extra, widths + pol_w + extra_w)]
     for r, tail in zip(rows, tails, strict=True):
-        marks = [_fmt(r.attainment[p], ".1f") + ("*" if p in r.best_fixed else "")
+        marks = [fmt(r.attainment[p], ".1f") + ("*" if p in r.best_fixed else "")
                  for p in policies]
         out.append(line(prefix(r) + marks + tail, widths + pol_w + extra_w))
     out += ["", f"goodput (requests within SLO per second){mean}",
             line(head + list(policies), widths + pol_w)]
     for r in rows:
-        out.append(line(prefix(r) + [_fmt(r.goodput[p], ".3f") for p in policies],
+        out.append(line(prefix(r) + [fmt(r.goodput[p], ".3f") for p in policies],
                         widths + pol_w))
     if several:
         out += ["", "spread of SLO attainment over the seeds (max - min, points)",
                 line(head + list(policies), widths + pol_w)]
         for r in rows:
-            out.append(line(prefix(r) + [_fmt(r.spread.get(p), ".1f") for p in policies],
+            out.append(line(prefix(r) + [fmt(r.spread.get(p), ".1f") for p in policies],
                             widths + pol_w))
     return "\n".join(out)
 

@@ -337,18 +337,14 @@ impl AdmissionPermit {
         self.predicted.map(|p| p.corrected_ttft_ms)
     }
 
-    /// A decision placed it (or its admission ended without one).
+    /// A decision placed it, or its admission ended without one (its first token came, or it
+    /// failed): the engine table counts it from then on.
     pub fn placed(&mut self) {
         if std::mem::take(&mut self.in_transit) {
             let mut state = lock(&self.gate.state);
             state.in_transit = state.in_transit.saturating_sub(1);
             state.wake_head();
         }
-    }
-
-    /// Its admission ended: its first token came, or it failed.
-    pub fn admitted(&mut self) {
-        self.placed();
     }
 
     /// Its first token came at `now_s` on the front's clock: the closed loop learns how far its
@@ -460,9 +456,11 @@ impl AdmissionGate {
             }
             _ => None,
         };
-        let predicted = |o: &Outlook, at_s, correction: f64| Predicted {
+        // What the closed loop learns from: the outlook's raw predictions, the TTFT it was
+        // let through by (corrected), when.
+        let noted = |o: &Outlook, predicted_ms: f64, at_s| Predicted {
             ttft_ms: o.best_ttft_ms,
-            corrected_ttft_ms: correction * o.best_ttft_ms,
+            corrected_ttft_ms: predicted_ms,
             step_ms: o.best_step_ms,
             at_s,
         };
@@ -478,9 +476,8 @@ impl AdmissionGate {
                 let through = match &arrival {
                     None => Some(self.permit(None, None)),
                     Some(o) => match state.standing(&terms, &entry, now, 0).at_arrival(o) {
-                        Verdict::Go { .. } => {
-                            let noted = predicted(o, now, state.ttft.factor());
-                            Some(self.permit(Some("predicted"), Some(noted)))
+                        Verdict::Go { predicted_ms, .. } => {
+                            Some(self.permit(Some("predicted"), Some(noted(o, predicted_ms, now))))
                         }
                         _ => None,
                     },
@@ -565,16 +562,15 @@ impl AdmissionGate {
                     },
                 };
                 match verdict {
-                    Verdict::Go { .. } if state.room(core.as_deref()) => {
+                    Verdict::Go { predicted_ms, .. } if state.room(core.as_deref()) => {
                         state.queue.pop_head();
                         state.wakers.remove(&ticket);
                         state.let_through();
                         state.record(priority, t - now, "admitted");
                         state.wake_head();
                         place.queued = false;
-                        let correction = state.ttft.factor();
-                        let noted = at_head.as_ref().map(|o| predicted(o, t, correction));
-                        return Ok(Some(self.permit(Some("queued"), noted)));
+                        let note = at_head.as_ref().map(|o| noted(o, predicted_ms, t));
+                        return Ok(Some(self.permit(Some("queued"), note)));
                     }
                     Verdict::Shed { drain_s } => {
                         state.queue.remove(ticket);

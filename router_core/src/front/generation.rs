@@ -318,7 +318,7 @@ impl<B: PolicyBridge> RequestTask<B> {
         let admitted = self.admit().await;
         // On an engine now (or failed): the engine table counts its tokens from here.
         if let Some(permit) = &mut self.admission {
-            permit.admitted();
+            permit.placed();
         }
         let outcome = match admitted {
             Ok(first) => {

@@ -4,7 +4,7 @@
 
 use super::front::PyRouterFront;
 use super::in_process::PyInProcessFront;
-use crate::admission_queue::{AdmissionSettings, SloTargets};
+use crate::admission_queue::{AdmissionSettings, SloTargets, DEFAULT_MARGIN};
 use crate::front::admission::AdmissionGate;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -158,6 +158,7 @@ fn drain_admission_waits(front: &Bound<'_, PyAny>) -> PyResult<Vec<PyAdmissionWa
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyAdmissionWait>()?;
     m.add_class::<PyAdmissionQueueLength>()?;
+    m.add("ADMISSION_DEFAULT_MARGIN", DEFAULT_MARGIN)?;
     m.add_function(wrap_pyfunction!(set_admission, m)?)?;
     m.add_function(wrap_pyfunction!(admission_corrections, m)?)?;
     m.add_function(wrap_pyfunction!(admission_queue_lengths, m)?)?;
