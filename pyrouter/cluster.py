@@ -13,8 +13,9 @@ import math
 from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
-from pyrouter.degrade import degraded_note, serves
+from pyrouter.degrade import degraded_note
 from pyrouter.engines.handle import EngineHandle
+from pyrouter.engines.usable_engines import engines_by_num, usable_of_role
 from pyrouter.errors import NoCapacity
 from pyrouter.outcomes import RecentOutcomes
 from pyrouter.planning.prediction_feedback import PredictionFeedback
@@ -114,18 +115,21 @@ class ClusterView:
         return self._engines.core
 
     def engines(self, role: str = "any") -> list[EngineHandle]:
-        """Healthy, non-draining engines that can take `role` work, in id order."""
-        return sorted((e for e in self._engines.healthy() if serves(e.role, role)),
-                      key=lambda e: e.num)
+        """Healthy, non-draining engines that can take `role` work, in id order (listed once per
+        change of the roster, not per call: a fleet of 1,024 engines costs a copy)."""
+        return list(usable_of_role(self._engines, role))
 
     def score(self, role: str, req: RouterRequest) -> ScoreResult:
-        """router_core's ScoreResult for `role`; also records matched lengths on `req`."""
+        """router_core's ScoreResult for `role`; also records on `req` the prompt tokens each
+        engine holds (router_core matches against every engine: the ones holding none, 0)."""
         result = self.core.score(req.tokens, None if role == "any" else role, self.weights)
-        by_num = {e.num: e.id for e in self._engines.engines.values()}
+        by_num = engines_by_num(self._engines)
         matched = req.matched_by_engine if req.matched_by_engine is not None else {}
-        for cand in result.candidates:
-            if cand.engine_id in by_num:
-                matched[by_num[cand.engine_id]] = int(cand.matched_tokens)
+        # Only the engines holding a prefix: a pass over every candidate would cost a
+        # 1,024-engine fleet a Python object per engine per request.
+        for num, tokens in result.matches.items():
+            if (engine := by_num.get(num)) is not None:
+                matched[engine.id] = int(tokens)
         req.matched_by_engine = matched
         return result
 
@@ -148,16 +152,26 @@ class ClusterView:
 
     def _cheapest(self, role: str, req: RouterRequest,
                   exclude: tuple[EngineHandle, ...]) -> EngineHandle | None:
-        for cand in self.score(role, req).candidates:
-            engine = self._by_num(cand.engine_id)
-            if (engine is not None and engine.healthy and not engine.draining
-                    and engine not in exclude):
+        result = self.score(role, req)
+        # The best candidate is almost always usable: reading it alone spares building every
+        # candidate's Python object.
+        if result.best is not None and (engine := self._usable(result.best, exclude)):
+            return engine
+        for cand in result.candidates:
+            if engine := self._usable(cand.engine_id, exclude):
                 return engine
+        return None
+
+    def _usable(self, num: int, exclude: tuple[EngineHandle, ...]) -> EngineHandle | None:
+        engine = self._by_num(num)
+        if (engine is not None and engine.healthy and not engine.draining
+                and engine not in exclude):
+            return engine
         return None
 
     def matched(self, engine: EngineHandle, req: RouterRequest) -> int:
         """Prompt tokens the router believes `engine` holds (from the prefix index)."""
-        if req.matched_by_engine is None or engine.id not in req.matched_by_engine:
+        if req.matched_by_engine is None:
             self.score(engine.role, req)
         return (req.matched_by_engine or {}).get(engine.id, 0)
 
@@ -167,8 +181,8 @@ class ClusterView:
         request's (or policy's) TPOT SLO, KV use against the policy's `kv_watermark`."""
         tpot = self.slo(req).tpot_ms
         watermark = float(self.params.get("kv_watermark", 1.0))
-        by_num = {e.num: e.id for e in self._engines.engines.values()}
-        predictions = {by_num[p.engine_id]: p
+        by_num = engines_by_num(self._engines)
+        predictions = {by_num[p.engine_id].id: p
                        for p in self.core.predict(req.tokens, tpot, watermark)
                        if p.engine_id in by_num}
         req.predictions = predictions  # the decision's explanation in traces
@@ -211,7 +225,4 @@ class ClusterView:
         return load.unfinished_tokens + load.router_tokens
 
     def _by_num(self, num: int) -> EngineHandle | None:
-        for engine in self._engines.engines.values():
-            if engine.num == num:
-                return engine
-        return None
+        return engines_by_num(self._engines).get(num)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pyrouter.engines.roster import ROSTER_FIELDS, roster_changed
 from pyrouter.errors import VerbOrderError
 from pyrouter.runtime.pollable import settled
 from router_core import KvReservation, RouterCore, Segment, SendResult
@@ -32,6 +33,11 @@ class EngineHandle:
     model_id: str = ""
     # The served model whose requests it takes (pyrouter/model_groups.py); None: not known yet.
     model: str | None = None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        if name in ROSTER_FIELDS:
+            roster_changed()  # the directories' listings of usable engines are stale
 
     @property
     def cached_blocks(self) -> int:

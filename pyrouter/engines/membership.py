@@ -15,6 +15,7 @@ import random
 from collections.abc import Callable
 
 from pyrouter.engines.handle import EngineHandle
+from pyrouter.engines.roster import roster_changed
 from pyrouter.engines.rust_client import RustEngineClient, dial
 from pyrouter.errors import BadRequest, EngineCallError, NotFound
 from router_core import EngineUpkeep, ModelInfo, RouterCore, RouterFront, UpkeepPace, engine_name
@@ -105,6 +106,7 @@ class EngineMembership:
         client = dial(address, _VERB_TIMEOUT_S)
         handle = EngineHandle(engine_name(num), num, address, role or "any", client, self.core)
         self.engines[handle.id] = handle
+        roster_changed()
         self._clients[handle.id] = client
         self.core.table.upsert(num, handle.role)
         self.core.table.set_health(num, False)
@@ -136,6 +138,7 @@ class EngineMembership:
         if (upkeep := self._upkeeps.pop(engine_id, None)) is not None:
             upkeep.stop()
         self.engines.pop(engine_id, None)
+        roster_changed()
         self._clients.pop(engine_id, None)
         self.pace.set_engines(len(self.engines))
         self.core.table.remove(handle.num)

@@ -1,5 +1,5 @@
 """Why a request went where it did, for its decision's span: the route, the prefix each engine
-holds, and what router_core predicted for each engine (when the policy asked) — as span
+holds (the engines holding some: a fleet's others are 0), and what router_core predicted for each engine (when the policy asked) — as span
 attributes, plus one line for `switchyard trace show`."""
 from __future__ import annotations
 

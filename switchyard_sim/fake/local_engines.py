@@ -5,6 +5,7 @@ membership.py) provides it, without its health watcher or polls."""
 from __future__ import annotations
 
 from pyrouter.engines.handle import EngineHandle
+from pyrouter.engines.roster import roster_changed
 from router_core import RouterCore
 
 
@@ -16,6 +17,7 @@ class LocalEngines:
     def add(self, handle: EngineHandle) -> None:
         """`handle` in the directory, router_core's engine table and its prefix index."""
         self.engines[handle.id] = handle
+        roster_changed()
         self.core.table.upsert(handle.num, handle.role)
         self.core.index.add_engine(handle.num)
 
