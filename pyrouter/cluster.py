@@ -15,7 +15,7 @@ from typing import Any, NamedTuple, Protocol
 
 from pyrouter.degrade import degraded_note
 from pyrouter.engines.handle import EngineHandle
-from pyrouter.engines.usable_engines import engines_by_num, usable_of_role
+from pyrouter.engines.usable_engines import engines_by_num, usable_nums, usable_of_role
 from pyrouter.errors import NoCapacity
 from pyrouter.outcomes import RecentOutcomes
 from pyrouter.planning.prediction_feedback import PredictionFeedback
@@ -175,15 +175,23 @@ class ClusterView:
             self.score(engine.role, req)
         return (req.matched_by_engine or {}).get(engine.id, 0)
 
-    def predict(self, req: RouterRequest) -> dict[str, EnginePrediction]:
+    def predict(self, req: RouterRequest,
+                shortlist: int | None = None) -> dict[str, EnginePrediction]:
         """router_core's predictions for this request on every engine, by engine id: matched
         prefix, prefill/queue/TTFT times, decode step with it added, TPOT slack against the
-        request's (or policy's) TPOT SLO, KV use against the policy's `kv_watermark`."""
+        request's (or policy's) TPOT SLO, KV use against the policy's `kv_watermark`.
+
+        `shortlist` k: only the healthy, non-draining engines a placement planner should weigh —
+        the k that would give this request its first token soonest and the k that would decode
+        it fastest (router_core/src/prediction_shortlist.rs); all of them when there are no more
+        than k. A planner weighing prefill engines against decode engines then costs a fleet of
+        1,024 what it costs one of k."""
         tpot = self.slo(req).tpot_ms
         watermark = float(self.params.get("kv_watermark", 1.0))
         by_num = engines_by_num(self._engines)
+        among = None if shortlist is None else usable_nums(self._engines, "any")
         predictions = {by_num[p.engine_id].id: p
-                       for p in self.core.predict(req.tokens, tpot, watermark)
+                       for p in self.core.predict(req.tokens, tpot, watermark, among, shortlist)
                        if p.engine_id in by_num}
         req.predictions = predictions  # the decision's explanation in traces
         return predictions

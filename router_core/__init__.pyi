@@ -264,11 +264,16 @@ class RouterCore:
         (None or "any" = all; an engine with role "any" serves every role) with `weights` (None =
         the default weights). GIL released."""
     def predict(self, tokens: Sequence[int], tpot_slo_ms: float | None = None,
-                kv_watermark: float = 1.0) -> list[EnginePrediction]:
+                kv_watermark: float = 1.0, engines: Sequence[int] | None = None,
+                shortlist: int | None = None) -> list[EnginePrediction]:
         """Hash `tokens` (the request's current tokens: prompt + generated so far), match against
         every engine, and predict every engine's times for it, by engine id (healthy or not, any
-        role). ValueError for empty tokens, tpot_slo_ms <= 0 or not finite, kv_watermark outside
-        (0, 1]. GIL released; microseconds."""
+        role). `engines`: only these (in their order; ids not in the table skipped). `shortlist`
+        k: only the healthy engines a placement planner should weigh, the k with the soonest
+        first token (role any/prefill) and the k that decode fastest (role any/decode, KV room
+        first); every healthy one when there are no more than k. ValueError for empty tokens,
+        tpot_slo_ms <= 0 or not finite, kv_watermark outside (0, 1], shortlist 0. GIL released;
+        microseconds."""
 
 # ---- session affinity (router_core/src/session_affinity.rs; the fast path uses the same) ----
 def session_pick(core: RouterCore, session_id: str, engines: Sequence[int],

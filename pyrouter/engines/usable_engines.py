@@ -23,11 +23,13 @@ class UsableEngines:
         self._version = -1
         self._by_role: dict[str, tuple[EngineHandle, ...]] = {}
         self._by_num: dict[int, EngineHandle] = {}
+        self._nums_by_role: dict[str, tuple[int, ...]] = {}
 
     def _fresh(self, directory: EngineDirectory) -> None:
         version = roster_version()
         if version != self._version:
             self._by_role = {}
+            self._nums_by_role = {}
             self._by_num = {e.num: e for e in directory.engines.values()}
             self._version = version
 
@@ -40,6 +42,14 @@ class UsableEngines:
                                   key=lambda e: e.num))
             self._by_role[role] = listed
         return listed
+
+    def nums_of_role(self, directory: EngineDirectory, role: str) -> tuple[int, ...]:
+        """The router_core numbers of `of_role`'s engines."""
+        nums = self._nums_by_role.get(role) if self._version == roster_version() else None
+        if nums is None:
+            nums = tuple(e.num for e in self.of_role(directory, role))
+            self._nums_by_role[role] = nums
+        return nums
 
     def by_num(self, directory: EngineDirectory) -> dict[int, EngineHandle]:
         """Every engine of the directory, healthy or not, by its router_core number (read only)."""
@@ -63,6 +73,11 @@ def _of(directory: EngineDirectory) -> UsableEngines:
 def usable_of_role(directory: EngineDirectory, role: str) -> tuple[EngineHandle, ...]:
     """`directory`'s healthy, non-draining engines that can take `role` work, in id order."""
     return _of(directory).of_role(directory, role)
+
+
+def usable_nums(directory: EngineDirectory, role: str) -> tuple[int, ...]:
+    """The router_core numbers of `usable_of_role(directory, role)`."""
+    return _of(directory).nums_of_role(directory, role)
 
 
 def engines_by_num(directory: EngineDirectory) -> dict[int, EngineHandle]:

@@ -53,8 +53,15 @@ first-output timeout (`--policy-timeout-s`) is refused at once, 503 `overloaded`
 Retry-After, instead of failing after that wait: under sustained overload the queue late
 requests join would otherwise grow without bound.
 
+Over a large fleet it weighs a shortlist, not every pair of engines: the `shortlist` (8) engines
+that would give the request its first token soonest and the 8 that would decode it fastest
+(router_core's prediction shortlist), every pair of them — at most 16 engines, 256 placements,
+where weighing all of 1,024 engines would be a million placements a request. An engine left out
+is worse than 8 others on both counts; a fleet of at most 8 engines is weighed whole, so nothing
+changes below that.
+
 Parameters are the SLO (a request's own `slo` wins), the KV watermark, `patterns` (which
-placements may run: "dp,pd"), `chunk_control`, `tpot_hindsight` and `fallback`. Every response
+placements may run: "dp,pd"), `chunk_control`, `tpot_hindsight`, `fallback` and `shortlist`. Every response
 says what ran and why: `adaptive chose=pd prefill=e0 decode=e1 ttft_ms=812 tpot_ms=41 fits=1 harm=0`.
 """
 from __future__ import annotations
@@ -91,7 +98,8 @@ PARAMS = {"ttft_ms": Param(2000.0, gt=0), "tpot_ms": Param(200.0, gt=0),
           "kv_watermark": Param(0.9, gt=0, le=1),
           "patterns": Param("dp,pd", check=comma_names((DP, PD))), "chunk_control": True,
           "chunk_min": Param(32, ge=1), "chunk_max": Param(2048, ge=1),
-          "chunk_interval_s": Param(1.0, gt=0), "tpot_hindsight": True, "fallback": True}
+          "chunk_interval_s": Param(1.0, gt=0), "tpot_hindsight": True, "fallback": True,
+          "shortlist": Param(8, ge=1)}
 
 
 def _patterns(cluster: ClusterView) -> set[str]:
@@ -101,9 +109,13 @@ def _patterns(cluster: ClusterView) -> set[str]:
 
 def _states(req: RouterRequest, cluster: ClusterView,
             engines: list[EngineHandle]) -> list[EngineState]:
-    preds = cluster.predict(req)
+    """The engines worth weighing for this request (the prediction's shortlist: every engine of a
+    fleet no larger than the `shortlist` parameter), as the planner sees them."""
+    preds = cluster.predict(req, shortlist=int(cluster.params["shortlist"]))
     states = []
     for e in engines:
+        if e.id not in preds:
+            continue
         load = cluster.load(e)
         states.append(EngineState(e.id, e.num, serves(e.role, "prefill"), serves(e.role, "decode"),
                                   int(load.running_decodes) + int(load.router_seqs), preds[e.id],
@@ -157,7 +169,8 @@ async def route(req: RouterRequest, cluster: ClusterView) -> Dp | Pd:
     for role in missing:
         req.route.degraded.append(degraded_note(
             role, chosen.prefill if role == "prefill" else chosen.decode))
-    by_id = {e.id: e for e in engines}
+    weighed = {s.id for s in states}
+    by_id = {e.id: e for e in engines if e.id in weighed}
     req.predicted = commit(chosen, share, cluster.feedback, now, req.sampling.max_tokens,
                            bool(cluster.params["tpot_hindsight"]))
     if chunk_control:

@@ -39,6 +39,7 @@ pub mod otel;
 #[cfg(feature = "front")]
 pub mod peer;
 pub mod prediction;
+pub mod prediction_shortlist;
 pub mod prefix_index;
 pub mod router;
 #[cfg(feature = "grpc")]

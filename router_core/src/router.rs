@@ -4,7 +4,7 @@
 //! table sit behind their own locks (shared with the Python wrappers of each); each call holds
 //! each lock only while it reads.
 
-use crate::engine_table::{EngineTable, Role};
+use crate::engine_table::{EngineLoad, EngineTable, Role};
 use crate::error::Result;
 use crate::error::RouterCoreError;
 use crate::hashing::{block_hashes, validate_block_size};
@@ -186,6 +186,18 @@ impl RouterCore {
         params: &PredictParams,
         now_s: f64,
     ) -> Result<Vec<EnginePrediction>> {
+        self.predict_among(tokens, params, now_s, None)
+    }
+
+    /// As `predict`, for the engines `among` names only (None: every engine of the table), in
+    /// its order; ids not in the table are skipped. The prefix match is still one lookup.
+    pub fn predict_among(
+        &self,
+        tokens: &[u32],
+        params: &PredictParams,
+        now_s: f64,
+        among: Option<&[u32]>,
+    ) -> Result<Vec<EnginePrediction>> {
         if tokens.is_empty() {
             return Err(RouterCoreError::InvalidArgument(
                 "predict needs at least one token".into(),
@@ -195,13 +207,18 @@ impl RouterCore {
         let blocks_by_engine = MatchLookup::new(&self.match_all(&hashes, now_s));
         let block = self.block_size as u64;
         let table = lock(&self.table);
-        Ok(table
-            .all()
-            .map(|load| {
-                let matched = blocks_by_engine.get(load.engine_id).saturating_mul(block);
-                predict_engine(load, tokens.len() as u64, matched, block, params)
-            })
-            .collect())
+        let one = |load: &EngineLoad| {
+            let matched = blocks_by_engine.get(load.engine_id).saturating_mul(block);
+            predict_engine(load, tokens.len() as u64, matched, block, params)
+        };
+        Ok(match among {
+            None => table.all().map(one).collect(),
+            Some(ids) => ids
+                .iter()
+                .filter_map(|&id| table.get(id).ok())
+                .map(one)
+                .collect(),
+        })
     }
 }
 

@@ -292,6 +292,24 @@ async def test_adaptive_under_overload_keeps_the_shorter_queue_for_requests_that
     assert (p["chose"], p["engine"], p["fits"]) == ("dp", "e1", "1")
 
 
+async def test_adaptive_over_a_fleet_weighs_its_shortlist_and_chooses_as_the_whole_grid() -> None:
+    # Twelve engines, all but e7 and e9 with a queue; e7 and e9 also decode fastest (fewest
+    # decodes). With a shortlist of 2, the planner weighs 2 prefill and 2 decode
+    # candidates (the same two here) instead of all 144 placements, and takes what the full
+    # grid takes.
+    def fleet() -> FakeCluster:
+        return FakeCluster([
+            _engine(queued_prefill_tokens=0 if i in (7, 9) else 3000 + 100 * i,
+                    running_decodes={7: 2, 9: 1}.get(i, 4))
+            for i in range(12)])
+    cluster = fleet()
+    preds = cluster.view("adaptive").predict(cluster.request(PROMPT), shortlist=2)
+    assert set(preds) == {"e7", "e9"}
+    _, whole, _ = await _run(fleet(), "adaptive", shortlist=100)
+    _, short, _ = await _run(fleet(), "adaptive", shortlist=2)
+    assert whole == short and (short["chose"], short["engine"]) == ("dp", "e9"), short
+
+
 def test_adaptive_rejects_unknown_patterns() -> None:
     with pytest.raises(BadRequest, match="patterns"):
         get_policy("adaptive").check_params({"patterns": "dp,warp"})

@@ -197,3 +197,22 @@ def test_work_dispatched_since_the_last_stats_is_queued_in_predictions() -> None
     load = core.table.get(0)
     assert (load.router_prefill_tokens, load.router_seqs) == (0, 0)
     assert {p.engine_id: p for p in core.predict(prompt)}[0].queued_prefill_tokens == 700
+
+
+def test_predictions_for_named_engines_and_a_shortlist() -> None:
+    # Queues shrink and decode batches grow with the id: the soonest first tokens are the last
+    # engines, the fastest decodes the first ones.
+    core = _core([(4000 - 400 * e, e, 1000 * e, 512) for e in range(10)])
+    prompt = list(range(300))
+    every = core.predict(prompt)
+    assert [p.engine_id for p in core.predict(prompt, engines=[7, 2, 99])] == [7, 2]
+    named = {p.engine_id: p for p in core.predict(prompt, engines=[7, 2])}
+    assert named[7].ttft_ms == every[7].ttft_ms and named[2].decode_step_ms == every[2].decode_step_ms
+    assert [p.engine_id for p in core.predict(prompt, shortlist=2)] == [0, 1, 8, 9]
+    assert [p.engine_id for p in core.predict(prompt, engines=[3, 4, 5], shortlist=1)] == [3, 5]
+    # Unhealthy engines are never on it; a fleet no larger than k is kept whole.
+    core.table.set_health(9, False)
+    assert [p.engine_id for p in core.predict(prompt, shortlist=2)] == [0, 1, 7, 8]
+    assert len(core.predict(prompt, shortlist=9)) == 9
+    with pytest.raises(ValueError, match="shortlist"):
+        core.predict(prompt, shortlist=0)

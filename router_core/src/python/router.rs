@@ -7,8 +7,10 @@ use super::prediction::PyEnginePrediction;
 use super::table::PyEngineTable;
 use crate::engine_table::Role;
 use crate::prediction::PredictParams;
+use crate::prediction_shortlist;
 use crate::router::{lock, monotonic_s, RouterCore, ScoreResult};
 use crate::scoring::{Candidate, ScoreWeights};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -285,18 +287,35 @@ impl PyRouterCore {
     }
 
     /// Hash `tokens` (prompt plus tokens generated so far), match against every engine and
-    /// predict every engine's times for this request, by engine id (prediction.rs).
-    #[pyo3(signature = (tokens, tpot_slo_ms = None, kv_watermark = 1.0))]
+    /// predict every engine's times for this request, by engine id (prediction.rs). `engines`:
+    /// only these engines (a served model's, a policy's candidates; None: every engine).
+    /// `shortlist` k: only the healthy engines a placement planner should weigh — the k with
+    /// the soonest first token and the k that decode fastest (prediction_shortlist.rs).
+    #[pyo3(signature = (tokens, tpot_slo_ms = None, kv_watermark = 1.0, engines = None,
+                        shortlist = None))]
     fn predict(
         &self,
         py: Python<'_>,
         tokens: &Bound<'_, PyAny>,
         tpot_slo_ms: Option<f64>,
         kv_watermark: f64,
+        engines: Option<Vec<u32>>,
+        shortlist: Option<usize>,
     ) -> PyResult<Vec<PyEnginePrediction>> {
         let tokens = extract_u32s(tokens)?;
         let params = PredictParams::new(tpot_slo_ms, kv_watermark)?;
-        let preds = py.allow_threads(|| self.core.predict(&tokens, &params, monotonic_s()))?;
+        if shortlist == Some(0) {
+            return Err(PyValueError::new_err("shortlist must be at least 1"));
+        }
+        let preds = py.allow_threads(|| {
+            let preds =
+                self.core
+                    .predict_among(&tokens, &params, monotonic_s(), engines.as_deref())?;
+            Ok::<_, crate::error::RouterCoreError>(match shortlist {
+                Some(k) => prediction_shortlist::shortlist(preds, k),
+                None => preds,
+            })
+        })?;
         Ok(preds.iter().map(PyEnginePrediction::from).collect())
     }
 }
