@@ -385,8 +385,10 @@ class MockEngineServer:
     token produced so far), fail_rate (UNAVAILABLE before any token), fail_after_tokens (INTERNAL
     mid-stream), abort_after_tokens (finish_reason "abort" mid-stream), fail_remote_send,
     unhealthy_file (NOT_SERVING while it exists), engine_token (Engine RPCs without
-    `authorization: Bearer <token>` get UNAUTHENTICATED; "" = open; health stays open).
-    ValueError for bad knobs, OSError when the address cannot be bound."""
+    `authorization: Bearer <token>` get UNAUTHENTICATED; "" = open; health stays open),
+    cache_blocks (its prefix cache evicts the blocks it stored first beyond this many, and
+    KVEvents says so; 0 = never evicts). ValueError for bad knobs, OSError when the address cannot
+    be bound."""
     def __new__(cls, port: int, host: str = "127.0.0.1", *, threads: int = 1,
                 engine_id: str = "mock", role: Literal["any", "prefill", "decode"] = "any",
                 served_model: str = "", tokens_per_chunk: int = 1, chunk_delay_ms: float = 0.0,
@@ -394,7 +396,8 @@ class MockEngineServer:
                 fail_rate: float = 0.0, fail_after_tokens: int = 0,
                 abort_after_tokens: int = 0, fail_remote_send: bool = False,
                 unhealthy_file: str = "", page_size: int = 16, vocab_size: int = 49152,
-                seed: int = 0, engine_token: str = "") -> MockEngineServer: ...
+                seed: int = 0, engine_token: str = "",
+                cache_blocks: int = 0) -> MockEngineServer: ...
     @property
     def port(self) -> int: ...
     def is_running(self) -> bool: ...

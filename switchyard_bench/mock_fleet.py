@@ -19,15 +19,20 @@ def main(argv: list[str] | None = None) -> int:
                                 description=__doc__)
     p.add_argument("--count", type=int, required=True)
     p.add_argument("--ports-file", required=True)
+    p.add_argument("--cache-blocks", type=int, default=0,
+                   help="each engine's prefix cache evicts the blocks it stored first beyond "
+                        "this many (KV churn; 0: never evicts)")
     a = p.parse_args(argv)
     if a.count < 1:
         p.error("--count must be >= 1")
+    if a.cache_blocks < 0:
+        p.error("--cache-blocks must be >= 0")
     require_mocks()
     from router_core import MockEngineServer
 
     stop = {signal.SIGTERM, signal.SIGINT}
     signal.pthread_sigmask(signal.SIG_BLOCK, stop)  # before the servers' threads inherit the mask
-    servers = [MockEngineServer(0) for _ in range(a.count)]
+    servers = [MockEngineServer(0, cache_blocks=a.cache_blocks) for _ in range(a.count)]
     try:
         partial = a.ports_file + ".partial"
         with open(partial, "w") as f:

@@ -12,6 +12,7 @@ import json
 import random
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import aiohttp
@@ -52,8 +53,10 @@ async def _one(session: aiohttp.ClientSession, url: str, body: bytes, out: LoadR
 
 
 async def run_load(url: str, body: dict[str, object], duration_s: float,
-                   concurrency: int = 0, rate: float = 0.0, seed: int = 0) -> LoadResult:
-    """Closed loop with `concurrency` workers, or open loop at `rate` requests/s."""
+                   concurrency: int = 0, rate: float = 0.0, seed: int = 0,
+                   fresh_body: Callable[[], dict[str, object]] | None = None) -> LoadResult:
+    """Closed loop with `concurrency` workers, or open loop at `rate` requests/s. With
+    `fresh_body`, closed-loop workers send a new body from it each request (not `body`)."""
     if (concurrency > 0) == (rate > 0):
         raise ValueError("give exactly one of concurrency > 0 or rate > 0")
     payload = json.dumps(body).encode()
@@ -65,7 +68,8 @@ async def run_load(url: str, body: dict[str, object], duration_s: float,
         if concurrency:
             async def worker() -> None:
                 while time.perf_counter() < deadline:
-                    await _one(session, url, payload, out)
+                    sent = payload if fresh_body is None else json.dumps(fresh_body()).encode()
+                    await _one(session, url, sent, out)
             await asyncio.gather(*(worker() for _ in range(concurrency)))
         else:
             rng = random.Random(seed)

@@ -57,6 +57,7 @@ from switchyard_bench.router_bench_tracing import (
     tracing_cost,
     tracing_variants,
 )
+from switchyard_bench.router_churn_bench import ChurnConfig, run_churn
 from switchyard_bench.router_fleet_bench import (
     FleetBenchConfig,
     parse_engine_counts,
@@ -273,7 +274,19 @@ def run(args: argparse.Namespace) -> int:
                    help="with --engines: seconds the idle router's CPU is measured over")
     p.add_argument("--router-flags", default="",
                    help="with --engines: more `switchyard router` flags, one string")
+    p.add_argument("--churn-s", type=float, default=0.0,
+                   help="with --engines N (one count): instead, the router's memory over this "
+                        "many seconds of KV churn — every prompt different, every engine's "
+                        "prefix cache full and evicting (switchyard_bench/router_churn_bench.py)")
+    p.add_argument("--cache-blocks", type=int, default=4096,
+                   help="with --churn-s: blocks each mock engine's prefix cache holds")
     a = p.parse_args(getattr(args, "rest", None) or [])
+    if a.churn_s > 0:
+        if not a.engines or len(a.engines) != 1:
+            p.error("--churn-s wants one engine count: --engines N")
+        return run_churn(ChurnConfig(a.engines[0], a.churn_s, a.cache_blocks,
+                                     max_tokens=a.max_tokens, json_out=a.json,
+                                     router_flags=tuple(shlex.split(a.router_flags))))
     if a.engines:
         return run_fleet(FleetBenchConfig(a.engines, a.duration, max(a.concurrency),
                                           a.max_tokens, a.repeat, a.idle_s, a.json,

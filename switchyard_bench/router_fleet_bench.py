@@ -69,7 +69,7 @@ class FleetRow:
 
 
 @dataclass(slots=True)
-class _Router:
+class FleetRouter:
     url: str
     proc: Procs = field(default_factory=list)
 
@@ -81,10 +81,13 @@ def parse_engine_counts(text: str) -> list[int]:
     return counts
 
 
-def _start_fleet(started: Procs, count: int) -> list[int]:
+def start_fleet(started: Procs, count: int, cache_blocks: int = 0) -> list[int]:
+    """`count` mock engines from one process (their prefix caches evict beyond `cache_blocks`
+    blocks each; 0: never); their ports once all serve."""
     ports_file = os.path.join(tempfile.mkdtemp(prefix="switchyard-fleet-"), "ports.json")
     proc = spawn(started, [sys.executable, "-m", "switchyard_bench.mock_fleet",
-                           "--count", str(count), "--ports-file", ports_file])
+                           "--count", str(count), "--ports-file", ports_file,
+                           "--cache-blocks", str(cache_blocks)])
     deadline = time.monotonic() + 120
     while not os.path.exists(ports_file):
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -95,16 +98,16 @@ def _start_fleet(started: Procs, count: int) -> list[int]:
     return ports
 
 
-def _start_router(started: Procs, ports: list[int], flags: tuple[str, ...] = ()) -> _Router:
+def start_router(started: Procs, ports: list[int], flags: tuple[str, ...] = ()) -> FleetRouter:
     port = free_port()
     argv = [*SWITCHYARD, "router", "--port", str(port), "--policy-file", round_robin_py.__file__,
             "--policy", round_robin_py.NAME, *flags]
     for p in ports:
         argv += ["--engine", f"127.0.0.1:{p}"]
-    return _Router(f"http://127.0.0.1:{port}", [spawn(started, argv)])
+    return FleetRouter(f"http://127.0.0.1:{port}", [spawn(started, argv)])
 
 
-def _healthy_engines(router: _Router) -> int:
+def _healthy_engines(router: FleetRouter) -> int:
     try:
         body = requests.get(f"{router.url}/admin/engines", timeout=10).json()
     except (requests.RequestException, ValueError):
@@ -113,7 +116,7 @@ def _healthy_engines(router: _Router) -> int:
     return sum(1 for e in engines if e.get("healthy"))
 
 
-def _wait_healthy(router: _Router, count: int, timeout_s: float = 300) -> float:
+def wait_healthy(router: FleetRouter, count: int, timeout_s: float = 300) -> float:
     began = time.monotonic()
     while _healthy_engines(router) < count:
         if router.proc[0].poll() is not None or time.monotonic() - began > timeout_s:
@@ -122,7 +125,7 @@ def _wait_healthy(router: _Router, count: int, timeout_s: float = 300) -> float:
     return time.monotonic() - began
 
 
-def _switch(router: _Router, policy: str) -> None:
+def switch_policy(router: FleetRouter, policy: str) -> None:
     r = requests.put(f"{router.url}/admin/policy", json={"policy": policy, "params": {}},
                      timeout=10)
     r.raise_for_status()
@@ -136,9 +139,9 @@ def _body(cfg: FleetBenchConfig) -> dict[str, object]:
 def _one_round(cfg: FleetBenchConfig, count: int, rnd: int) -> list[FleetRow]:
     rows: list[FleetRow] = []
     with started_procs() as started:
-        ports = _start_fleet(started, count)
-        router = _start_router(started, ports, cfg.router_flags)
-        ready_s = _wait_healthy(router, count)
+        ports = start_fleet(started, count)
+        router = start_router(started, ports, cfg.router_flags)
+        ready_s = wait_healthy(router, count)
         pids = [p.pid for p in router.proc]
         time.sleep(1.0)  # the start-up's last Stats and KV snapshots land
         before = tree_cpu_s(pids)
@@ -147,7 +150,7 @@ def _one_round(cfg: FleetBenchConfig, count: int, rnd: int) -> list[FleetRow]:
         idle_rss = tree_rss_mb(pids)
         url = f"{router.url}/v1/completions"
         for policy in cfg.policies:
-            _switch(router, policy)
+            switch_policy(router, policy)
             measure_http(url, _body(cfg), cfg.concurrency, 1.0)  # warm-up, not counted
             before = tree_cpu_s(pids)
             m = measure_http(url, _body(cfg), cfg.concurrency, cfg.duration_s)

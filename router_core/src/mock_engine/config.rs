@@ -35,6 +35,9 @@ pub struct MockEngineConfig {
     pub unhealthy_file: String,
     /// Tokens per KV block (the block hashes' block size).
     pub page_size: u32,
+    /// Blocks its pretend prefix cache holds before it evicts the oldest (0: never evicts): the
+    /// KV churn of the router benchmark's long runs.
+    pub cache_blocks: u32,
     pub vocab_size: u32,
     /// Block hash seed (ModelInfo's block_hash_seed) and the fail_rate generator's seed.
     pub seed: u64,
@@ -59,6 +62,7 @@ impl Default for MockEngineConfig {
             fail_remote_send: false,
             unhealthy_file: String::new(),
             page_size: 16,
+            cache_blocks: 0,
             vocab_size: 49152,
             seed: 0,
             engine_token: String::new(),

@@ -319,7 +319,7 @@ mod tests {
         max_tokens: u32,
     ) -> (Vec<ChunkResult>, Arc<RunningTable>, Arc<MockPrefixCache>) {
         let running = Arc::new(RunningTable::default());
-        let cache = Arc::new(MockPrefixCache::new(2, 0));
+        let cache = Arc::new(MockPrefixCache::new(2, 0, 0));
         let request = GenerationRequest {
             request_id: "r".into(),
             prompt: vec![1, 2, 3, 4, 5],
@@ -439,7 +439,7 @@ mod tests {
             ..Default::default()
         };
         let running = Arc::new(RunningTable::default());
-        let cache = Arc::new(MockPrefixCache::new(2, 0));
+        let cache = Arc::new(MockPrefixCache::new(2, 0, 0));
         let request = GenerationRequest {
             request_id: "r".into(),
             prompt: vec![7],
@@ -480,7 +480,7 @@ mod tests {
             request,
             &config,
             &running,
-            Arc::new(MockPrefixCache::new(2, 0)),
+            Arc::new(MockPrefixCache::new(2, 0, 0)),
         );
         assert_eq!(running.load(), (1, 4));
         drop(stream);

@@ -47,7 +47,11 @@ impl MockEngine {
     pub fn new(config: MockEngineConfig, shutdown: Shutdown) -> Self {
         MockEngine {
             prefill_chunk_size: AtomicI32::new(DEFAULT_CHUNK_SIZE),
-            cache: Arc::new(MockPrefixCache::new(config.page_size as usize, config.seed)),
+            cache: Arc::new(MockPrefixCache::new(
+                config.page_size as usize,
+                config.seed,
+                config.cache_blocks as usize,
+            )),
             running: Arc::new(RunningTable::default()),
             failure_draw: Mutex::new(SmallRng::seed_from_u64(config.seed)),
             config,
@@ -109,14 +113,14 @@ impl KvEventsFeed {
             self.changed.borrow_and_update();
             match self.cache.events_after(self.seq) {
                 EventsAfter::Events(events) => {
-                    for (seq, stored) in events {
-                        self.seq = seq;
+                    for event in events {
+                        self.seq = event.seq;
                         self.pending.push_back(pb::KvEventBatch {
-                            first_seq: seq,
-                            last_seq: seq,
+                            first_seq: event.seq,
+                            last_seq: event.seq,
                             snapshot: false,
-                            stored,
-                            evicted: Vec::new(),
+                            stored: event.stored,
+                            evicted: event.evicted,
                         });
                     }
                 }
