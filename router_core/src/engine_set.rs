@@ -1,13 +1,17 @@
 //! A compact set of engine slots (dense indexes the prefix index assigns to engine ids), one per
 //! indexed block, so its size is most of the index's memory: one inline word for slots 0..64; up
-//! to `FEW` slots of any number listed inline; a boxed bitmap beyond that. In a large fleet most
+//! to `FEW` slots of any number listed inline; a boxed bitmap beyond that (two words in all). In a large fleet most
 //! blocks are held by one engine or a few, whose slots are mostly past 64: listed, they cost no
 //! heap, where a bitmap wide enough for slot 1,000 is a 128-byte allocation per block (at 1,024
 //! engines under KV churn that was most of the router's memory; docs/benchmarks.md "One router,
 //! N engines").
 
 /// Slots a set lists inline before it becomes a bitmap.
-pub const FEW: usize = 4;
+pub const FEW: usize = 3;
+
+/// A bitmap's words behind one thin pointer, so that the set stays two words: with the block's
+/// hash, 24 bytes a table slot.
+pub type WideWords = Box<Box<[u64]>>;
 
 /// Set of engine slots holding one block.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,7 +21,7 @@ pub enum EngineSet {
     /// At most `FEW` slots of any number: the first `len` of `slots`, unordered, distinct.
     Few { len: u8, slots: [u32; FEW] },
     /// Any slots; word w holds slots 64*w .. 64*w+64.
-    Wide(Box<[u64]>),
+    Wide(WideWords),
 }
 
 impl Default for EngineSet {
@@ -27,14 +31,14 @@ impl Default for EngineSet {
 }
 
 /// A bitmap wide enough for every one of `slots`, holding them all.
-fn bitmap(slots: impl Iterator<Item = usize>) -> Box<[u64]> {
+fn bitmap(slots: impl Iterator<Item = usize>) -> WideWords {
     let slots: Vec<usize> = slots.collect();
     let words = slots.iter().map(|s| s / 64 + 1).max().unwrap_or(1);
     let mut bits = vec![0u64; words];
     for slot in slots {
         bits[slot / 64] |= 1u64 << (slot % 64);
     }
-    bits.into_boxed_slice()
+    Box::new(bits.into_boxed_slice())
 }
 
 /// The slots set in an inline word.
@@ -101,7 +105,7 @@ impl EngineSet {
                 if words.len() <= w {
                     let mut grown = vec![0u64; w + 1];
                     grown[..words.len()].copy_from_slice(words);
-                    *words = grown.into_boxed_slice();
+                    **words = grown.into_boxed_slice();
                 }
                 words[w] |= bit;
             }
@@ -154,7 +158,7 @@ impl EngineSet {
     pub fn heap_bytes(&self) -> usize {
         match self {
             EngineSet::Inline(_) | EngineSet::Few { .. } => 0,
-            EngineSet::Wide(words) => words.len() * 8,
+            EngineSet::Wide(words) => std::mem::size_of::<Box<[u64]>>() + words.len() * 8,
         }
     }
 }
@@ -189,11 +193,11 @@ mod tests {
         assert_eq!(set.word(0), 1u64 << 5);
         assert!(set.remove(5) && !set.remove(5) && set.contains(1000));
         // Past FEW slots it becomes a bitmap holding all of them.
-        for slot in [70, 300, 900, 64] {
+        for slot in [70, 300, 900] {
             assert!(set.insert(slot));
         }
-        assert!(matches!(set, EngineSet::Wide(_)) && set.heap_bytes() == 16 * 8);
-        for slot in [1000, 70, 300, 900, 64] {
+        assert!(matches!(set, EngineSet::Wide(_)) && set.heap_bytes() == 16 + 16 * 8);
+        for slot in [1000, 70, 300, 900] {
             assert!(set.contains(slot) && set.remove(slot));
         }
         assert!(set.is_empty());
@@ -207,7 +211,7 @@ mod tests {
     }
 
     #[test]
-    fn the_set_stays_three_words() {
-        assert!(std::mem::size_of::<EngineSet>() <= 24);
+    fn the_set_stays_two_words() {
+        assert_eq!(std::mem::size_of::<EngineSet>(), 16);
     }
 }
