@@ -138,7 +138,9 @@ mod tests {
             .await
             .unwrap()
             .into_inner();
-        assert!(events.message().await.unwrap().unwrap().snapshot);
+        let first = events.message().await.unwrap().unwrap();
+        // The first batch carries the load: a router knows from it that this engine pushes.
+        assert!(first.snapshot && first.stats.is_some_and(|s| s.running_requests == 0));
         let prompt: Vec<i32> = (0..20).collect();
         let request = StartGenerateRequest {
             request_id: "r".into(),
@@ -158,9 +160,21 @@ mod tests {
         assert_eq!(chunk.token_ids, expected);
         assert_eq!(chunk.finish_reason, "length");
         assert!(stream.message().await.unwrap().is_none());
-        // The finished prompt's one full block reached the KV event stream.
-        let stored = events.message().await.unwrap().unwrap();
-        assert_eq!((stored.first_seq, stored.stored.len()), (1, 1));
+        // The finished prompt's one full block reached the KV event stream, and the load pushed
+        // on it (in batches of their own or with the events) ends at the engine idle again.
+        let (mut stored, mut idle) = (None, false);
+        while stored.is_none() || !idle {
+            let wait = Duration::from_secs(5);
+            let batch = tokio::time::timeout(wait, events.message()).await;
+            let batch = batch.unwrap().unwrap().unwrap();
+            if let Some(stats) = &batch.stats {
+                idle = stats.cached_blocks == 1 && stats.running_requests == 0;
+            }
+            if !batch.stored.is_empty() {
+                stored = Some((batch.first_seq, batch.stored.len()));
+            }
+        }
+        assert_eq!(stored, Some((1, 1)));
         server.shutdown(Duration::from_secs(1)).unwrap();
         // Shutdown ended the open KVEvents stream instead of waiting for the grace period.
         assert!(events.message().await.map_or(true, |m| m.is_none()));
@@ -188,6 +202,24 @@ mod tests {
         let good = "Bearer deployment-token".parse().unwrap();
         right.metadata_mut().insert("authorization", good);
         assert!(engine.kv_events(right).await.is_ok());
+        server.shutdown(Duration::from_secs(1)).unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_engine_that_does_not_push_sends_events_only() {
+        let config = MockEngineConfig {
+            push_stats: false,
+            ..Default::default()
+        };
+        let mut server = start_mock_engine("127.0.0.1:0".parse().unwrap(), config, 1).unwrap();
+        let mut engine = EngineClient::new(channel(server.local_addr()).await);
+        let mut events = engine
+            .kv_events(KvEventsRequest { snapshot: true })
+            .await
+            .unwrap()
+            .into_inner();
+        let first = events.message().await.unwrap().unwrap();
+        assert!(first.snapshot && first.stats.is_none());
         server.shutdown(Duration::from_secs(1)).unwrap();
     }
 

@@ -104,7 +104,8 @@ server_pymethods!(PyMockEngineServer {
                         chunk_delay_ms = 0.0,
                         coalesce = true, fail_rate = 0.0, fail_after_tokens = 0,
                         abort_after_tokens = 0, fail_remote_send = false, unhealthy_file = "",
-                        page_size = 16, vocab_size = 49152, seed = 0, engine_token = ""))]
+                        page_size = 16, vocab_size = 49152, seed = 0, engine_token = "",
+                        push_stats = true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -126,6 +127,7 @@ server_pymethods!(PyMockEngineServer {
         vocab_size: u32,
         seed: u64,
         engine_token: &str,
+        push_stats: bool,
     ) -> PyResult<Self> {
         let config = MockEngineConfig {
             engine_id: engine_id.to_owned(),
@@ -143,6 +145,7 @@ server_pymethods!(PyMockEngineServer {
             vocab_size,
             seed,
             engine_token: engine_token.to_owned(),
+            push_stats,
         };
         config.validate()?;
         let server =
