@@ -1,7 +1,7 @@
 //! One KVEvents subscription of the mock engine: the snapshot first, then each store as its own
 //! batch, with the engine's load pushed along ([`LoadPush`]): in the first batch, on the last
 //! batch of a burst of stores when due, and as a batch of its own (no events) when only the load
-//! changed.
+//! changed. It ends when the mock shuts down or turns NOT_SERVING, as a real engine's does.
 
 use super::load_push::LoadPush;
 use super::prefix_cache::{EventsAfter, MockPrefixCache};
@@ -15,6 +15,7 @@ pub struct KvEventsFeed {
     cache: Arc<MockPrefixCache>,
     changed: watch::Receiver<u64>,
     shutdown: Shutdown,
+    serving: watch::Receiver<bool>,
     seq: u64,
     pending: VecDeque<pb::KvEventBatch>,
     /// None: this mock plays an engine that does not push its load.
@@ -32,6 +33,11 @@ fn batch(seq: u64, snapshot: bool, stored: Vec<u64>) -> pb::KvEventBatch {
     }
 }
 
+/// Once the engine is not serving (at once if it is not now); its health gone: at once too.
+async fn stops_serving(serving: &mut watch::Receiver<bool>) {
+    let _stopped_or_gone = serving.wait_for(|serving| !*serving).await.is_ok();
+}
+
 async fn push_due(push: &mut Option<LoadPush>) -> bool {
     match push {
         Some(push) => push.wait().await,
@@ -40,8 +46,13 @@ async fn push_due(push: &mut Option<LoadPush>) -> bool {
 }
 
 impl KvEventsFeed {
-    /// A subscription to `cache` that ends when `shutdown` begins.
-    pub fn new(cache: Arc<MockPrefixCache>, shutdown: Shutdown, push: Option<LoadPush>) -> Self {
+    /// A subscription to `cache` that ends when `shutdown` begins or `serving` turns false
+    /// (its first batch is sent all the same).
+    pub fn new(
+        cache: Arc<MockPrefixCache>,
+        (shutdown, serving): (Shutdown, watch::Receiver<bool>),
+        push: Option<LoadPush>,
+    ) -> Self {
         // Subscribe before the snapshot so no store between the two is missed.
         let mut changed = cache.subscribe();
         changed.borrow_and_update();
@@ -50,6 +61,7 @@ impl KvEventsFeed {
             cache,
             changed,
             shutdown,
+            serving,
             seq: last_seq,
             pending: VecDeque::from([batch(last_seq, true, stored)]),
             push,
@@ -66,6 +78,7 @@ impl KvEventsFeed {
             }
             tokio::select! {
                 _ = self.shutdown.begun() => return None,
+                () = stops_serving(&mut self.serving) => return None,
                 changed = self.changed.changed() => {
                     changed.ok()?;
                     self.changed.borrow_and_update();

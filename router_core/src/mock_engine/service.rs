@@ -14,6 +14,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
+use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 
 /// The prefill chunk size reported until Configure changes it (the real engine's default).
@@ -28,6 +29,8 @@ pub struct MockEngine {
     running: Arc<RunningTable>,
     failure_draw: Mutex<SmallRng>,
     shutdown: Shutdown,
+    /// False while the health service says NOT_SERVING: the KV event streams end.
+    serving: watch::Receiver<bool>,
 }
 
 /// A request's `end`: negative counts from the end, larger than the prompt is clipped; None when
@@ -41,8 +44,13 @@ fn resolve_end(end: i32, len: usize) -> Option<usize> {
 }
 
 impl MockEngine {
-    /// A service for a validated config; its KVEvents streams end when `shutdown` begins.
-    pub fn new(config: MockEngineConfig, shutdown: Shutdown) -> Self {
+    /// A service for a validated config; its KVEvents streams end when `shutdown` begins or
+    /// while `serving` is false.
+    pub fn new(
+        config: MockEngineConfig,
+        shutdown: Shutdown,
+        serving: watch::Receiver<bool>,
+    ) -> Self {
         MockEngine {
             prefill_chunk_size: Arc::new(AtomicI32::new(DEFAULT_CHUNK_SIZE)),
             cache: Arc::new(MockPrefixCache::new(config.page_size as usize, config.seed)),
@@ -50,6 +58,7 @@ impl MockEngine {
             failure_draw: Mutex::new(SmallRng::seed_from_u64(config.seed)),
             config,
             shutdown,
+            serving,
         }
     }
 
@@ -232,7 +241,8 @@ impl Engine for MockEngine {
         _request: Request<pb::KvEventsRequest>,
     ) -> Result<Response<Self::KVEventsStream>, Status> {
         let push = self.config.push_stats.then(|| LoadPush::new(self.load()));
-        let feed = KvEventsFeed::new(self.cache.clone(), self.shutdown.clone(), push);
+        let ended = (self.shutdown.clone(), self.serving.clone());
+        let feed = KvEventsFeed::new(self.cache.clone(), ended, push);
         let batches = stream::unfold(feed, |mut feed| async move {
             let batch = feed.next_batch().await?;
             Some((Ok(batch), feed))
