@@ -21,22 +21,22 @@ from switchyard_rpc import engine_pb2 as pb
 
 T = TypeVar("T")
 
-# One tick of the stream: new KV events, and the load if it changed. At most one push per stream
-# this often: the router's view of a busy engine is at most 50 ms old (its poll gave 500 ms), and
-# a busy engine costs each router at most 20 small messages a second (a decode step is ~10-50 ms:
-# pushing every step would send several per tick's worth of change). The mock engine uses the same
-# interval (router_core/src/mock_engine/load_push.rs PUSH_INTERVAL).
+# One tick of the stream: new KV events, and the load if it changed since the last push, so at
+# most one push per stream per tick. 50 ms (the stream's event tick before pushes): the router's
+# view of a busy engine is then at most ~50 ms old where its poll gave 0.5 s, and a busy engine
+# sends each router at most 20 small messages a second rather than one per step. The mock engine
+# uses the same interval (router_core/src/mock_engine/load_push.rs PUSH_INTERVAL).
 PUSH_INTERVAL_S = 0.05
 
 CoreCall = Callable[[Callable[[Any], T]], Awaitable[T]]
 ToProto = Callable[[EngineStats], pb.StatsResponse]
+Tick = tuple[list[KVEvent], EngineStats | None]
 
 
-def _changes_since(seq: int, pushed: LoadKey) -> Callable[[Any], tuple[list[KVEvent],
-                                                                          EngineStats | None]]:
+def _changes_since(seq: int, pushed: LoadKey) -> Callable[[Any], Tick]:
     """On a verb worker: the events after `seq`, and the Stats when the load is not `pushed`
     (the cheap key first: an idle engine never builds its Stats here)."""
-    def take(core: Any) -> tuple[list[KVEvent], EngineStats | None]:
+    def take(core: Any) -> Tick:
         events = list(core.kv_events_since(seq))
         changed = core.load_key() != pushed
         return events, core.stats() if changed else None
