@@ -199,11 +199,15 @@ def build_parser() -> argparse.ArgumentParser:
     rtr.add_argument("--max-context", type=int, default=8192,
                      help="prompt + max_tokens limit (400 beyond it)")
     rtr.add_argument("--poll-s", type=float, default=0.5,
-                     help="seconds between engine health/Stats polls")
+                     help="seconds between health/Stats polls of an engine that does not push "
+                          "its load (an older engine, or one whose KV event stream is down)")
+    rtr.add_argument("--liveness-s", type=float, default=None,
+                     help="seconds between health/Stats polls of an engine that pushes its load "
+                          "on its KV event stream: only to find it dead if it hangs (default 10)")
     rtr.add_argument("--upkeep-polls-per-s", type=float, default=None,
                      help="every engine's health/Stats polls together at most this many per "
-                          "second: past poll-s x this many engines each engine is polled less "
-                          "often (default 256; 0: no bound)")
+                          "second: past that, every engine is polled less often, all alike "
+                          "(default 256; 0: no bound)")
     rtr.add_argument("--policy-timeout-s", type=float, default=300.0,
                      help="a policy must hand back a stream within this time (else 500)")
     rtr.add_argument("--default-temperature", type=float, default=None,

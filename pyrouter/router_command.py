@@ -38,7 +38,7 @@ from pyrouter.security.rate_limit import RateRules
 from pyrouter.session_affinity import session_config
 from pyrouter.state import RouterConfig, RouterState
 from pyrouter.tokenizer import load_router_tokenizer
-from router_core import DetokenizerVocab, RouterFront
+from router_core import UPKEEP_LIVENESS_S, DetokenizerVocab, RouterFront
 
 log = logging.getLogger("switchyard.router")
 DRAIN_ENV = "SWITCHYARD_DRAIN_S"  # the engines' drain variable; the router's default grace too
@@ -110,14 +110,24 @@ def _models(args: argparse.Namespace) -> list[ModelSpec]:
         raise BadRequest(str(exc)) from None
 
 
+def _membership(args: argparse.Namespace) -> EngineMembership:
+    """The engines, upkept at the pace of --poll-s, --liveness-s and --upkeep-polls-per-s."""
+    polls_per_s = getattr(args, "upkeep_polls_per_s", None)
+    liveness_s = getattr(args, "liveness_s", None)
+    try:
+        return EngineMembership(
+            poll_s=float(getattr(args, "poll_s", None) or 0.5),
+            polls_per_s=UPKEEP_POLLS_PER_S if polls_per_s is None else float(polls_per_s),
+            liveness_s=UPKEEP_LIVENESS_S if liveness_s is None else float(liveness_s))
+    except ValueError as exc:  # UpkeepPace's check, named by the flags
+        raise BadRequest(f"--poll-s, --liveness-s, --upkeep-polls-per-s: {exc}") from None
+
+
 async def build_state(args: argparse.Namespace) -> RouterState:
     config = router_config(args)
     models = _models(args)
     tokenizer = load_router_tokenizer(models[0].path)
-    polls_per_s = getattr(args, "upkeep_polls_per_s", None)
-    engines = EngineMembership(poll_s=float(getattr(args, "poll_s", None) or 0.5),
-                               polls_per_s=UPKEEP_POLLS_PER_S if polls_per_s is None
-                               else float(polls_per_s))
+    engines = _membership(args)
     names = [m.name for m in models]
     engines.group_of = lambda served: engine_group(names, served)
     for spec in args.engine:

@@ -386,6 +386,7 @@ class MockEngineServer:
     mid-stream), abort_after_tokens (finish_reason "abort" mid-stream), fail_remote_send,
     unhealthy_file (NOT_SERVING while it exists), engine_token (Engine RPCs without
     `authorization: Bearer <token>` get UNAUTHENTICATED; "" = open; health stays open),
+    push_stats (its load pushed on the KVEvents stream; False plays an engine that does not),
     cache_blocks (its prefix cache evicts the blocks it stored first beyond this many, and
     KVEvents says so; 0 = never evicts). ValueError for bad knobs, OSError when the address cannot
     be bound."""
@@ -397,7 +398,7 @@ class MockEngineServer:
                 abort_after_tokens: int = 0, fail_remote_send: bool = False,
                 unhealthy_file: str = "", page_size: int = 16, vocab_size: int = 49152,
                 seed: int = 0, engine_token: str = "",
-                cache_blocks: int = 0) -> MockEngineServer: ...
+                push_stats: bool = True, cache_blocks: int = 0) -> MockEngineServer: ...
     @property
     def port(self) -> int: ...
     def is_running(self) -> bool: ...
@@ -745,17 +746,29 @@ class Configured:
 
 @final
 class UpkeepPace:
-    """How often each engine is polled: every poll_s, or, past poll_s x polls_per_s engines,
-    less often so that the fleet's polls stay at polls_per_s a second (0: no bound)."""
-    def __new__(cls, poll_s: float, polls_per_s: float) -> UpkeepPace: ...
+    """How often each engine is polled: every poll_s for its load, or only every liveness_s
+    while it pushes its load on its KV event stream; every interval stretched alike once the
+    fleet would poll more than polls_per_s a second (0: no bound)."""
+    def __new__(cls, poll_s: float, polls_per_s: float,
+                liveness_s: float = ...) -> UpkeepPace: ...
     @property
     def poll_s(self) -> float: ...
+    @property
+    def liveness_s(self) -> float: ...
     @property
     def polls_per_s(self) -> float: ...
     @property
     def interval_s(self) -> float:
-        """Seconds between one engine's polls, for the fleet's size now."""
+        """Seconds between the polls of an engine that does not push its load, for the fleet now."""
+    @property
+    def liveness_interval_s(self) -> float:
+        """Seconds between the liveness polls of an engine that pushes its load, for the fleet now."""
+    @property
+    def pushing(self) -> int:
+        """Engines whose KV event stream pushes their load now."""
     def set_engines(self, engines: int) -> None: ...
+
+UPKEEP_LIVENESS_S: float
 
 @final
 class EngineUpkeep:
@@ -771,6 +784,12 @@ class EngineUpkeep:
         """Why it is unhealthy ("" while healthy)."""
     @property
     def polls(self) -> int: ...
+    @property
+    def pushes(self) -> int:
+        """Stats the engine pushed on its KV event stream, applied so far."""
+    @property
+    def pushing(self) -> bool:
+        """Its KV event stream is open and pushing its load (polled only for liveness then)."""
     def next_change(self, known: bool) -> Awaitable[tuple[bool, str]]:
         """(healthy, reason) once its health differs from `known` (at once if it already does)."""
     def set_core(self, core: RouterCore) -> None:

@@ -2,10 +2,12 @@
 (pyrouter/cluster.py's EngineDirectory), over simulated engines.
 
 Each engine gets a real EngineHandle whose client is a SimEngineVerbs, and the router's
-router_core is fed as the real EngineMembership feeds it (pyrouter/engines/membership.py): Stats every
-`poll_s` (0.5 s, virtual) with the engine's load and latency model, and KV events as the
-engine's KVEvents stream delivers them (every 50 ms), so prefix matches and load lag the engines
-as they do in a real router.
+router_core is fed as the real EngineMembership fed it before engines pushed their load
+(pyrouter/engines/membership.py): Stats every `poll_s` (0.5 s, virtual) with the engine's load and
+latency model, and KV events as the engine's KVEvents stream delivers them (every 50 ms), so
+prefix matches and load lag the engines as they did in a real router. (A real engine now pushes
+its Stats on that stream as they change, at most every 50 ms: engine/server/load_push.py; the
+simulator still polls.)
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from switchyard_sim.fake.local_engines import LocalEngines
 from switchyard_sim.profile import HardwareProfile
 
 POLL_S = 0.5  # the router's Stats poll (switchyard router --poll-s)
-KV_EVENT_POLL_S = 0.05  # the engine's KVEvents stream (engine/server/servicer.py)
+KV_EVENT_POLL_S = 0.05  # the engine's KVEvents stream (engine/server/load_push.py)
 
 
 class SimCluster(LocalEngines):

@@ -28,7 +28,7 @@ from engine.core.request import OnLayer, Request
 from engine.core.reservations import ReservationTable
 from engine.core.sampler import make_generator, request_seed
 from engine.core.scheduler import Scheduler
-from engine.core.stats import EngineStats
+from engine.core.stats import EngineStats, LoadKey
 from engine.core.step_runner import StepRunner
 from engine.core.step_trace import StepTrace
 from engine.core.validation import check_range, check_request_id, check_tokens, resolve_end
@@ -327,34 +327,43 @@ class EngineCore:
             previous, self.scheduler.chunk_size = self.scheduler.chunk_size, chunk_size
             return previous
 
-    def stats(self) -> EngineStats:
+    def load_key(self) -> LoadKey:
+        """The load a router routes by (engine/core/stats.py LoadKey), without the step-model fit
+        that stats() computes: the KV event stream compares it every tick to push on change."""
         with self._lock:
             waiting = list(self.scheduler.waiting)
             running = self.scheduler.running
             decodes, decode_context = self.scheduler.decode_load()
-            latency = self.latency
-            return EngineStats(
-                engine_id=self.config.engine_id, role=self.config.role,
+            return LoadKey(
                 queued_requests=len(waiting),
                 queued_prefill_tokens=self.scheduler.queued_prefill_tokens(),
                 running_requests=len(running),
                 unfinished_tokens=sum(r.remaining_tokens() for r in (*waiting, *running)),
                 kv_pages_used=self.pool.num_used, kv_pages_total=self.pool.num_pages,
-                cached_blocks=len(self.cache),
-                recent_step_ms=latency.recent_step_ms(),
-                decode_step_ms=latency.decode_step_ms(),
-                page_size=self.config.page_size, leases=len(self.reservations),
-                kv_event_seq=self.cache.events.last_seq,
-                latency_model=latency.coefficients(), latency_model_version=LATENCY_VERSION,
-                latency_model_source=latency.source, latency_model_samples=len(latency),
-                latency_model_fit_error=latency.fit_error(),
+                cached_blocks=len(self.cache), leases=len(self.reservations),
+                latency_model_source=self.latency.source,
+                latency_model_samples=len(self.latency),
                 prefill_chunk_size=self.scheduler.chunk_size,
                 decode_requests=decodes, decode_context_tokens=decode_context,
                 kv_pages_evictable=self.cache.num_evictable(),
                 kv_pages_reserved=self.reservations.num_pages,
-                kv_page_audits=self.page_check.audits,
-                kv_page_audit_failures=self.page_check.failures,
                 longest_queued_prefill_tokens=self.scheduler.longest_queued_prefill_tokens())
+
+    def stats(self) -> EngineStats:
+        with self._lock:
+            latency = self.latency
+            coefficients = latency.coefficients()  # first: a first fit names its source
+            return EngineStats(
+                engine_id=self.config.engine_id, role=self.config.role,
+                **self.load_key()._asdict(),
+                recent_step_ms=latency.recent_step_ms(),
+                decode_step_ms=latency.decode_step_ms(),
+                page_size=self.config.page_size,
+                kv_event_seq=self.cache.events.last_seq,
+                latency_model=coefficients, latency_model_version=LATENCY_VERSION,
+                latency_model_fit_error=latency.fit_error(),
+                kv_page_audits=self.page_check.audits,
+                kv_page_audit_failures=self.page_check.failures)
 
     def _forget(self, request: Request) -> None:
         self._requests.pop(request.request_id, None)

@@ -1,7 +1,10 @@
-"""EngineStats: the engine's load snapshot, field for field the proto's StatsResponse."""
+"""EngineStats: the engine's load snapshot, field for field the proto's StatsResponse; LoadKey: the
+part of it that routing reads, whose change makes the engine push its Stats to the routers
+(engine/server/load_push.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
 @dataclass(slots=True)
@@ -36,3 +39,30 @@ class EngineStats:
     kv_page_audit_failures: int = 0
     # Of queued_prefill_tokens, the most one request has left to prefill.
     longest_queued_prefill_tokens: int = 0
+
+
+class LoadKey(NamedTuple):
+    """What a router routes by, cheap to take (no step-model fit): the engine pushes its Stats when
+    this changes. Timings (recent_step_ms, decode_step_ms) are left out — noise, not load: they
+    change only with steps, which change the load too. The step model's coefficients are
+    represented by its source and sample count. Every name is an EngineStats field."""
+    queued_requests: int
+    queued_prefill_tokens: int
+    running_requests: int
+    unfinished_tokens: int
+    kv_pages_used: int
+    kv_pages_total: int
+    cached_blocks: int
+    leases: int
+    latency_model_source: str
+    latency_model_samples: int
+    prefill_chunk_size: int
+    decode_requests: int
+    decode_context_tokens: int
+    kv_pages_evictable: int
+    kv_pages_reserved: int
+    longest_queued_prefill_tokens: int
+
+    @classmethod
+    def of(cls, stats: EngineStats) -> LoadKey:
+        return cls(*(getattr(stats, name) for name in cls._fields))

@@ -58,6 +58,9 @@ class MockConfig:
     # The deployment's engine token (switchyard_engine_api/auth.py): Engine RPCs without it are refused
     # with UNAUTHENTICATED, as a real engine refuses them ("" = open).
     engine_token: str = ""
+    # Push the load on the KV event stream as a current engine does (engine.proto,
+    # KVEventBatch.stats); False plays an older engine that only answers Stats polls.
+    push_stats: bool = True
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> MockConfig:
@@ -86,6 +89,7 @@ class MockConfig:
             vocab_size=pick("vocab_size", int, 49152),
             seed=pick("seed", int, 0),
             engine_token=engine_token() or "",
+            push_stats=pick("push_stats", _flag, True),
         )
 
     def server_kwargs(self) -> dict[str, Any]:

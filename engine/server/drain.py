@@ -1,7 +1,8 @@
 """Graceful engine shutdown: stop taking work, let the work in flight finish, then stop.
 
-On SIGTERM the engine's gRPC health turns NOT_SERVING at once, so routers (which poll it) route
-nothing new to it; then it waits until no request is queued or running and no KV reservation is
+On SIGTERM the engine's gRPC health turns NOT_SERVING at once and its KV event streams end (a
+router that follows one polls the engine only for liveness until it ends), so routers (which then
+poll it every --poll-s) route nothing new to it; then it waits until no request is queued or running and no KV reservation is
 held — or SWITCHYARD_DRAIN_S seconds pass (default 0: no wait, the old behaviour) — before it
 closes the server. A rolling upgrade on Kubernetes sets SWITCHYARD_DRAIN_S below the pod's
 terminationGracePeriodSeconds (deploy/k8s/), so no request is cut off mid-stream.

@@ -172,6 +172,9 @@ async def serve_async(args: argparse.Namespace) -> None:
     log.info("engine %s shutting down", config.engine_id)
     for name in ("", "switchyard.v1.Engine"):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+    # Routers that follow its load on the KV event streams poll it only for liveness: ending the
+    # streams brings their next health poll within --poll-s.
+    servicer.event_streams_ended.set()
     if drain_s > 0 and not await wait_idle(core, drain_s):
         log.warning("engine %s: work still in flight after %.0f s of draining; stopping anyway",
                     config.engine_id, drain_s)

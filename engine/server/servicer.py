@@ -16,10 +16,12 @@ from typing import Any, TypeVar
 import grpc
 
 from engine.core.outputs import StepOutput
+from engine.core.stats import EngineStats
 from engine.core.step_trace import StepTrace
-from engine.server.convert import chunk_from_outputs, event_batches, stats_to_proto
+from engine.server.convert import chunk_from_outputs, stats_to_proto
 from engine.server.errors import status_code
 from engine.server.kv_sender import KVSender, resolve_end
+from engine.server.load_push import kv_event_stream
 from engine.server.spans import EngineSpans
 from engine.server.step_loop import StepLoop
 from engine.server.telemetry import EngineTelemetry, reported
@@ -30,7 +32,6 @@ from switchyard_rpc import engine_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-_EVENT_POLL_S = 0.05
 
 
 class EngineServicer(pb_grpc.EngineServicer):  # type: ignore[misc]
@@ -42,6 +43,8 @@ class EngineServicer(pb_grpc.EngineServicer):  # type: ignore[misc]
         self._layout = layout
         self._info = model_info
         self.sender = KVSender(steps, steps.core.kv, layout)
+        # Set when the engine drains: its KV event streams end, and with them the load pushes.
+        self.event_streams_ended = asyncio.Event()
         self.telemetry = telemetry or EngineTelemetry(
             EngineSpans(None, model_info.engine_id, steps.core.config.role), None)
 
@@ -156,19 +159,16 @@ class EngineServicer(pb_grpc.EngineServicer):  # type: ignore[misc]
 
     async def KVEvents(self, request: pb.KVEventsRequest,
                        context: Any) -> AsyncIterator[pb.KVEventBatch]:
-        call: Callable[[Callable[[Any], T]], Awaitable[T]] = self._steps.call
-        if request.snapshot:
-            last_seq, hashes = await self._guarded(context, call(lambda c: c.kv_snapshot()))
-            yield pb.KVEventBatch(first_seq=last_seq, last_seq=last_seq, snapshot=True,
-                                  stored=hashes)
-        else:
-            last_seq = (await self._guarded(context, call(lambda c: c.stats()))).kv_event_seq
-        while True:
-            events = await self._guarded(context, call(_events_since(last_seq)))
-            for batch in event_batches(events):
-                yield batch
-                last_seq = batch.last_seq
-            await asyncio.sleep(_EVENT_POLL_S)
+        """The KV events, and the load pushed with them (load_push.py)."""
+        def call(fn: Callable[[Any], T]) -> Awaitable[T]:
+            return self._guarded(context, self._steps.call(fn))
+
+        def to_proto(stats: EngineStats) -> pb.StatsResponse:
+            return stats_to_proto(stats, self._listener.bytes_received, self.sender.bytes_sent)
+
+        ended = self.event_streams_ended
+        async for batch in kv_event_stream(call, to_proto, request.snapshot, ended):
+            yield batch
 
     async def ModelInfo(self, request: pb.ModelInfoRequest, context: Any) -> pb.ModelInfoResponse:
         return self._info
@@ -184,6 +184,3 @@ class EngineServicer(pb_grpc.EngineServicer):  # type: ignore[misc]
 
         return await self._guarded(context, self._steps.call(configure))
 
-
-def _events_since(seq: int) -> Callable[[Any], list[Any]]:
-    return lambda core: list(core.kv_events_since(seq))

@@ -1,8 +1,9 @@
 """Which engines the router uses: add, identify, drain, remove — and each engine's upkeep.
 
 Once an engine's ModelInfo says what it serves, router_core keeps its health, load and prefix
-view fresh (router_core.EngineUpkeep: health and Stats polled, KV events followed, all applied
-in Rust); Python hears only when it turns healthy or unhealthy. An unhealthy engine is out of
+view fresh (router_core.EngineUpkeep: KV events and the load the engine pushes with them
+followed, health and Stats polled — only for liveness while the engine pushes — all applied in
+Rust); Python hears only when it turns healthy or unhealthy. An unhealthy engine is out of
 rotation (router_core scores only healthy engines) until it recovers. Every call to an engine,
 these and the requests' verbs, goes through its one Rust client (pyrouter/engines/rust_client.py),
 which the HTTP front streams from too.
@@ -18,7 +19,15 @@ from pyrouter.engines.handle import EngineHandle
 from pyrouter.engines.roster import roster_changed
 from pyrouter.engines.rust_client import RustEngineClient, dial
 from pyrouter.errors import BadRequest, EngineCallError, NotFound
-from router_core import EngineUpkeep, ModelInfo, RouterCore, RouterFront, UpkeepPace, engine_name
+from router_core import (
+    UPKEEP_LIVENESS_S,
+    EngineUpkeep,
+    ModelInfo,
+    RouterCore,
+    RouterFront,
+    UpkeepPace,
+    engine_name,
+)
 
 log = logging.getLogger("switchyard.router")
 
@@ -29,10 +38,11 @@ _VERB_TIMEOUT_S = 600.0
 # The upkeep's whole rate: every engine's health check and Stats poll, together, at most this many
 # times a second. Each poll costs the router two small RPCs on tokio; at --poll-s 0.5 an
 # unbounded 1,024-engine fleet polls 2,048 times a second (docs/benchmarks.md, "One router, N
-# engines"). Past poll_s x this many engines each engine is polled less often instead; what the
-# router sent an engine since its latest Stats is counted router-side (the table's
-# router_tokens), so a longer interval leaves the load it scores by current, only the engine's
-# own view (queue, KV pages, cached blocks) older.
+# engines"). Engines that push their load on their KV event stream are polled only every
+# --liveness-s (UPKEEP_LIVENESS_S, 10 s: 1,024 of them ~102 polls a second). Past this bound
+# every engine is polled less often instead; what the router sent an engine since its latest
+# Stats is counted router-side (the table's router_tokens), so a longer interval leaves the load
+# it scores by current, only the engine's own view (queue, KV pages, cached blocks) older.
 UPKEEP_POLLS_PER_S = 256.0
 
 
@@ -48,10 +58,11 @@ class EngineMembership:
     engine slots)."""
 
     def __init__(self, poll_s: float = 0.5, block_size: int = 16, seed: int = 0,
-                 polls_per_s: float = UPKEEP_POLLS_PER_S) -> None:
-        # Shared by every engine's upkeep; ValueError unless poll_s > 0 and polls_per_s >= 0
-        # (0: no bound).
-        self.pace = UpkeepPace(poll_s, polls_per_s)
+                 polls_per_s: float = UPKEEP_POLLS_PER_S,
+                 liveness_s: float = UPKEEP_LIVENESS_S) -> None:
+        # Shared by every engine's upkeep; ValueError unless poll_s > 0, liveness_s > 0 and
+        # polls_per_s >= 0 (0: no bound).
+        self.pace = UpkeepPace(poll_s, polls_per_s, liveness_s)
         self.engines: dict[str, EngineHandle] = {}
         self.core: RouterCore = RouterCore(block_size, seed)
         self._core_key: tuple[int, int] | None = None  # (block_size, seed) learned from engines
@@ -78,9 +89,17 @@ class EngineMembership:
             self._join_front(handle)
 
     def poll_interval_s(self) -> float:
-        """Seconds between one engine's polls: poll_s, or longer where the fleet is larger than
-        the upkeep's rate allows at poll_s."""
+        """Seconds between the polls of an engine that does not push its load: poll_s, or longer
+        where the fleet is larger than the upkeep's rate allows."""
         return float(self.pace.interval_s)
+
+    def upkeep_view(self, engine_id: str) -> dict[str, bool | int]:
+        """How the engine's load reaches the table: pushed on its KV event stream (then polled
+        only for liveness) or polled; the polls and the pushes so far."""
+        upkeep = self._upkeeps.get(engine_id)
+        if upkeep is None:  # not identified yet
+            return {"pushing": False, "polls": 0, "pushes": 0}
+        return {"pushing": upkeep.pushing, "polls": upkeep.polls, "pushes": upkeep.pushes}
 
     def active(self, handle: EngineHandle) -> int:
         """Requests with work on `handle` now (router_core's executor holds them)."""

@@ -96,7 +96,8 @@ def _engine_view(state: RouterState) -> list[dict[str, Any]]:
                     "kv_pages_evictable": int(load.kv_pages_evictable),
                     "kv_pages_total": int(load.kv_pages_total),
                     "cached_blocks": e.cached_blocks,
-                    "active_requests": state.engines.active(e)})
+                    "active_requests": state.engines.active(e),
+                    "upkeep": state.engines.upkeep_view(e.id)})
     return out
 
 

@@ -158,9 +158,10 @@ def wait_until(cond: Callable[[], object], timeout_s: float, what: str = "") -> 
 
 
 @contextmanager
-def mock_engines(count: int, *engine_args: str) -> Iterator[list[EngineProcess]]:
-    """`count` mock engines, each started with `engine_args`; stopped on exit."""
-    procs = [start_mock(free_port(), *engine_args) for _ in range(count)]
+def mock_engines(count: int, *engine_args: str,
+                 env: dict[str, str] | None = None) -> Iterator[list[EngineProcess]]:
+    """`count` mock engines, each started with `engine_args` (and `env`); stopped on exit."""
+    procs = [start_mock(free_port(), *engine_args, env=env) for _ in range(count)]
     try:
         yield procs
     finally:

@@ -1,14 +1,17 @@
 """One load view across router replicas (issue 25, deliver 3): the dispatch deltas between peers.
 
-Replica B polls its engines' Stats once a minute (--poll-s 60), so within the test the only way
-it can learn of work replica A sends to engine X after B is ready is A's dispatch-delta stream
-(router_core/src/peer/). A sends two long streams to X (A knows only X); B, over X and Y with X
-listed first, still reads X's Stats as idle and has dispatched nothing to it itself, yet its
-least_load and cache_aware send new requests to Y. Without the stream B's view of X and Y ties
+Replica B polls its engines' Stats once a minute (--poll-s 60), and the engines here do not push
+their load (SWITCHYARD_MOCK_PUSH_STATS=0: engines from before issue 48), so within the test the
+only way it can learn of work replica A sends to engine X after B is ready is A's dispatch-delta
+stream (router_core/src/peer/). A sends two long streams to X (A knows only X); B, over X and Y
+with X listed first, still reads X's Stats as idle and has dispatched nothing to it itself, yet
+its least_load and cache_aware send new requests to Y. Without the stream B's view of X and Y ties
 and it takes X, the first engine (test_router_replicas_load_view.py shows the Stats path, one
 poll behind).
 """
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import pytest
 import requests
@@ -16,16 +19,22 @@ from replica_load import (
     LONG_TOKENS,
     assert_short_requests_go_to,
     engine_view,
-    engines,
     start_long_streams,
 )
-from router_procs import free_port, start_router, wait_ready, wait_until
+from router_procs import free_port, mock_engines, start_router, wait_ready, wait_until
 
 from engine.server.launcher import EngineProcess
 
-__all__ = ["engines"]  # the fixture, from replica_load
-
 pytestmark = [pytest.mark.procs, pytest.mark.timeout(300)]
+
+
+@pytest.fixture
+def engines() -> Iterator[list[EngineProcess]]:
+    """replica_load's engines, but polled only: their load reaches B by no push."""
+    with mock_engines(2, "--chunk-delay-ms", "40",
+                      env={"SWITCHYARD_MOCK_PUSH_STATS": "0"}) as procs:
+        yield procs
+
 
 def _metric(base: str, line_start: str) -> float:
     text = requests.get(f"{base}/metrics", timeout=10).text

@@ -14,6 +14,7 @@ import pytest
 
 from engine.server.launcher import EngineProcess, start_engines, stop_engines
 from switchyard_engine_api.client import EngineClient, sampling
+from switchyard_rpc import engine_pb2 as pb
 from tests.rpc import patterns
 from tests.rpc.accounting import assert_accounted, kv_bytes_per_token
 
@@ -149,17 +150,34 @@ async def _big_reservations(d: EngineClient) -> None:
 
 
 async def test_kv_events_snapshot_then_live_stream(quad, make_prompts) -> None:
+    """The KV events, and the engine's load pushed on the same stream (issue 48): in the first
+    batch, then as a generate changes it (with the events or in batches of no events)."""
     async with quad["decode"].client() as d:
         events = d.kv_events(snapshot=True)
         snap = await events.read()
         assert snap.snapshot and snap.first_seq == snap.last_seq
         assert len(snap.stored) == (await d.stats()).cached_blocks
+        assert snap.HasField("stats") and snap.stats.cached_blocks == len(snap.stored)
+        assert snap.stats.kv_pages_total > 0
         prompt = make_prompts("events")[5]
         await d.generate("events", prompt, params=sampling(1))
-        batch = await asyncio.wait_for(events.read(), 30)
-        assert not batch.snapshot and batch.first_seq == snap.last_seq + 1
-        assert len(batch.stored) == len(prompt) // 16
-        assert await d.match_prefix(prompt) == len(prompt) // 16 * 16
+        idle = await d.stats()  # nothing runs now: the last push must say what this says
+        blocks = len(prompt) // 16
+        stored: list[pb.KVEventBatch] = []
+        last_push = snap.stats
+        while not stored or (last_push.cached_blocks, last_push.running_requests) != (
+                idle.cached_blocks, 0):
+            batch = await asyncio.wait_for(events.read(), 30)
+            assert not batch.snapshot
+            if batch.stored or batch.evicted:
+                stored.append(batch)
+            else:  # only the load: a repeat of the last sequence number sent
+                assert batch.HasField("stats") and batch.first_seq == batch.last_seq
+            if batch.HasField("stats"):
+                last_push = batch.stats
+        assert stored[0].first_seq == snap.last_seq + 1
+        assert sum(len(b.stored) for b in stored) == blocks
+        assert await d.match_prefix(prompt) == blocks * 16
         events.cancel()
 
 

@@ -82,6 +82,7 @@ async def test_prefix_cache_verbs_and_kv_events(mock: Any) -> None:
         events = aiter(call)
         first = await anext(events)
         assert (first.snapshot, list(first.stored), first.last_seq) == (True, [], 0)
+        assert first.HasField("stats") and first.stats.cached_blocks == 0  # its load, pushed
         kv = await e.prep_recv("r", PROMPT, end=-1)
         assert (kv.matched_len, kv.end, kv.page_size, kv.kv_addr) == (0, 39, 16, b"mock:r")
         sent = await e.remote_send("r", PROMPT, kv.kv_addr, dst="x", begin=0, end=kv.end)

@@ -1,8 +1,10 @@
-//! One engine's upkeep, in Rust: its health and Stats polled at the fleet's pace
-//! ([`pace::UpkeepPace`]) and applied to the engine table as they arrive, its KV event stream
-//! applied to the prefix index ([`kv_follow`]). Python hears only what changes — the engine
-//! turning healthy or unhealthy ([`EngineUpkeep::wait_change`]) — so an idle fleet costs the
-//! router two small RPCs per poll on tokio and no interpreter at all (before, every poll's
+//! One engine's upkeep, in Rust: its KV event stream applied to the prefix index, and the load
+//! the engine pushes on that stream applied to the engine table ([`kv_follow`]); its health and
+//! Stats polled at the fleet's pace ([`pace::UpkeepPace`]) — for an engine that pushes, only
+//! every `liveness_s`, to notice that it died; for one that does not (or whose stream is down),
+//! every `poll_s`, for its load. Python hears only what changes — the engine turning healthy or
+//! unhealthy ([`EngineUpkeep::wait_change`]) — so an idle fleet costs the router a few small RPCs
+//! per engine and liveness interval on tokio and no interpreter at all (before, every poll's
 //! answers crossed into Python, were parsed there and went back into the table: 0.35-0.75 ms
 //! of router CPU each).
 
@@ -13,10 +15,10 @@ pub mod stats;
 use crate::engine_rpc::EngineRpc;
 use crate::router::{lock, RouterCore};
 use pace::UpkeepPace;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::task::AbortHandle;
 
 /// A health check that takes longer than this counts as unhealthy.
@@ -40,6 +42,13 @@ pub struct EngineUpkeep {
     health: watch::Sender<Health>,
     draining: AtomicBool,
     polls: AtomicU64,
+    /// Streams pushing the engine's load now (a replaced follower's may overlap the new one's).
+    push_streams: AtomicUsize,
+    /// Pushed Stats applied so far (a poll's answer older than the latest push is not applied).
+    pushes: AtomicU64,
+    /// Wakes a poll loop waiting out a liveness interval: the pushes stopped, or a request
+    /// failed on the engine, and its load or health is to be polled at `poll_s` again.
+    pace_changed: Notify,
     runtime: tokio::runtime::Handle,
     tasks: Mutex<Tasks>,
 }
@@ -73,6 +82,9 @@ impl EngineUpkeep {
             }),
             draining: AtomicBool::new(false),
             polls: AtomicU64::new(0),
+            push_streams: AtomicUsize::new(0),
+            pushes: AtomicU64::new(0),
+            pace_changed: Notify::new(),
             runtime: runtime.clone(),
             tasks: Mutex::new(Tasks::default()),
         });
@@ -100,6 +112,31 @@ impl EngineUpkeep {
     /// Polls so far (health checks asked).
     pub fn polls(&self) -> u64 {
         self.polls.load(Ordering::Relaxed)
+    }
+
+    /// Pushed Stats applied so far.
+    pub fn pushes(&self) -> u64 {
+        self.pushes.load(Ordering::Relaxed)
+    }
+
+    /// The engine's KV event stream is open and pushing its load.
+    pub fn pushing(&self) -> bool {
+        self.push_streams.load(Ordering::Relaxed) > 0
+    }
+
+    /// A stream of the engine's began pushing its load ([`kv_follow::PushingStream`]).
+    fn push_began(&self) {
+        if self.push_streams.fetch_add(1, Ordering::Relaxed) == 0 {
+            self.pace.push_started();
+        }
+    }
+
+    /// That stream ended: the poll loop goes back to `poll_s` at once.
+    fn push_ended(&self) {
+        if self.push_streams.fetch_sub(1, Ordering::Relaxed) == 1 {
+            self.pace.push_ended();
+            self.pace_changed.notify_one();
+        }
     }
 
     /// The engine's health once it differs from `known` (at once if it already does).
@@ -139,6 +176,8 @@ impl EngineUpkeep {
             serving: false,
             reason: reason.to_owned(),
         });
+        // Polled again within `poll_s`, not a liveness interval, to come back as soon as it serves.
+        self.pace_changed.notify_one();
         was
     }
 
@@ -161,12 +200,27 @@ impl EngineUpkeep {
         loop {
             let health = self.poll().await;
             self.settle(health);
-            let jitter = rand::random::<f64>();
-            tokio::time::sleep(self.pace.jittered(jitter)).await;
+            self.pause().await;
         }
     }
 
-    /// Health, then (when serving) Stats into the table.
+    /// Until the next poll: a liveness interval while the engine serves and pushes its load,
+    /// cut short (to a `poll_s` interval from then) should either stop; else a `poll_s` interval.
+    async fn pause(&self) {
+        let jitter = rand::random::<f64>();
+        let poll_pace = self.pace.jittered(false, jitter);
+        if !(self.pushing() && self.health().serving) {
+            tokio::time::sleep(poll_pace).await;
+            return;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(self.pace.jittered(true, jitter)) => {}
+            () = self.pace_changed.notified() => tokio::time::sleep(poll_pace).await,
+        }
+    }
+
+    /// Health, then (when serving) Stats into the table — unless a push arrived while the Stats
+    /// call was out: the push is as new or newer.
     async fn poll(&self) -> Health {
         self.polls.fetch_add(1, Ordering::Relaxed);
         let down = |reason: String| Health {
@@ -177,6 +231,7 @@ impl EngineUpkeep {
             return down("health check: not SERVING or unreachable".to_owned());
         }
         let core = self.core();
+        let pushes = self.pushes();
         if lock(&core.table).stats_requested(self.engine_id).is_err() {
             return down("not in the engine table".to_owned());
         }
@@ -186,7 +241,15 @@ impl EngineUpkeep {
         };
         // The core may have been replaced while the call was out; apply to the current one.
         let core = self.core();
-        let applied = stats::apply_stats(&mut lock(&core.table), self.engine_id, &answer);
+        let applied = {
+            let mut table = lock(&core.table);
+            // Pushes are counted under this lock (kv_follow), so none lands between the two.
+            if self.pushes() == pushes {
+                stats::apply_stats(&mut table, self.engine_id, &answer)
+            } else {
+                stats::check_stats(&answer)
+            }
+        };
         match applied {
             Ok(()) => Health {
                 serving: true,

@@ -1,8 +1,8 @@
 //! An engine's Stats answer into the engine table: the one mapping, for the router's upkeep
-//! (which applies it in Rust as the answer arrives) and the simulator's engines (whose answers
-//! cross once, serialized, through `EngineTable.apply_stats`).
+//! (which applies it in Rust as a poll's answer or a push arrives) and the simulator's engines
+//! (whose answers cross once, serialized, through `EngineTable.apply_stats`).
 
-use crate::engine_table::{EngineTable, StatsUpdate};
+use crate::engine_table::{EngineTable, Role, StatsUpdate};
 use crate::rpc::pb;
 use crate::Result;
 
@@ -45,6 +45,28 @@ pub fn apply_stats(
     table.set_cached_blocks(engine_id, count(answer.cached_blocks.into()))
 }
 
+/// Whether `answer` would apply (a poll's answer that a newer push made moot is still checked).
+pub fn check_stats(answer: &pb::StatsResponse) -> Result<()> {
+    let mut scratch = EngineTable::new();
+    scratch.upsert(0, Role::Any);
+    apply_stats(&mut scratch, 0, answer)
+}
+
+/// A Stats the engine pushed on its KV event stream, applied as a poll's answer would be. No one
+/// asked for it, so what does it cover? It is taken to cover everything dispatched to the engine
+/// before it arrived (as if asked for the moment it arrived): work still on the wire when the
+/// engine built it goes uncounted only until the engine receives that work, its Stats change and
+/// it pushes again (one coalescing interval, 50 ms). Keeping that work counted instead would
+/// count it twice until a next push, which an engine that has gone idle never sends.
+pub fn apply_pushed_stats(
+    table: &mut EngineTable,
+    engine_id: u32,
+    pushed: &pb::StatsResponse,
+) -> Result<()> {
+    table.stats_requested(engine_id)?;
+    apply_stats(table, engine_id, pushed)
+}
+
 /// What an unreachable engine's last Stats said no longer holds (a restarted process starts
 /// empty): its load reads zero until it answers again; its page count stays.
 pub fn forget_load(table: &mut EngineTable, engine_id: u32) -> Result<()> {
@@ -63,7 +85,6 @@ pub fn forget_load(table: &mut EngineTable, engine_id: u32) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine_table::Role;
 
     fn answer() -> pb::StatsResponse {
         pb::StatsResponse {
@@ -138,6 +159,33 @@ mod tests {
     }
 
     #[test]
+    fn a_push_covers_what_was_dispatched_before_it_and_no_more() {
+        let mut table = EngineTable::new();
+        table.upsert(0, Role::Any);
+        let _stamp = table.on_dispatch(0, 100, 50).unwrap();
+        assert_eq!(table.get(0).unwrap().router_tokens, 150);
+        apply_pushed_stats(&mut table, 0, &answer()).unwrap();
+        let row = table.get(0).unwrap();
+        assert_eq!((row.router_tokens, row.unfinished_tokens), (0, 900));
+        // Dispatched after the push: the router's own count until the next one.
+        let _stamp = table.on_dispatch(0, 10, 5).unwrap();
+        assert_eq!(table.get(0).unwrap().router_tokens, 15);
+        apply_pushed_stats(&mut table, 0, &answer()).unwrap();
+        assert_eq!(table.get(0).unwrap().router_tokens, 0);
+        assert!(apply_pushed_stats(&mut table, 9, &answer()).is_err());
+    }
+
+    #[test]
+    fn a_prefill_dispatched_before_a_push_finishes_against_the_pushed_queue() {
+        let mut table = EngineTable::new();
+        table.upsert(0, Role::Any);
+        let stamp = table.on_dispatch(0, 200, 10).unwrap();
+        apply_pushed_stats(&mut table, 0, &answer()).unwrap(); // 300 queued, those 200 among them
+        table.on_prefill_done(0, 200, stamp).unwrap();
+        assert_eq!(table.get(0).unwrap().pending_prefill_tokens(), 100);
+    }
+
+    #[test]
     fn a_bad_step_model_is_refused() {
         let mut table = EngineTable::new();
         table.upsert(0, Role::Any);
@@ -147,5 +195,6 @@ mod tests {
             ..Default::default()
         });
         assert!(apply_stats(&mut table, 0, &bad).is_err());
+        assert!(check_stats(&bad).is_err() && check_stats(&answer()).is_ok());
     }
 }

@@ -45,6 +45,9 @@ pub struct MockEngineConfig {
     /// refused with UNAUTHENTICATED, as a real engine refuses them (switchyard_engine_api/auth.py);
     /// grpc.health.v1 stays open for probes. "" = open.
     pub engine_token: String,
+    /// Push the load on the KV event stream, as a current engine does (engine.proto,
+    /// KVEventBatch.stats); false: an older engine that only answers Stats polls.
+    pub push_stats: bool,
 }
 
 impl Default for MockEngineConfig {
@@ -66,6 +69,7 @@ impl Default for MockEngineConfig {
             vocab_size: 49152,
             seed: 0,
             engine_token: String::new(),
+            push_stats: true,
         }
     }
 }

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::fmt::Write;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use tokio::sync::watch;
 use tokio::time::{Duration, Instant};
 use tonic::Status;
 
@@ -77,11 +78,24 @@ pub struct Running {
 pub struct RunningTable {
     by_id: Mutex<HashMap<String, Arc<Running>>>,
     next_generation: AtomicU64,
+    /// Bumped whenever the load Stats report may have changed (a request came, made progress
+    /// or ended; Configure), for the KV event streams that push it.
+    load_changed: watch::Sender<u64>,
 }
 
 impl RunningTable {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Running>>> {
         self.by_id.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The load may have changed: wake the streams that push it.
+    pub fn touch(&self) {
+        self.load_changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Woken by every `touch` from now on.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.load_changed.subscribe()
     }
 
     /// Registers `request_id`; the returned guard unregisters it when the stream ends or is
@@ -94,6 +108,7 @@ impl RunningTable {
             handoff: AtomicBool::new(false),
         });
         self.lock().insert(request_id.clone(), running.clone());
+        self.touch();
         RunningGuard {
             table: self.clone(),
             request_id,
@@ -146,6 +161,8 @@ impl Drop for RunningGuard {
         {
             table.remove(&self.request_id);
         }
+        drop(table);
+        self.table.touch();
     }
 }
 
@@ -228,6 +245,7 @@ impl Generation {
             .running
             .remaining
             .store(request.total - self.sent, Ordering::Relaxed);
+        self.guard.table.touch();
         let mut finish_reason = String::new();
         if self.sent >= request.total {
             finish_reason = if request.total < request.max_tokens {

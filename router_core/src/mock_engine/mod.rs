@@ -11,6 +11,8 @@
 
 mod config;
 mod generation;
+mod kv_feed;
+mod load_push;
 mod prefix_cache;
 mod server;
 mod service;

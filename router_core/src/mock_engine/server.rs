@@ -14,6 +14,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
@@ -39,8 +40,15 @@ async fn set_health(reporter: &HealthReporter, status: ServingStatus) {
     }
 }
 
-/// Reflects `unhealthy_file` into the health status (fault injection for router tests).
-async fn watch_unhealthy_file(reporter: HealthReporter, path: String, mut shutdown: Shutdown) {
+/// Reflects `unhealthy_file` into the health status (fault injection for router tests), and
+/// into `serving`: like a real engine that turns NOT_SERVING (engine/server/main.py, draining),
+/// the mock ends its KV event streams while it is not serving.
+async fn watch_unhealthy_file(
+    reporter: HealthReporter,
+    serving_now: watch::Sender<bool>,
+    path: String,
+    mut shutdown: Shutdown,
+) {
     let mut last = None;
     loop {
         let serving = path.is_empty() || !Path::new(&path).exists();
@@ -51,6 +59,7 @@ async fn watch_unhealthy_file(reporter: HealthReporter, path: String, mut shutdo
                 ServingStatus::NotServing
             };
             set_health(&reporter, status).await;
+            serving_now.send_replace(serving);
             last = Some(serving);
         }
         tokio::select! {
@@ -63,13 +72,16 @@ async fn watch_unhealthy_file(reporter: HealthReporter, path: String, mut shutdo
 fn serve(listener: TcpListener, config: MockEngineConfig, shutdown: Shutdown) -> ServeFuture {
     Box::pin(async move {
         let (reporter, health_service) = health_reporter();
-        let engine = EngineServer::new(MockEngine::new(config.clone(), shutdown.clone()))
+        let (serving_now, serving) = watch::channel(true);
+        let engine = MockEngine::new(config.clone(), shutdown.clone(), serving);
+        let engine = EngineServer::new(engine)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         let engine = InterceptedService::new(engine, token_check(&config.engine_token));
         set_health(&reporter, ServingStatus::Serving).await;
         tokio::spawn(watch_unhealthy_file(
             reporter.clone(),
+            serving_now,
             config.unhealthy_file.clone(),
             shutdown.clone(),
         ));
@@ -138,7 +150,9 @@ mod tests {
             .await
             .unwrap()
             .into_inner();
-        assert!(events.message().await.unwrap().unwrap().snapshot);
+        let first = events.message().await.unwrap().unwrap();
+        // The first batch carries the load: a router knows from it that this engine pushes.
+        assert!(first.snapshot && first.stats.is_some_and(|s| s.running_requests == 0));
         let prompt: Vec<i32> = (0..20).collect();
         let request = StartGenerateRequest {
             request_id: "r".into(),
@@ -158,9 +172,21 @@ mod tests {
         assert_eq!(chunk.token_ids, expected);
         assert_eq!(chunk.finish_reason, "length");
         assert!(stream.message().await.unwrap().is_none());
-        // The finished prompt's one full block reached the KV event stream.
-        let stored = events.message().await.unwrap().unwrap();
-        assert_eq!((stored.first_seq, stored.stored.len()), (1, 1));
+        // The finished prompt's one full block reached the KV event stream, and the load pushed
+        // on it (in batches of their own or with the events) ends at the engine idle again.
+        let (mut stored, mut idle) = (None, false);
+        while stored.is_none() || !idle {
+            let wait = Duration::from_secs(5);
+            let batch = tokio::time::timeout(wait, events.message()).await;
+            let batch = batch.unwrap().unwrap().unwrap();
+            if let Some(stats) = &batch.stats {
+                idle = stats.cached_blocks == 1 && stats.running_requests == 0;
+            }
+            if !batch.stored.is_empty() {
+                stored = Some((batch.first_seq, batch.stored.len()));
+            }
+        }
+        assert_eq!(stored, Some((1, 1)));
         server.shutdown(Duration::from_secs(1)).unwrap();
         // Shutdown ended the open KVEvents stream instead of waiting for the grace period.
         assert!(events.message().await.map_or(true, |m| m.is_none()));
@@ -188,6 +214,47 @@ mod tests {
         let good = "Bearer deployment-token".parse().unwrap();
         right.metadata_mut().insert("authorization", good);
         assert!(engine.kv_events(right).await.is_ok());
+        server.shutdown(Duration::from_secs(1)).unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_engine_that_does_not_push_sends_events_only() {
+        let config = MockEngineConfig {
+            push_stats: false,
+            ..Default::default()
+        };
+        let mut server = start_mock_engine("127.0.0.1:0".parse().unwrap(), config, 1).unwrap();
+        let mut engine = EngineClient::new(channel(server.local_addr()).await);
+        let mut events = engine
+            .kv_events(KvEventsRequest { snapshot: true })
+            .await
+            .unwrap()
+            .into_inner();
+        let first = events.message().await.unwrap().unwrap();
+        assert!(first.snapshot && first.stats.is_none());
+        server.shutdown(Duration::from_secs(1)).unwrap();
+    }
+
+    #[tokio::test]
+    async fn kv_event_streams_end_while_not_serving() {
+        let flag = std::env::temp_dir().join(format!("mock-unhealthy-{}", std::process::id()));
+        let config = MockEngineConfig {
+            unhealthy_file: flag.to_string_lossy().into_owned(),
+            ..Default::default()
+        };
+        let mut server = start_mock_engine("127.0.0.1:0".parse().unwrap(), config, 1).unwrap();
+        let mut engine = EngineClient::new(channel(server.local_addr()).await);
+        let mut events = engine
+            .kv_events(KvEventsRequest { snapshot: true })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(events.message().await.unwrap().unwrap().snapshot);
+        std::fs::write(&flag, b"").unwrap();
+        // The health switch is looked at every 100 ms: the stream ends, as a draining engine's.
+        let ended = tokio::time::timeout(Duration::from_secs(5), events.message()).await;
+        std::fs::remove_file(&flag).unwrap();
+        assert!(ended.unwrap().map_or(true, |m| m.is_none()));
         server.shutdown(Duration::from_secs(1)).unwrap();
     }
 

@@ -3,21 +3,20 @@
 
 use super::config::MockEngineConfig;
 use super::generation::{generation_stream, GenerationRequest, RunningTable};
-use super::prefix_cache::{EventsAfter, MockPrefixCache};
+use super::kv_feed::KvEventsFeed;
+use super::load_push::{LoadPush, MockLoad, REPORTED_CAPACITY};
+use super::prefix_cache::MockPrefixCache;
 use crate::background_server::Shutdown;
 use crate::rpc::pb;
 use crate::rpc::pb::engine_server::Engine;
 use futures_util::stream::{self, BoxStream, StreamExt};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 
-/// The mock's "unlimited" KV pool and context, as Stats and ModelInfo report them.
-const REPORTED_CAPACITY: i32 = 1 << 20;
 /// The prefill chunk size reported until Configure changes it (the real engine's default).
 const DEFAULT_CHUNK_SIZE: i32 = 512;
 
@@ -25,11 +24,13 @@ pub struct MockEngine {
     config: MockEngineConfig,
     /// Prefill token budget per step as Configure set it (reported in Stats; the mock has no
     /// prefill to chunk).
-    prefill_chunk_size: AtomicI32,
+    prefill_chunk_size: Arc<AtomicI32>,
     cache: Arc<MockPrefixCache>,
     running: Arc<RunningTable>,
     failure_draw: Mutex<SmallRng>,
     shutdown: Shutdown,
+    /// False while the health service says NOT_SERVING: the KV event streams end.
+    serving: watch::Receiver<bool>,
 }
 
 /// A request's `end`: negative counts from the end, larger than the prompt is clipped; None when
@@ -43,10 +44,15 @@ fn resolve_end(end: i32, len: usize) -> Option<usize> {
 }
 
 impl MockEngine {
-    /// A service for a validated config; its KVEvents streams end when `shutdown` begins.
-    pub fn new(config: MockEngineConfig, shutdown: Shutdown) -> Self {
+    /// A service for a validated config; its KVEvents streams end when `shutdown` begins or
+    /// while `serving` is false.
+    pub fn new(
+        config: MockEngineConfig,
+        shutdown: Shutdown,
+        serving: watch::Receiver<bool>,
+    ) -> Self {
         MockEngine {
-            prefill_chunk_size: AtomicI32::new(DEFAULT_CHUNK_SIZE),
+            prefill_chunk_size: Arc::new(AtomicI32::new(DEFAULT_CHUNK_SIZE)),
             cache: Arc::new(MockPrefixCache::new(
                 config.page_size as usize,
                 config.seed,
@@ -56,6 +62,7 @@ impl MockEngine {
             failure_draw: Mutex::new(SmallRng::seed_from_u64(config.seed)),
             config,
             shutdown,
+            serving,
         }
     }
 
@@ -71,71 +78,24 @@ impl MockEngine {
             .collect()
     }
 
+    fn load(&self) -> MockLoad {
+        MockLoad {
+            engine_id: self.config.engine_id.clone(),
+            role: self.config.role.clone(),
+            page_size: self.config.page_size as i32,
+            step_ms: self.config.chunk_delay_ms,
+            running: self.running.clone(),
+            cache: self.cache.clone(),
+            prefill_chunk_size: self.prefill_chunk_size.clone(),
+        }
+    }
+
     fn injected_failure(&self) -> bool {
         if self.config.fail_rate <= 0.0 {
             return false;
         }
         let mut rng = self.failure_draw.lock().unwrap_or_else(|p| p.into_inner());
         rng.random::<f64>() < self.config.fail_rate
-    }
-
-    fn snapshot_batch(&self) -> pb::KvEventBatch {
-        let (last_seq, stored) = self.cache.snapshot();
-        pb::KvEventBatch {
-            first_seq: last_seq,
-            last_seq,
-            snapshot: true,
-            stored,
-            evicted: Vec::new(),
-        }
-    }
-}
-
-/// A KVEvents subscription: the snapshot first, then each store as its own batch.
-struct KvEventsFeed {
-    cache: Arc<MockPrefixCache>,
-    changed: watch::Receiver<u64>,
-    shutdown: Shutdown,
-    seq: u64,
-    pending: VecDeque<pb::KvEventBatch>,
-}
-
-impl KvEventsFeed {
-    async fn next_batch(&mut self) -> Option<pb::KvEventBatch> {
-        loop {
-            if let Some(batch) = self.pending.pop_front() {
-                return Some(batch);
-            }
-            tokio::select! {
-                _ = self.shutdown.begun() => return None,
-                changed = self.changed.changed() => changed.ok()?,
-            }
-            self.changed.borrow_and_update();
-            match self.cache.events_after(self.seq) {
-                EventsAfter::Events(events) => {
-                    for event in events {
-                        self.seq = event.seq;
-                        self.pending.push_back(pb::KvEventBatch {
-                            first_seq: event.seq,
-                            last_seq: event.seq,
-                            snapshot: false,
-                            stored: event.stored,
-                            evicted: event.evicted,
-                        });
-                    }
-                }
-                EventsAfter::Snapshot { last_seq, hashes } => {
-                    self.seq = last_seq;
-                    self.pending.push_back(pb::KvEventBatch {
-                        first_seq: last_seq,
-                        last_seq,
-                        snapshot: true,
-                        stored: hashes,
-                        evicted: Vec::new(),
-                    });
-                }
-            }
-        }
     }
 }
 
@@ -275,25 +235,7 @@ impl Engine for MockEngine {
         &self,
         _request: Request<pb::StatsRequest>,
     ) -> Result<Response<pb::StatsResponse>, Status> {
-        let (running, unfinished) = self.running.load();
-        let blocks = self.cache.num_blocks() as i32;
-        Ok(Response::new(pb::StatsResponse {
-            engine_id: self.config.engine_id.clone(),
-            role: self.config.role.clone(),
-            running_requests: running as i32,
-            decode_requests: running as i32,
-            prefill_chunk_size: self.prefill_chunk_size.load(Ordering::Relaxed),
-            unfinished_tokens: unfinished as i64,
-            kv_pages_used: blocks,
-            // The mock's pages are all cache: nothing holds them once a request ends.
-            kv_pages_evictable: blocks,
-            kv_pages_total: REPORTED_CAPACITY,
-            cached_blocks: blocks,
-            page_size: self.config.page_size as i32,
-            decode_step_ms: self.config.chunk_delay_ms,
-            kv_event_seq: self.cache.last_seq(),
-            ..Default::default()
-        }))
+        Ok(Response::new(self.load().stats()))
     }
 
     type KVEventsStream = BoxStream<'static, Result<pb::KvEventBatch, Status>>;
@@ -302,17 +244,9 @@ impl Engine for MockEngine {
         &self,
         _request: Request<pb::KvEventsRequest>,
     ) -> Result<Response<Self::KVEventsStream>, Status> {
-        // Subscribe before the snapshot so no store between the two is missed.
-        let mut changed = self.cache.subscribe();
-        changed.borrow_and_update();
-        let snapshot = self.snapshot_batch();
-        let feed = KvEventsFeed {
-            cache: self.cache.clone(),
-            changed,
-            shutdown: self.shutdown.clone(),
-            seq: snapshot.last_seq,
-            pending: VecDeque::from([snapshot]),
-        };
+        let push = self.config.push_stats.then(|| LoadPush::new(self.load()));
+        let ended = (self.shutdown.clone(), self.serving.clone());
+        let feed = KvEventsFeed::new(self.cache.clone(), ended, push);
         let batches = stream::unfold(feed, |mut feed| async move {
             let batch = feed.next_batch().await?;
             Some((Ok(batch), feed))
@@ -333,6 +267,7 @@ impl Engine for MockEngine {
                 )));
             }
             self.prefill_chunk_size.store(chunk, Ordering::Relaxed);
+            self.running.touch(); // a load the streams push
         }
         Ok(Response::new(pb::ConfigureResponse {
             prefill_chunk_size: self.prefill_chunk_size.load(Ordering::Relaxed),

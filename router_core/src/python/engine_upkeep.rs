@@ -5,14 +5,15 @@
 
 use super::engine_client::PyEngineRpcClient;
 use super::router::PyRouterCore;
-use crate::engine_upkeep::pace::UpkeepPace;
+use crate::engine_upkeep::pace::{UpkeepPace, DEFAULT_LIVENESS_S};
 use crate::engine_upkeep::{EngineUpkeep, Health};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use std::sync::Arc;
 
-/// How often each engine is polled: every `poll_s`, or, past `poll_s` x `polls_per_s` engines,
-/// less often so that the whole fleet's polls stay at `polls_per_s` a second (0: no bound).
+/// How often each engine is polled: every `poll_s` for its load, or only every `liveness_s`
+/// while it pushes its load on its KV event stream; every interval stretched alike once the
+/// fleet would poll more than `polls_per_s` a second (0: no bound).
 #[pyclass(name = "UpkeepPace", module = "router_core._router_core", frozen)]
 pub struct PyUpkeepPace {
     pace: Arc<UpkeepPace>,
@@ -21,14 +22,18 @@ pub struct PyUpkeepPace {
 #[pymethods]
 impl PyUpkeepPace {
     #[new]
-    fn new(poll_s: f64, polls_per_s: f64) -> PyResult<Self> {
-        if !(poll_s.is_finite() && poll_s > 0.0 && polls_per_s.is_finite() && polls_per_s >= 0.0) {
+    #[pyo3(signature = (poll_s, polls_per_s, liveness_s = DEFAULT_LIVENESS_S))]
+    fn new(poll_s: f64, polls_per_s: f64, liveness_s: f64) -> PyResult<Self> {
+        let positive = |s: f64| s.is_finite() && s > 0.0;
+        let bounded = polls_per_s.is_finite() && polls_per_s >= 0.0;
+        if !(positive(poll_s) && positive(liveness_s) && bounded) {
             return Err(PyValueError::new_err(format!(
-                "poll_s must be > 0 and polls_per_s >= 0, got {poll_s} and {polls_per_s}"
+                "poll_s and liveness_s must be > 0 and polls_per_s >= 0, got poll_s {poll_s}, \
+                 liveness_s {liveness_s}, polls_per_s {polls_per_s}"
             )));
         }
         Ok(PyUpkeepPace {
-            pace: Arc::new(UpkeepPace::new(poll_s, polls_per_s)),
+            pace: Arc::new(UpkeepPace::new(poll_s, liveness_s, polls_per_s)),
         })
     }
 
@@ -38,14 +43,31 @@ impl PyUpkeepPace {
     }
 
     #[getter]
+    fn liveness_s(&self) -> f64 {
+        self.pace.liveness_s()
+    }
+
+    #[getter]
     fn polls_per_s(&self) -> f64 {
         self.pace.polls_per_s()
     }
 
-    /// Seconds between one engine's polls, for the fleet's size now.
+    /// Seconds between the polls of an engine that does not push its load, for the fleet now.
     #[getter]
     fn interval_s(&self) -> f64 {
-        self.pace.interval_s()
+        self.pace.interval_s(false)
+    }
+
+    /// Seconds between the liveness polls of an engine that pushes its load, for the fleet now.
+    #[getter]
+    fn liveness_interval_s(&self) -> f64 {
+        self.pace.interval_s(true)
+    }
+
+    /// Engines whose KV event stream pushes their load now.
+    #[getter]
+    fn pushing(&self) -> usize {
+        self.pace.pushing()
     }
 
     /// The fleet's size (the membership sets it as engines come and go).
@@ -115,6 +137,18 @@ impl PyEngineUpkeep {
         self.upkeep.polls()
     }
 
+    /// Stats the engine pushed on its KV event stream, applied so far.
+    #[getter]
+    fn pushes(&self) -> u64 {
+        self.upkeep.pushes()
+    }
+
+    /// Its KV event stream is open and pushing its load (polled only for liveness then).
+    #[getter]
+    fn pushing(&self) -> bool {
+        self.upkeep.pushing()
+    }
+
     /// Awaitable: (healthy, reason) once the engine's health differs from `known` (at once if
     /// it already does).
     fn next_change<'py>(&self, py: Python<'py>, known: bool) -> PyResult<Bound<'py, PyAny>> {
@@ -149,4 +183,8 @@ impl PyEngineUpkeep {
     fn stop(&self) {
         self.upkeep.stop();
     }
+}
+
+pub fn register_constants(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("UPKEEP_LIVENESS_S", DEFAULT_LIVENESS_S)
 }

@@ -76,6 +76,7 @@ fn _router_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<engine_info::PyConfigured>()?;
     m.add_class::<engine_upkeep::PyEngineUpkeep>()?;
     m.add_class::<engine_upkeep::PyUpkeepPace>()?;
+    engine_upkeep::register_constants(m)?;
     m.add_class::<peer::PyRouterPeerExchange>()?;
     bridge_values::register(m)?;
     verb_values::register(m)?;

@@ -105,7 +105,7 @@ server_pymethods!(PyMockEngineServer {
                         coalesce = true, fail_rate = 0.0, fail_after_tokens = 0,
                         abort_after_tokens = 0, fail_remote_send = false, unhealthy_file = "",
                         page_size = 16, vocab_size = 49152, seed = 0, engine_token = "",
-                        cache_blocks = 0))]
+                        push_stats = true, cache_blocks = 0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -127,6 +127,7 @@ server_pymethods!(PyMockEngineServer {
         vocab_size: u32,
         seed: u64,
         engine_token: &str,
+        push_stats: bool,
         cache_blocks: u32,
     ) -> PyResult<Self> {
         let config = MockEngineConfig {
@@ -146,6 +147,7 @@ server_pymethods!(PyMockEngineServer {
             vocab_size,
             seed,
             engine_token: engine_token.to_owned(),
+            push_stats,
         };
         config.validate()?;
         let server =
