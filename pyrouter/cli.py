@@ -208,6 +208,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="every engine's health/Stats polls together at most this many per "
                           "second: past that, every engine is polled less often, all alike "
                           "(default 256; 0: no bound)")
+    rtr.add_argument("--prefix-index-max-blocks", type=int, default=None,
+                     help="distinct KV blocks the router's prefix index holds at most, over "
+                          "every engine (about 30 bytes each, more for blocks many engines "
+                          "hold); past it new blocks are not indexed, so prefix matches can only "
+                          "be under-reported (default 16777216)")
     rtr.add_argument("--policy-timeout-s", type=float, default=300.0,
                      help="a policy must hand back a stream within this time (else 500)")
     rtr.add_argument("--default-temperature", type=float, default=None,

@@ -11,7 +11,11 @@ from collections.abc import Sequence
 from prometheus_client.registry import Collector
 
 from pyrouter.admission import admission_config
-from pyrouter.engines.membership import UPKEEP_POLLS_PER_S, EngineMembership
+from pyrouter.engines.membership import (
+    PREFIX_INDEX_MAX_BLOCKS,
+    UPKEEP_POLLS_PER_S,
+    EngineMembership,
+)
 from pyrouter.errors import BadRequest
 from pyrouter.http.drain import drain
 from pyrouter.live_config import LiveConfig
@@ -111,14 +115,19 @@ def _models(args: argparse.Namespace) -> list[ModelSpec]:
 
 
 def _membership(args: argparse.Namespace) -> EngineMembership:
-    """The engines, upkept at the pace of --poll-s, --liveness-s and --upkeep-polls-per-s."""
+    """The engines, upkept at the pace of --poll-s, --liveness-s and --upkeep-polls-per-s, their
+    prefix index bounded by --prefix-index-max-blocks."""
     polls_per_s = getattr(args, "upkeep_polls_per_s", None)
     liveness_s = getattr(args, "liveness_s", None)
+    max_blocks = getattr(args, "prefix_index_max_blocks", None)
+    if max_blocks is not None and max_blocks < 1:
+        raise BadRequest("--prefix-index-max-blocks must be at least 1")
     try:
         return EngineMembership(
             poll_s=float(getattr(args, "poll_s", None) or 0.5),
             polls_per_s=UPKEEP_POLLS_PER_S if polls_per_s is None else float(polls_per_s),
-            liveness_s=UPKEEP_LIVENESS_S if liveness_s is None else float(liveness_s))
+            liveness_s=UPKEEP_LIVENESS_S if liveness_s is None else float(liveness_s),
+            index_max_blocks=PREFIX_INDEX_MAX_BLOCKS if max_blocks is None else int(max_blocks))
     except ValueError as exc:  # UpkeepPace's check, named by the flags
         raise BadRequest(f"--poll-s, --liveness-s, --upkeep-polls-per-s: {exc}") from None
 

@@ -44,6 +44,10 @@ _VERB_TIMEOUT_S = 600.0
 # Stats is counted router-side (the table's router_tokens), so a longer interval leaves the load
 # it scores by current, only the engine's own view (queue, KV pages, cached blocks) older.
 UPKEEP_POLLS_PER_S = 256.0
+# The prefix index's bound, distinct blocks over every engine: 16M, about 0.5 GB of router memory
+# when full (docs/benchmarks.md, "One router, N engines": ~30 bytes a block held by a few
+# engines). --prefix-index-max-blocks changes it.
+PREFIX_INDEX_MAX_BLOCKS = 16_777_216
 
 
 def _check_address(address: str) -> None:
@@ -59,12 +63,15 @@ class EngineMembership:
 
     def __init__(self, poll_s: float = 0.5, block_size: int = 16, seed: int = 0,
                  polls_per_s: float = UPKEEP_POLLS_PER_S,
-                 liveness_s: float = UPKEEP_LIVENESS_S) -> None:
+                 liveness_s: float = UPKEEP_LIVENESS_S,
+                 index_max_blocks: int = PREFIX_INDEX_MAX_BLOCKS) -> None:
         # Shared by every engine's upkeep; ValueError unless poll_s > 0, liveness_s > 0 and
         # polls_per_s >= 0 (0: no bound).
         self.pace = UpkeepPace(poll_s, polls_per_s, liveness_s)
         self.engines: dict[str, EngineHandle] = {}
-        self.core: RouterCore = RouterCore(block_size, seed)
+        # Distinct blocks the prefix index holds at most (the router's memory bound for it).
+        self.index_max_blocks = index_max_blocks
+        self.core: RouterCore = RouterCore(block_size, seed, max_blocks=index_max_blocks)
         self._core_key: tuple[int, int] | None = None  # (block_size, seed) learned from engines
         # Told the new core when it is rebuilt (the peer exchange, pyrouter/replicas/peer_exchange.py).
         self.core_followers: list[Callable[[RouterCore], None]] = []
@@ -216,7 +223,8 @@ class EngineMembership:
                         key, self._core_key)
             return
         self._core_key = key
-        old, self.core = self.core, RouterCore(block_size, seed)
+        old, self.core = self.core, RouterCore(block_size, seed,
+                                               max_blocks=self.index_max_blocks)
         if self.front is not None:
             self.front.set_core(self.core)
         for follow in self.core_followers:

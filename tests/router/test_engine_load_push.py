@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from argparse import Namespace
 from collections.abc import Callable
 
 import pytest
@@ -20,6 +21,8 @@ from router_procs import free_port, start_mock, start_router, wait_ready
 
 from engine.server.launcher import EngineProcess
 from pyrouter.engines.rust_client import dial
+from pyrouter.errors import BadRequest
+from pyrouter.router_command import _membership
 from router_core import EngineUpkeep, RouterCore, UpkeepPace
 from switchyard_engine_api.client import sampling
 
@@ -115,3 +118,17 @@ def test_the_liveness_flag_is_checked() -> None:
             requests.get(f"http://127.0.0.1:{port}/health", timeout=1)
     finally:
         router.stop()
+
+
+def test_the_prefix_index_bound_is_a_flag() -> None:
+    with pytest.raises(BadRequest, match="--prefix-index-max-blocks"):
+        _membership(Namespace(prefix_index_max_blocks=0))
+    members = _membership(Namespace(prefix_index_max_blocks=4))
+    members.core.index.add_engine(0)
+    members.core.index.apply_events(0, 1, 1, list(range(10)), [])
+    assert (members.core.index.num_blocks(), members.core.index.dropped_blocks()) == (4, 6)
+    # The core rebuilt for the engines' KV layout keeps the bound.
+    members._adopt_layout(32, 7)
+    members.core.index.add_engine(0)
+    members.core.index.apply_events(0, 1, 1, list(range(10)), [])
+    assert members.core.index.num_blocks() == 4
