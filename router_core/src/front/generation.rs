@@ -22,8 +22,8 @@ use super::openai_request::GenerationRequest;
 use super::segment_stream::Interrupt;
 use super::served_models::ServedModel;
 use crate::executor::{
-    carry_out, failure, ExecState, Failure, Generation, Placement, RequestExec, RouteNote,
-    SegmentPlan, Stage, Then, TraceParent,
+    carry_out, failure, ExecState, Failure, FirstTokenDue, Generation, Placement, RequestExec,
+    RouteNote, SegmentPlan, Stage, Then, TraceParent,
 };
 use crate::otel::{router_tracer, RequestSpans, RequestSummary, RouterTracer};
 use crate::router::lock;
@@ -258,6 +258,8 @@ impl<B: PolicyBridge> RequestTask<B> {
         let spans = tracer
             .as_ref()
             .and_then(|tracer| RequestSpans::start(tracer, &p.trace_headers, p.started));
+        let started = front.clock.now() - p.started.elapsed().as_secs_f64();
+        let objective_ms = front.admission.ttft_objective_ms(p.request.slo_ttft_ms);
         let exec = RequestExec::new(
             front.fleet.clone(),
             front.runtime.clone(),
@@ -271,6 +273,7 @@ impl<B: PolicyBridge> RequestTask<B> {
                 trace: None,
                 last_error: None,
                 placed: None,
+                first_token_due: FirstTokenDue::of(started, objective_ms, front.clock.clone()),
             },
         );
         let (running, control) = front.register(&p.engine_request_id, &p.request_id, &p.model.name);
@@ -280,7 +283,7 @@ impl<B: PolicyBridge> RequestTask<B> {
             caller: p.caller,
             request: p.request,
             model: p.model,
-            started: front.clock.now() - p.started.elapsed().as_secs_f64(),
+            started,
             first_token: None,
             client: Client::Waiting(head),
             client_gone: false,
