@@ -53,6 +53,8 @@ pub struct Prepared {
     pub model: Arc<ServedModel>,
     pub trace_headers: Vec<(String, String)>,
     pub started: Instant,
+    /// When it arrived, on the front's clock (its first-token deadline counts from then).
+    pub arrived_s: f64,
     pub inflight: InflightGuard,
     /// From the admission gate, held until the request ends (front/admission.rs).
     pub admission: Option<AdmissionPermit>,
@@ -258,7 +260,6 @@ impl<B: PolicyBridge> RequestTask<B> {
         let spans = tracer
             .as_ref()
             .and_then(|tracer| RequestSpans::start(tracer, &p.trace_headers, p.started));
-        let started = front.clock.now() - p.started.elapsed().as_secs_f64();
         let objective_ms = front.admission.ttft_objective_ms(p.request.slo_ttft_ms);
         let exec = RequestExec::new(
             front.fleet.clone(),
@@ -273,7 +274,7 @@ impl<B: PolicyBridge> RequestTask<B> {
                 trace: None,
                 last_error: None,
                 placed: None,
-                first_token_due: FirstTokenDue::of(started, objective_ms, front.clock.clone()),
+                first_token_due: FirstTokenDue::of(p.arrived_s, objective_ms, front.clock.clone()),
             },
         );
         let (running, control) = front.register(&p.engine_request_id, &p.request_id, &p.model.name);
@@ -283,7 +284,7 @@ impl<B: PolicyBridge> RequestTask<B> {
             caller: p.caller,
             request: p.request,
             model: p.model,
-            started,
+            started: front.clock.now() - p.started.elapsed().as_secs_f64(),
             first_token: None,
             client: Client::Waiting(head),
             client_gone: false,
