@@ -86,10 +86,11 @@ class EngineClient:
 
     async def remote_send(self, request_id: str, tokens: list[int], kv_addr: bytes, dst: str,
                           begin: int, end: int, transport: str = "",
-                          metadata: Metadata | None = None, timeout_s: float | None = None
-                          ) -> pb.RemoteSendResponse:
+                          metadata: Metadata | None = None, timeout_s: float | None = None,
+                          first_token_due_ms: float = 0.0) -> pb.RemoteSendResponse:
         req = pb.RemoteSendRequest(request_id=request_id, tokens=tokens, kv_addr=kv_addr, dst=dst,
-                                   begin=begin, end=end, transport=transport)
+                                   begin=begin, end=end, transport=transport,
+                                   first_token_due_ms=first_token_due_ms)
         resp: pb.RemoteSendResponse = await self._stub.RemoteSend(
             req, timeout=timeout_s or self.timeout_s, metadata=self._call_md(metadata))
         return resp

@@ -59,7 +59,8 @@ class SamplingParams:
     ignore_eos: bool = False
     return_logprobs: bool = False
     response_format: ResponseFormat | None = None
-    # Lower first: the scheduler admits and prefills queued requests by (priority, arrival).
+    # Lower first: the scheduler admits and prefills queued requests by (priority, first-token
+    # deadline, arrival); the deadline travels beside the sampling (StartGenerateRequest).
     priority: int = 0
 
     def __post_init__(self) -> None:

@@ -110,6 +110,11 @@ class SimEngineCore(EngineCore):
     def _copy_page(self, old: int, new: int) -> None:
         """No KV tensors: copy-on-write is page accounting only."""
 
+    def now(self) -> float:
+        """Virtual time: a call's first-token deadline is a time on the simulation's clock (its
+        verbs run on the event loop, so there is one)."""
+        return asyncio.get_running_loop().time()
+
     @property
     def steps(self) -> StepRunner:
         return self._steps

@@ -147,8 +147,8 @@ class SimEngineVerbs:
 
     async def remote_send(self, request_id: str, tokens: list[int], kv_addr: bytes, dst: str,
                           begin: int, end: int, transport: str = "",
-                          metadata: Metadata | None = None, timeout_s: float | None = None
-                          ) -> pb.RemoteSendResponse:
+                          metadata: Metadata | None = None, timeout_s: float | None = None,
+                          first_token_due_ms: float = 0.0) -> pb.RemoteSendResponse:
         await self._latency()
         loop = asyncio.get_running_loop()
         t0 = loop.time()
@@ -175,7 +175,8 @@ class SimEngineVerbs:
             inbox = self._watch(send_id, 1)
             transfer = KvTransfer(self.engine, self.link, receiver, target_rid, begin, end)
             cached = core.match_prefix(tokens[:end])
-            core.add_send(send_id, tokens, begin, end, transfer.on_layer)
+            core.add_send(send_id, tokens, begin, end, transfer.on_layer,
+                          first_token_due_ms=first_token_due_ms)
             self._stamp_arrival(send_id)
         except EngineError as exc:
             raise _rpc(exc) from exc
@@ -218,7 +219,8 @@ class SimEngineVerbs:
             try:
                 self.engine.core.add_request(rid, list(request.tokens), sampling,
                                              request.begin, request.max_new_tokens_here,
-                                             request.output_offset)
+                                             request.output_offset,
+                                             first_token_due_ms=request.first_token_due_ms)
             except BaseException:
                 self.unwatch(rid)
                 raise

@@ -31,7 +31,13 @@ from engine.core.scheduler import Scheduler
 from engine.core.stats import EngineStats, LoadKey
 from engine.core.step_runner import StepRunner
 from engine.core.step_trace import StepTrace
-from engine.core.validation import check_range, check_request_id, check_tokens, resolve_end
+from engine.core.validation import (
+    check_first_token_due_ms,
+    check_range,
+    check_request_id,
+    check_tokens,
+    resolve_end,
+)
 from engine.kvcache.events import KVEvent
 from engine.kvcache.kv_storage import KVStorage
 from engine.kvcache.page_pool import OutOfPages, PagePool
@@ -130,17 +136,30 @@ class EngineCore:
             return None
         return router_core.IncrementalDetokenizer(self.detokenizer_vocab, stop=sampling.stop)
 
+    def now(self) -> float:
+        """The engine's clock (seconds; only differences mean anything): what a call's relative
+        first-token deadline is turned into a time on. A simulated engine's is virtual."""
+        return time.monotonic()
+
+    def _due_at(self, first_token_due_ms: float) -> float | None:
+        """A call's relative first-token deadline as a time on this engine's clock (None: none)."""
+        due_ms = check_first_token_due_ms(first_token_due_ms)
+        return None if due_ms is None else self.now() + due_ms / 1e3
+
     def add_request(self, request_id: str, tokens: Sequence[int], sampling: SamplingParams,
                     begin: int = 0, max_new_tokens_here: int = 0, output_offset: int = 0,
-                    trace: StepTrace | None = None) -> None:
+                    trace: StepTrace | None = None, first_token_due_ms: float = 0.0) -> None:
         """Generate after tokens; KV of tokens[:begin] comes from a prep_recv reservation under
         the same id and/or the prefix cache (whatever is missing is recomputed). The last
         `output_offset` tokens were generated earlier (elsewhere): sampling continues from there.
-        `trace`: record this request's steps into it (a traced request)."""
+        `trace`: record this request's steps into it (a traced request). `first_token_due_ms`:
+        its first token is due this many ms from now (0: no deadline); the waiting queue goes
+        by it within a priority (engine/core/waiting_queue.py)."""
         if not isinstance(sampling, SamplingParams):
             raise InvalidRequest("sampling must be SamplingParams")
         if max_new_tokens_here < 0:
             raise InvalidRequest(f"max_new_tokens_here must be >= 0, got {max_new_tokens_here}")
+        first_token_due = self._due_at(first_token_due_ms)
         # Compiled outside the lock (a new schema takes milliseconds; the server compiles it
         # off the step loop first, so this finds it cached).
         grammar = (None if sampling.response_format is None
@@ -161,7 +180,7 @@ class EngineCore:
                               sample_seed=request_seed(sampling.seed),
                               output_offset=output_offset,
                               detokenizer=self._new_detokenizer(sampling), trace=trace,
-                              grammar=grammar)
+                              grammar=grammar, first_token_due=first_token_due)
             held = self.reservations.get(request_id) if request_id in self.reservations else None
             if held is not None:
                 res = held.reservation
@@ -224,9 +243,12 @@ class EngineCore:
             return reservation
 
     def add_send(self, request_id: str, tokens: Sequence[int], begin: int, end: int,
-                 on_layer: OnLayer, trace: StepTrace | None = None) -> None:
+                 on_layer: OnLayer, trace: StepTrace | None = None,
+                 first_token_due_ms: float = 0.0) -> None:
         """Prefill tokens[:end] (reusing the prefix cache) and report K/V of [begin, end) layer
-        by layer through on_layer; the final StepOutput has finish_reason "sent"."""
+        by layer through on_layer; the final StepOutput has finish_reason "sent".
+        `first_token_due_ms`: as add_request's (the first token of the request it sends for)."""
+        first_token_due = self._due_at(first_token_due_ms)
         with self._lock:
             self._check_new_id(request_id, allow_reservation=True)
             prompt = check_tokens(tokens, self.model_config.vocab_size, self.max_context + 1)
@@ -234,7 +256,8 @@ class EngineCore:
             check_range(begin, resolved, len(prompt), "add_send")
             self._check_fits(resolved)
             request = Request(request_id, "send", prompt[:resolved], len(prompt), begin=begin,
-                              send_end=resolved, on_layer=on_layer, trace=trace)
+                              send_end=resolved, on_layer=on_layer, trace=trace,
+                              first_token_due=first_token_due)
             self._requests[request_id] = request
             self.scheduler.add(request)
             if trace is not None:

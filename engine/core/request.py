@@ -59,6 +59,9 @@ class Request:
     unreported_cached: tuple[int, int] | None = None
     error: str | None = None
 
+    # When its first token is due, on the engine's clock (EngineCore.now; None: no deadline):
+    # the call's relative first_token_due_ms from its receipt. Orders the waiting queue.
+    first_token_due: float | None = None
     arrival: float = field(default_factory=time.monotonic)
     first_scheduled: float | None = None
     first_token_at: float | None = None
@@ -73,6 +76,11 @@ class Request:
     def priority(self) -> int:
         """Scheduling priority, lower first (a send's sampling is the default: 0)."""
         return self.sampling.priority
+
+    @property
+    def has_streamed(self) -> bool:
+        """Its client has seen tokens: produced here, or by an earlier segment elsewhere."""
+        return self.first_token_at is not None or self.output_offset > 0
 
     @property
     def pending(self) -> int:

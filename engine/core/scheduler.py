@@ -1,15 +1,20 @@
 """Scheduler: continuous batching with chunked prefill, priority admission and preemption.
 
 Each step: (1) every running decode gets its one token — decodes go first so a long prefill never
-starves them; (2) running prefills continue by priority (lower first), oldest first within one,
-under the per-step prefill token budget (chunk_size); (3) waiting requests are admitted by
-(priority, arrival) while budget, pages and max_running allow (engine/core/waiting_queue.py; with
-every priority equal, first come first served). When a running request needs a page and none is
-free (after evicting unreferenced cached pages), the lowest-priority running request not yet
-scheduled this step — the newest of them — is preempted by recompute: its pages are released and
-it goes back to the front of its priority in the queue, keeping the tokens it generated as part
-of its prompt. A waiting request never preempts a running one: a priority orders the queue, it
-does not stop work already admitted.
+starves them; (2) running prefills continue by (priority, first-token deadline), oldest first
+among equals, under the per-step prefill token budget (chunk_size); (3) waiting requests are
+admitted by (priority, first-token deadline, arrival) while budget, pages and max_running allow
+(engine/core/waiting_queue.py: a request without a deadline after every one with one of its
+priority; with no deadlines and every priority equal, first come first served). A deadline is
+the call's `first_token_due_ms` on the engine's clock: the router sets it from the request's TTFT
+objective, so a request it admitted is not left behind work that can wait. When a running
+request needs a page and none is free (after evicting unreferenced cached pages), the
+lowest-priority running request not yet scheduled this step — the newest of them — is preempted
+by recompute: its pages are released and it goes back to the queue (at the front of its priority
+once its stream has started, else at the front of its key: waiting_queue.py), keeping the tokens
+it generated as part of its prompt. A waiting request never preempts a running one: priorities
+and deadlines order the queue, they do not stop work already admitted. The order decides only
+when a request runs, never its tokens.
 """
 from __future__ import annotations
 
@@ -19,7 +24,7 @@ from dataclasses import dataclass, field
 from engine.batch import ScheduledChunk
 from engine.core.latency_model import StepShape
 from engine.core.request import Request
-from engine.core.waiting_queue import WaitingQueue
+from engine.core.waiting_queue import WaitingQueue, schedule_key
 from engine.kvcache.page_pool import OutOfPages
 from engine.kvcache.radix_cache import RadixPrefixCache
 
@@ -185,8 +190,8 @@ class Scheduler:
                     take(request, 1)
 
         budget = self.chunk_size
-        # Stable: within a priority, the running order (oldest first).
-        for request in sorted(self.running, key=lambda r: r.priority):
+        # Stable: among equal keys, the running order (oldest first).
+        for request in sorted(self.running, key=schedule_key):
             if budget <= 0:
                 break
             if request.request_id in scheduled or request not in self.running:

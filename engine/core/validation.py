@@ -1,6 +1,7 @@
 """Checks on caller input, each raising InvalidRequest with a message a user can act on."""
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from switchyard_engine_api.errors import InvalidRequest
@@ -41,3 +42,15 @@ def check_range(begin: int, end: int, num_tokens: int, what: str) -> None:
     if not 0 <= begin <= end <= num_tokens:
         raise InvalidRequest(
             f"{what}: need 0 <= begin ({begin}) <= end ({end}) <= len(tokens) ({num_tokens})")
+
+
+def check_first_token_due_ms(due_ms: float) -> float | None:
+    """A call's first_token_due_ms as ms from now, or None for 0 (no deadline). NaN, infinite
+    and negative values are refused: the router sends a positive one even for an overdue
+    request (it sorts first), so anything else is a caller's mistake, not a wish to wait."""
+    due = float(due_ms)
+    if not math.isfinite(due) or due < 0:
+        raise InvalidRequest(
+            f"first_token_due_ms must be a finite number of ms >= 0 (0 = no deadline), "
+            f"got {due_ms!r}")
+    return due or None

@@ -105,7 +105,8 @@ class KVSender:
         try:
             def start(core: Any) -> int:
                 cached = int(core.match_prefix(tokens[:end]))
-                core.add_send(send_id, tokens, begin, end, pump.on_layer, trace=trace)
+                core.add_send(send_id, tokens, begin, end, pump.on_layer, trace=trace,
+                              first_token_due_ms=req.first_token_due_ms)
                 return cached
 
             cached = await self._steps.call(start)

@@ -112,7 +112,8 @@ class EngineServicer(pb_grpc.EngineServicer):  # type: ignore[misc]
             try:
                 await self._steps.call(lambda core: core.add_request(
                     rid, tokens, sampling, request.begin, request.max_new_tokens_here,
-                    request.output_offset, trace=watch.steps))
+                    request.output_offset, trace=watch.steps,
+                    first_token_due_ms=request.first_token_due_ms))
             except BaseException:
                 self._steps.unwatch(rid)
                 raise

@@ -87,8 +87,15 @@ impl AdmissionSettings {
     /// (it is never shed by prediction).
     pub fn predicted_ttft_ms(&self, own: Option<f64>) -> Option<f64> {
         self.predicted
-            .then(|| own.or(self.default_slo.ttft_ms))
+            .then(|| self.ttft_objective_ms(own))
             .flatten()
+    }
+
+    /// A request's TTFT objective: its own, else the deployment's; None when it has neither (or
+    /// a meaningless one). Its engine calls carry what is left of it (executor/first_token_due.rs)
+    /// whether or not admission by prediction is on.
+    pub fn ttft_objective_ms(&self, own: Option<f64>) -> Option<f64> {
+        own.or(self.default_slo.ttft_ms)
             .filter(|ms| ms.is_finite() && *ms > 0.0)
     }
 

@@ -171,6 +171,21 @@ impl EngineLoad {
         )
     }
 
+    /// The decode batch a request placed now joins once it has prefilled: the decodes of
+    /// [`Self::pending_decode_batch`] and the requests queued on the engine at its latest Stats
+    /// (`queued_requests`, their context its `queued_prefill_tokens`) — they prefill ahead of it
+    /// and decode beside it. Approximate where the engine also queues KV sends (counted as
+    /// requests, though they never decode there) and for requests still prefilling when the
+    /// Stats was taken (their tokens counted, not themselves: Stats do not tell them apart).
+    pub fn joining_decode_batch(&self) -> DecodeBatch {
+        let pending = self.pending_decode_batch();
+        DecodeBatch {
+            seqs: pending.seqs.saturating_add(self.queued_requests),
+            context: pending.context.saturating_add(self.queued_prefill_tokens),
+            ..pending
+        }
+    }
+
     /// Predicted time of prefilling `prefill_tokens` on top of `cached_tokens` already in KV,
     /// chunked at this engine's chunk size with its running decodes in every step (no queue).
     pub fn predict_prefill_ms(&self, prefill_tokens: u64, cached_tokens: u64) -> f64 {

@@ -16,11 +16,15 @@
 //! ttft_ms        = queue_ms + prefill_ms
 //! prefill_step_ms= the longest step of that prefill (the step time the engine's running
 //!                  decodes see meanwhile: their TPOT under interference)
-//! decode_step_ms = a decode step with this request added to the running decodes
-//! decode_step_now_ms = a decode step of the running decodes alone (what this request's
-//!                  decode adds to theirs is the difference)
-//! backlog_step_ms= a step carrying a full chunk of another prefill beside the decodes with this
-//!                  request added: every step's time while the engine has prefills queued
+//! decode_step_ms = a decode step of the batch this request joins once prefilled, with it: the
+//!                  running decodes, those the router sent since the engine's Stats and the
+//!                  requests queued there (they prefill ahead of it and decode beside it;
+//!                  EngineLoad::joining_decode_batch) — its TPOT
+//! decode_step_now_ms = a decode step of the running decodes alone (the step its queue and
+//!                  prefill ride along with; what this request and the queue ahead of it add to
+//!                  the running decodes' steps is the difference)
+//! backlog_step_ms= a step carrying a full chunk of another prefill beside that joined batch:
+//!                  every step's time while the engine has prefills queued
 //! tpot_slack_ms  = tpot_slo_ms - decode_step_ms   (inf without an SLO)
 //! kv_use         = (pages requests hold + pages this request allocates) / pages total
 //!                  (pages only the prefix cache holds are free on demand, so not counted)
@@ -125,11 +129,13 @@ pub fn predict_engine(
         .flatten()
         .map(|w| model.time_ms(w))
         .fold(0.0, f64::max);
-    // Once prefilled, the request decodes reading its tokens plus the one being generated.
+    // Once prefilled, the request decodes reading its tokens plus the one being generated,
+    // beside what decodes now and what was queued ahead of it.
+    let joined = load.joining_decode_batch();
     let with_request_batch = DecodeBatch {
-        seqs: decode.seqs + 1,
-        context: decode.context.saturating_add(tokens + 1),
-        ..decode
+        seqs: joined.seqs + 1,
+        context: joined.context.saturating_add(tokens + 1),
+        ..joined
     };
     let with_request = StepWork::one_step(&[], &with_request_batch);
     let decode_step_ms = model.time_ms(&with_request);
@@ -261,7 +267,8 @@ mod tests {
 
     /// The naive reference: simulate the engine's FCFS chunked scheduler step by step — queued
     /// tokens first (each chunk a fresh sequence), then this request's chunks — with every
-    /// running decode adding one token of context per step, and sum each step's dot product.
+    /// running decode adding one token of context per step, and sum each step's dot product;
+    /// then one decode step of the running decodes, the queued requests and this one.
     fn naive(load: &EngineLoad, tokens: u64, matched: u64) -> (f64, f64, f64, f64) {
         let step_ms = |chunks: &[(u64, u64)], decodes: u64, ctx: u64| -> f64 {
             let mut f = [1.0, 0.0, 0.0, 0.0, 0.0, decodes as f64, ctx as f64, 0.0];
@@ -297,7 +304,13 @@ mod tests {
             done += n;
             ctx += b;
         }
-        let decode = step_ms(&[], b + 1, load.decode_context_tokens + tokens + 1);
+        // It decodes beside the running decodes and everything queued ahead of it (their
+        // prompts its context).
+        let decode = step_ms(
+            &[],
+            b + load.queued_requests + 1,
+            load.decode_context_tokens + load.queued_prefill_tokens + tokens + 1,
+        );
         (queue_ms, prefill_ms, worst, decode)
     }
 
@@ -327,6 +340,47 @@ mod tests {
                 assert_eq!(p.prefill_tokens, tokens - matched.min(tokens - 1));
             }
         }
+    }
+
+    #[test]
+    fn requests_queued_on_the_engine_decode_beside_the_new_one() {
+        let params = PredictParams::new(Some(50.0), 1.0).unwrap();
+        let idle_queue = engine(900, 8, 9000, 256);
+        let mut load = idle_queue.clone();
+        // 3 requests wait there with 900 prompt tokens between them: by the time this one
+        // decodes they decode too, so its step counts 8 + 3 + 1 sequences and their context.
+        load.queued_requests = 3;
+        let joined = load.joining_decode_batch();
+        assert_eq!((joined.seqs, joined.context), (8 + 3, 9000 + 900));
+        let p = predict_engine(&load, 100, 0, 16, &params);
+        let (queue, prefill, _, _) = naive(&load, 100, 0);
+        let step = load.latency.time_ms(&StepWork::one_step(
+            &[],
+            &load.latency.decode_batch(8 + 3 + 1, 9000 + 900 + 100 + 1),
+        ));
+        let near = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1.0);
+        assert!(
+            near(p.decode_step_ms, step),
+            "{} vs {step}",
+            p.decode_step_ms
+        );
+        assert!(near(p.tpot_slack_ms, 50.0 - step));
+        let backlog = load.latency.time_ms(&StepWork::one_step(
+            &[(0, 256)],
+            &load.latency.decode_batch(8 + 3 + 1, 9000 + 900 + 100 + 1),
+        ));
+        assert!(near(p.backlog_step_ms, backlog));
+        // The queue ahead and this prefill still ride along with the decodes running now, and
+        // the step of those alone is unchanged.
+        let before = predict_engine(&idle_queue, 100, 0, 16, &params);
+        assert!(near(p.queue_ms, queue) && near(p.prefill_ms, prefill));
+        assert_eq!(p.decode_step_now_ms, before.decode_step_now_ms);
+        assert!(p.decode_step_ms > before.decode_step_ms);
+        // What the router sent since the Stats joins as well (pending_decode_batch).
+        load.router_seqs = 2;
+        load.router_prefill_tokens = 300;
+        let joined = load.joining_decode_batch();
+        assert_eq!((joined.seqs, joined.context), (8 + 2 + 3, 9000 + 300 + 900));
     }
 
     #[test]

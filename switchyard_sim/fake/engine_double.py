@@ -43,7 +43,8 @@ class EngineDouble(Protocol):
 
     async def remote_send(self, request_id: str, tokens: list[int], kv_addr: bytes, dst: str,
                           begin: int, end: int, transport: str = "",
-                          metadata: Metadata | None = None) -> pb.RemoteSendResponse: ...
+                          metadata: Metadata | None = None, first_token_due_ms: float = 0.0
+                          ) -> pb.RemoteSendResponse: ...
 
     def start_generate_request(self, request: pb.StartGenerateRequest, *,
                                metadata: Metadata | None = None) -> EngineCall:

@@ -93,6 +93,9 @@ class FakeEngineClient:
     block_size: int = 16
     faults: list[Fault] = field(default_factory=list)
     calls: list[tuple[str, str]] = field(default_factory=list)  # (verb, request id)
+    # (verb, request id, first_token_due_ms) of each remote_send and start_generate: the
+    # first-token deadline the router sent with it (0: none).
+    deadlines: list[tuple[str, str, float]] = field(default_factory=list)
     cached: set[tuple[int, ...]] = field(default_factory=set)   # full-block prefixes held
     reservations: dict[str, _Reservation] = field(default_factory=dict)
     generations: dict[str, FakeGeneration] = field(default_factory=dict)
@@ -163,9 +166,10 @@ class FakeEngineClient:
                                    matched_len=matched, end=resolved, page_size=self.block_size)
 
     async def remote_send(self, request_id: str, tokens: list[int], kv_addr: bytes, dst: str,
-                          begin: int, end: int, transport: str = "", metadata: Any = None
-                          ) -> pb.RemoteSendResponse:
+                          begin: int, end: int, transport: str = "", metadata: Any = None,
+                          first_token_due_ms: float = 0.0) -> pb.RemoteSendResponse:
         nth = await self._enter("remote_send", request_id)
+        self.deadlines.append(("remote_send", request_id, first_token_due_ms))
         target_name, _, target_rid = kv_addr.decode().partition("/")
         target = self.cluster.client(target_name)
         res = target.reservations.get(target_rid)
@@ -184,6 +188,7 @@ class FakeEngineClient:
 
     def start_generate_request(self, request: pb.StartGenerateRequest,
                                timeout_s: float | None = None, metadata: Any = None) -> FakeCall:
+        self.deadlines.append(("start_generate", request.request_id, request.first_token_due_ms))
         return FakeCall(self, request)
 
     async def abort(self, request_id: str, handoff: bool = False) -> bool:

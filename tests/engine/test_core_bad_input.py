@@ -60,6 +60,9 @@ def test_bad_requests_are_rejected_and_engine_keeps_serving(
         ({"max_new_tokens_here": -1}, "max_new_tokens_here"),
         ({"output_offset": len(prompt)}, "output_offset"),
         ({"sampling": "greedy"}, "SamplingParams"),
+        ({"first_token_due_ms": math.nan}, "first_token_due_ms"),
+        ({"first_token_due_ms": -1.0}, "first_token_due_ms"),
+        ({"first_token_due_ms": math.inf}, "first_token_due_ms"),
     ]
     for overrides, message in cases:
         args: dict[str, object] = {"request_id": "bad", "tokens": prompt, "sampling": greedy(4)}
@@ -75,6 +78,8 @@ def test_bad_requests_are_rejected_and_engine_keeps_serving(
         core.prep_recv("r", prompt, len(prompt) + 1)
     with pytest.raises(InvalidRequest, match="begin"):
         core.add_send("s", prompt * 4, 5, 3, lambda chunk: None)
+    with pytest.raises(InvalidRequest, match="first_token_due_ms"):
+        core.add_send("s", prompt * 4, 0, 3, lambda chunk: None, first_token_due_ms=-0.5)
     drain(core)
     assert generate(core, prompt, greedy(6), "after") == reference
     assert_pool_idle(core)

@@ -133,6 +133,9 @@ async def test_bad_input_maps_to_status_codes(quad) -> None:
              grpc.StatusCode.INVALID_ARGUMENT),
             # 4000 tokens hold 250 of the 512 pages: a third such reservation cannot fit.
             (_big_reservations(d), grpc.StatusCode.RESOURCE_EXHAUSTED),
+            (_first_chunk(d, float("nan")), grpc.StatusCode.INVALID_ARGUMENT),
+            (_first_chunk(d, -5.0), grpc.StatusCode.INVALID_ARGUMENT),
+            (_send_due(p, d, -1.0), grpc.StatusCode.INVALID_ARGUMENT),
         ]
         for call, code in cases:
             with pytest.raises(grpc.aio.AioRpcError) as err:
@@ -140,8 +143,24 @@ async def test_bad_input_maps_to_status_codes(quad) -> None:
             assert err.value.code() == code, err.value.details()
             assert err.value.details()
         assert await d.abort("big-0") and await d.abort("big-1")
+        assert await d.abort("due-send")  # the refused send's reservation
         await assert_accounted(d)
         assert await d.healthy()
+
+
+async def _first_chunk(d: EngineClient, first_token_due_ms: float) -> None:
+    """A StartGenerate whose first-token deadline is `first_token_due_ms`."""
+    request = pb.StartGenerateRequest(request_id=f"due-{first_token_due_ms}", tokens=[1, 2, 3],
+                                      sampling=sampling(4), first_token_due_ms=first_token_due_ms)
+    await d.start_generate_request(request).read()
+
+
+async def _send_due(p: EngineClient, d: EngineClient, first_token_due_ms: float) -> None:
+    """A RemoteSend into a fresh reservation with a first-token deadline of
+    `first_token_due_ms`."""
+    kv = await d.prep_recv("due-send", LONG_PROMPT[:64], end=-1)
+    await p.remote_send("due-send", LONG_PROMPT[:64], kv.kv_addr, d.address, 0, kv.end,
+                        first_token_due_ms=first_token_due_ms)
 
 
 async def _big_reservations(d: EngineClient) -> None:

@@ -94,3 +94,42 @@ def test_stats_report_the_profile_model_and_live_load(tiny: HardwareProfile) -> 
         await cluster.stop()
 
     run_virtual(main)
+
+
+def test_queued_requests_go_earliest_deadline_first_in_virtual_time(tiny: HardwareProfile
+                                                                     ) -> None:
+    """The simulated engine queues by the real scheduler's rule: three requests with deadlines,
+    arriving after a long prompt without one and in the reverse of their deadlines' order, get
+    their first tokens earliest deadline first and the long prompt last; each deadline is a time
+    on the simulation's clock."""
+    from switchyard_rpc import engine_pb2 as pb
+
+    async def main() -> tuple[list[str], dict[str, float]]:
+        loop = asyncio.get_running_loop()
+        cluster = SimCluster(tiny, ["any"])
+        await cluster.start()
+        client = cluster.client("e0")
+        firsts: list[str] = []
+
+        async def first_token(rid: str, tokens: list[int], due_ms: float) -> None:
+            call = client.start_generate_request(pb.StartGenerateRequest(
+                request_id=rid, tokens=tokens, sampling=pb.SamplingParams(max_tokens=1),
+                first_token_due_ms=due_ms))
+            await call.read()
+            firsts.append(rid)
+
+        calls = [first_token("long", list(range(3000, 3300)), 0.0)]
+        calls += [first_token(rid, list(range(base, base + 100)), due_ms)
+                  for rid, base, due_ms in (("c", 4000, 3000.0), ("b", 5000, 2000.0),
+                                            ("a", 6000, 1000.0))]
+        tasks = [asyncio.ensure_future(c) for c in calls]
+        await asyncio.sleep(0)  # every call is on the engine, none has finished
+        core = cluster.sim("e0").core
+        due = {rid: core.request(rid).first_token_due - loop.time() for rid in "abc"}
+        await asyncio.gather(*tasks)
+        await cluster.stop()
+        return firsts, due
+
+    firsts, due = run_virtual(main)
+    assert firsts == ["a", "b", "c", "long"], firsts
+    assert due == pytest.approx({"a": 1.0, "b": 2.0, "c": 3.0})

@@ -246,6 +246,7 @@ pub async fn copy_context(
             trace: None,
             last_error: None,
             placed: None,
+            first_token_due: None,
         },
     );
     let copied = async {

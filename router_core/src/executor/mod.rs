@@ -11,6 +11,7 @@ pub mod carry_out;
 mod dispatched;
 mod engine_verbs;
 pub mod failure;
+mod first_token_due;
 mod fleet;
 mod placement;
 mod request_exec;
@@ -22,6 +23,7 @@ mod test_engines;
 pub use carry_out::{Then, Transfer};
 pub use engine_verbs::{EngineVerbs, Metadata, VerbFuture};
 pub use failure::{Failure, Stage};
+pub use first_token_due::{relative_due_ms, FirstTokenDue, OVERDUE_DUE_MS};
 pub use fleet::{Fleet, FleetEngine};
 pub use placement::{PdPlan, Placement, RouteNote, SegmentPlan, SplitPlan};
 pub use request_exec::{

@@ -6,6 +6,7 @@
 
 use super::dispatched::{first_generation, Dispatched};
 use super::engine_verbs::Metadata;
+use super::first_token_due::FirstTokenDue;
 use super::fleet::{Fleet, FleetEngine};
 use super::placement::{Placement, SegmentPlan};
 use super::scope::{Held, Release, RequestScope, Verb};
@@ -85,11 +86,24 @@ pub struct ExecState {
     /// The engine table's count of the generation a decision placed, taken when it was
     /// decided; its StartGenerate takes it over (another engine's start releases it).
     pub placed: Option<Dispatched>,
+    /// When its first token is due (its TTFT objective; None: it has none).
+    pub first_token_due: Option<FirstTokenDue>,
 }
 
 impl ExecState {
     pub fn generated(&self) -> u64 {
         (self.tokens.len() - self.prompt_len) as u64
+    }
+
+    /// The deadline a call sent now carries: the request's first-token deadline while none has
+    /// been generated (the calls before it: a retry's too), else None — a later segment's first
+    /// token is not the request's (its TPOT is what counts there). Read the clock with it
+    /// (`FirstTokenDue::call_ms`) after the state's lock is let go: the in-process front's
+    /// clock takes the GIL.
+    pub fn call_deadline(&self) -> Option<FirstTokenDue> {
+        self.first_token_due
+            .clone()
+            .filter(|_| self.generated() == 0)
     }
 
     fn max_tokens(&self) -> u64 {
@@ -326,14 +340,21 @@ impl RequestExec {
                 stamp,
             })
         });
+        let (prompt, deadline) = {
+            let state = self.state();
+            (proto_tokens(&state.tokens), state.call_deadline())
+        };
         let message = pb::RemoteSendRequest {
             request_id: id.clone(),
-            tokens: proto_tokens(&self.state().tokens),
+            tokens: prompt,
             kv_addr: kv.kv_addr.clone(),
             dst: kv.dst_address.clone(),
             begin: proto_int(begin),
             end: proto_int(end),
             transport: String::new(),
+            // A send before the first token (a PD request's prefill) is on its path: it queues
+            // on the sender by the same deadline.
+            first_token_due_ms: FirstTokenDue::call_ms(deadline.as_ref()),
         };
         let answer = engine.verbs.remote_send(message, metadata).await;
         drop(queued);
@@ -387,7 +408,7 @@ impl RequestExec {
         plan: &SegmentPlan,
         metadata: Vec<(String, String)>,
     ) -> Result<Generation, VerbError> {
-        let (message, prefill, decode, id) = {
+        let (mut message, prefill, decode, id, deadline) = {
             let state = self.state();
             let len = state.tokens.len() as u64;
             if plan.begin >= len {
@@ -426,14 +447,17 @@ impl RequestExec {
                 sampling: Some(sampling),
                 max_new_tokens_here: plan.max_new_tokens.map_or(0, |n| n as i32),
                 output_offset: proto_int(generated),
+                first_token_due_ms: 0.0,
             };
             (
                 message,
                 len - plan.begin,
                 decode,
                 state.engine_request_id.clone(),
+                state.call_deadline(),
             )
         };
+        message.first_token_due_ms = FirstTokenDue::call_ms(deadline.as_ref());
         let num = plan.engine;
         let engine = self.engine(Verb::StartGenerate, num)?;
         {

@@ -410,6 +410,12 @@ impl AdmissionGate {
         lock(&self.state).settings.clone()
     }
 
+    /// A request's TTFT objective: its own, else the deployment's (whether or not admission by
+    /// prediction is on: the engines queue by it either way).
+    pub fn ttft_objective_ms(&self, own: Option<f64>) -> Option<f64> {
+        lock(&self.state).settings.ttft_objective_ms(own)
+    }
+
     /// Queued requests per priority.
     pub fn queue_lengths(&self) -> Vec<(i32, usize)> {
         lock(&self.state).queue.len_by_priority()

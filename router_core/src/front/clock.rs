@@ -12,6 +12,12 @@ pub trait Clock: Send + Sync {
 
     /// Resolves once `duration` has passed on this clock.
     fn sleep(&self, duration: Duration) -> BoxFuture<()>;
+
+    /// This clock's reading when a request that began at `started` (the process's clock)
+    /// arrived, called as it is prepared: now, less the time it took to arrive.
+    fn arrival_s(&self, started: Instant) -> f64 {
+        self.now() - started.elapsed().as_secs_f64()
+    }
 }
 
 /// The process's monotonic clock and tokio's timers.

@@ -22,8 +22,8 @@ use super::openai_request::GenerationRequest;
 use super::segment_stream::Interrupt;
 use super::served_models::ServedModel;
 use crate::executor::{
-    carry_out, failure, ExecState, Failure, Generation, Placement, RequestExec, RouteNote,
-    SegmentPlan, Stage, Then, TraceParent,
+    carry_out, failure, ExecState, Failure, FirstTokenDue, Generation, Placement, RequestExec,
+    RouteNote, SegmentPlan, Stage, Then, TraceParent,
 };
 use crate::otel::{router_tracer, RequestSpans, RequestSummary, RouterTracer};
 use crate::router::lock;
@@ -53,6 +53,8 @@ pub struct Prepared {
     pub model: Arc<ServedModel>,
     pub trace_headers: Vec<(String, String)>,
     pub started: Instant,
+    /// When it arrived, on the front's clock (its first-token deadline counts from then).
+    pub arrived_s: f64,
     pub inflight: InflightGuard,
     /// From the admission gate, held until the request ends (front/admission.rs).
     pub admission: Option<AdmissionPermit>,
@@ -258,6 +260,7 @@ impl<B: PolicyBridge> RequestTask<B> {
         let spans = tracer
             .as_ref()
             .and_then(|tracer| RequestSpans::start(tracer, &p.trace_headers, p.started));
+        let objective_ms = front.admission.ttft_objective_ms(p.request.slo_ttft_ms);
         let exec = RequestExec::new(
             front.fleet.clone(),
             front.runtime.clone(),
@@ -271,6 +274,7 @@ impl<B: PolicyBridge> RequestTask<B> {
                 trace: None,
                 last_error: None,
                 placed: None,
+                first_token_due: FirstTokenDue::of(p.arrived_s, objective_ms, front.clock.clone()),
             },
         );
         let (running, control) = front.register(&p.engine_request_id, &p.request_id, &p.model.name);

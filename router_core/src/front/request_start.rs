@@ -170,6 +170,7 @@ fn prepare<B: PolicyBridge>(
         model,
         trace_headers: trace_headers(headers),
         started,
+        arrived_s: front.clock.arrival_s(started),
         inflight,
         admission: None,
         outcome: None,

@@ -223,6 +223,10 @@ impl EngineVerbs for EngineDouble {
         on_loop(
             Box::new(move |py| {
                 let kwargs = metadata_kwargs(py, &metadata)?;
+                // Only when set: a double that predates deadlines still takes the call.
+                if message.first_token_due_ms > 0.0 {
+                    kwargs.set_item("first_token_due_ms", message.first_token_due_ms)?;
+                }
                 let args = (
                     message.request_id,
                     message.tokens,

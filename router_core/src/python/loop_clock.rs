@@ -34,6 +34,13 @@ impl Clock for LoopClock {
         })
     }
 
+    /// Now: an in-process request is made and prepared in one call, within one instant of the
+    /// loop's time. (The process's clock has no part in a virtual time: subtracting what it
+    /// measured would make a simulation's deadlines, and their order, differ run to run.)
+    fn arrival_s(&self, _started: std::time::Instant) -> f64 {
+        self.now()
+    }
+
     fn sleep(&self, duration: Duration) -> BoxFuture<()> {
         let (fire, fired) = oneshot::channel();
         let handle = Python::with_gil(|py| -> PyResult<PyObject> {
