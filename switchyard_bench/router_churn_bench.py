@@ -3,9 +3,12 @@
 N mock engines from one process (switchyard_bench/mock_fleet.py; synthetic tokens, NO model),
 each with a pretend prefix cache of --cache-blocks blocks that evicts the blocks it stored first
 once full, and KVEvents that say so — the stores and evictions a real fleet's engines send. One
-`switchyard router` over them on cache_aware (the prefix index in use); wrk sends S seconds of
-streaming completions whose prompts are all different (random numbers: about 200 tokens, a dozen
-new blocks each), so the index fills to the fleet's caches and then churns: every store evicts.
+`switchyard router` over them on round_robin, so that every engine gets its share of the prompts
+(cache_aware, with nothing to match, breaks its ties by engine id: the prompts would pile onto the
+first engines and the rest of the fleet would never fill); the router indexes every engine's KV
+events whatever its policy. wrk sends S seconds of streaming completions whose prompts are all
+different (64 random numbers: about 440 tokens, 27 new blocks each), so the index fills to the
+fleet's caches and then churns: every store evicts.
 The router's resident memory (RSS, its process tree) is sampled every --sample-s seconds; the
 table gives the idle RSS, the RSS at each sample, the peak and the last, and the fleet's bound on
 what the index holds (N x --cache-blocks blocks).
@@ -34,8 +37,8 @@ from switchyard_bench.router_fleet_bench import (
 )
 from switchyard_bench.wrk_runner import Measure, ensure_wrk, parse_wrk
 
-# Each request's prompt: this many random numbers (1-6 digits: ~200 tokens in all), so that no
-# two requests share a block past the first few tokens.
+# Each request's prompt: this many random numbers (1-6 digits: ~440 tokens in all), so that no
+# two requests share a block.
 _PROMPT_NUMBERS = 64
 
 _CHURN_SCRIPT = """
@@ -87,7 +90,7 @@ def run_churn(cfg: ChurnConfig) -> int:
         ports = start_fleet(started, cfg.engines, cfg.cache_blocks)
         router = start_router(started, ports, cfg.router_flags)
         wait_healthy(router, cfg.engines)
-        switch_policy(router, "cache_aware")
+        switch_policy(router, "round_robin")
         pids = [p.pid for p in router.proc]
         time.sleep(1.0)
         result = ChurnResult(cfg.engines, cfg.cache_blocks, tree_rss_mb(pids))
