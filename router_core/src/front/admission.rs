@@ -97,7 +97,9 @@ async fn admit<B: PolicyBridge>(
     let request = &prepared.request;
     let clock = front.clock.as_ref();
     let (models, model) = (&front.models, prepared.model.name.as_str());
-    let serves = move |num: u32| models.serves(num, model);
+    // With one model every engine serves it: no lock per engine of the fleet.
+    let several = models.several();
+    let serves = move |num: u32| !several || models.serves(num, model);
     let entry = Entry {
         priority: request.sampling.priority,
         caller: &caller,

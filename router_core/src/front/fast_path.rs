@@ -79,12 +79,19 @@ impl FastPolicy {
     ) -> Result<FastChoice, ApiError> {
         match self.kind {
             FastPolicyKind::RoundRobin => {
-                let engines = healthy_engines(core, member);
-                if engines.is_empty() {
+                // Counted, then walked to the turn's engine: no list of the fleet built per
+                // request (at 1,024 engines that allocation and copy was ~10% of the router).
+                let table = lock(&core.table);
+                let serving = || table.all().filter(|e| e.healthy && member(e.engine_id));
+                let count = serving().count();
+                if count == 0 {
                     return Err(no_healthy_engine());
                 }
                 let turn = self.cursor.fetch_add(1, Ordering::Relaxed);
-                let engine = engines[(turn % engines.len() as u64) as usize].id;
+                let engine = serving()
+                    .nth((turn % count as u64) as usize)
+                    .map(|e| e.engine_id)
+                    .ok_or_else(no_healthy_engine)?;
                 Ok(FastChoice {
                     engine,
                     route: format!("dp engine={} via=round_robin", engine_name(engine)),
@@ -92,11 +99,7 @@ impl FastPolicy {
                 })
             }
             FastPolicyKind::LeastLoad => {
-                let engines = healthy_engines(core, member);
-                let best = engines
-                    .iter()
-                    .min_by_key(|e| (e.unfinished, e.inflight, e.id))
-                    .ok_or_else(no_healthy_engine)?;
+                let best = least_loaded(core, member).ok_or_else(no_healthy_engine)?;
                 Ok(FastChoice {
                     engine: best.id,
                     route: format!(
@@ -138,9 +141,9 @@ struct Serving {
     inflight: u64,
 }
 
-/// Healthy engines by id (`cluster.engines("any")`: the table is ordered by number) that
-/// `member` admits.
-fn healthy_engines(core: &RouterCore, member: &dyn Fn(u32) -> bool) -> Vec<Serving> {
+/// The healthy engine `member` admits with the fewest unfinished tokens, then in-flight
+/// requests, then the lowest id (one pass, nothing collected).
+fn least_loaded(core: &RouterCore, member: &dyn Fn(u32) -> bool) -> Option<Serving> {
     let table = lock(&core.table);
     table
         .all()
@@ -150,7 +153,7 @@ fn healthy_engines(core: &RouterCore, member: &dyn Fn(u32) -> bool) -> Vec<Servi
             unfinished: e.unfinished_tokens + e.router_tokens,
             inflight: e.inflight,
         })
-        .collect()
+        .min_by_key(|e| (e.unfinished, e.inflight, e.id))
 }
 
 #[cfg(test)]

@@ -590,7 +590,9 @@ impl<B: PolicyBridge> RequestTask<B> {
                 .core()
                 .ok_or_else(|| Failure::fatal(ApiError::no_capacity("no healthy engine")))?;
             let (models, model) = (&self.front.models, self.model.name.as_str());
-            let member = |num| models.serves(num, model);
+            // With one model every engine is a member: no lock per engine of the fleet.
+            let several = models.several();
+            let member = |num| !several || models.serves(num, model);
             // A request with a session: its session's engine (front/fast_session.rs).
             let session = self.request.session.as_ref();
             let session = session.map(|s| (&self.front.sessions, s));
