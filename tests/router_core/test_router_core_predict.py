@@ -45,7 +45,9 @@ def _reference(tokens: int, matched: int, queued: int, decodes: int, decode_ctx:
         prefill_ms, worst = prefill_ms + step, max(worst, step)
         done += n
         ctx += decodes
-    decode = _step_ms([], decodes + 1, decode_ctx + tokens + 1)
+    # The batch it joins: the running decodes, the queued requests (none reported here) and
+    # the context of the queued prefill, which decodes beside it (EngineLoad::joining_decode_batch).
+    decode = _step_ms([], decodes + 1, decode_ctx + queued + tokens + 1)
     return {"queue_ms": queue_ms, "prefill_ms": prefill_ms, "ttft_ms": queue_ms + prefill_ms,
             "prefill_step_ms": worst, "decode_step_ms": decode,
             "tpot_slack_ms": math.inf if slo is None else slo - decode}
