@@ -45,7 +45,8 @@ class UsableEngines:
 
     def nums_of_role(self, directory: EngineDirectory, role: str) -> tuple[int, ...]:
         """The router_core numbers of `of_role`'s engines."""
-        nums = self._nums_by_role.get(role) if self._version == roster_version() else None
+        self._fresh(directory)
+        nums = self._nums_by_role.get(role)
         if nums is None:
             nums = tuple(e.num for e in self.of_role(directory, role))
             self._nums_by_role[role] = nums
