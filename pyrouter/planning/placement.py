@@ -250,8 +250,21 @@ def _pushed_over(e: EngineState, share: PrefillShare, now: float, extra_ms: floa
     return round(e.running_decodes * e.in_slo)
 
 
+# Which of `choose`'s rules placed a request (the route's `why=`): placed to meet its SLO; late
+# anyway, where it runs soonest; onto a queue already past the TTFT SLO; onto the engine whose
+# decodes already step slower than the TPOT SLO.
+FITS, SOONEST, QUEUE_SATURATED, STEP_SATURATED = "fits", "soonest", "queue_saturated", \
+    "step_saturated"
+
+
 def choose(placements: list[Placement], slo: Slo) -> Placement:
     """The placement with the most requests within SLO (module docstring)."""
+    return choose_with_rule(placements, slo)[0]
+
+
+def choose_with_rule(placements: list[Placement], slo: Slo) -> tuple[Placement, str]:
+    """`choose`'s placement and the rule that picked it (FITS, SOONEST, QUEUE_SATURATED,
+    STEP_SATURATED)."""
     if not placements:
         raise ValueError("no placement to choose from")
     fits_kv = [p for p in placements if p.kv_ok] or placements
@@ -259,7 +272,7 @@ def choose(placements: list[Placement], slo: Slo) -> Placement:
     top = [p for p in fits_kv if p.score == best_score]
     least_ttft = min(top, key=lambda p: (p.ttft_ms, p.pattern != DP, p.prefill, p.decode))
     if least_ttft.meets:
-        return least_ttft
+        return least_ttft, FITS
     saturated = [p for p in fits_kv if p.prefill_queue_ms > slo.ttft_ms]
     if not saturated:
         slowest = max(top, key=lambda p: p.decode_step_now_ms)
@@ -269,10 +282,10 @@ def choose(placements: list[Placement], slo: Slo) -> Placement:
             # a burst the engines absorb predicts late TPOTs without any engine being there).
             # Join the slowest, so the others' decodes keep theirs.
             return min(top, key=lambda p: (-p.decode_step_now_ms, p.pattern != DP, p.prefill,
-                                           p.decode))
+                                           p.decode)), STEP_SATURATED
         # No engine's queue is past the TTFT SLO yet: the engines still keep up, and a request
         # late anyway (too long, or unlucky) runs soonest, keeping every engine busy.
-        return least_ttft
+        return least_ttft, SOONEST
     # Saturated: some queue is already past the SLO. Join one (the least harm, then the longest
     # queue; data parallel: no bytes moved for a request late anyway), so the other engines stay
     # short enough for the requests that can still meet their SLO — instead of spreading
@@ -280,7 +293,7 @@ def choose(placements: list[Placement], slo: Slo) -> Placement:
     # not: a late request there takes queue time from requests that could still fit, and its
     # engine drifts past the SLO too (then none is left for them).
     return min(saturated, key=lambda p: (p.harm, -p.prefill_queue_ms, p.pattern != DP,
-                                         p.prefill, p.decode))
+                                         p.prefill, p.decode)), QUEUE_SATURATED
 
 
 def commit(chosen: Placement, share: PrefillShare, feedback: PredictionFeedback, now: float,

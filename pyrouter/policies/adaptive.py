@@ -62,7 +62,11 @@ changes below that.
 
 Parameters are the SLO (a request's own `slo` wins), the KV watermark, `patterns` (which
 placements may run: "dp,pd"), `chunk_control`, `tpot_hindsight`, `fallback` and `shortlist`. Every response
-says what ran and why: `adaptive chose=pd prefill=e0 decode=e1 ttft_ms=812 tpot_ms=41 fits=1 harm=0`.
+says what ran and why: `adaptive chose=pd prefill=e0 decode=e1 ttft_ms=812 tpot_ms=41 fits=1 harm=0
+why=fits` — `why` is the rule that picked it (placement.py `choose`): `fits` (placed to meet its
+SLO), `soonest` (late anyway, where it runs soonest), `queue_saturated` (late, onto a queue already
+past the TTFT SLO), `step_saturated` (late, onto the engine whose decodes already step slower than
+the TPOT SLO).
 """
 from __future__ import annotations
 
@@ -87,7 +91,7 @@ from pyrouter.planning.placement import (
     TransferCost,
     at_chunk,
     candidates,
-    choose,
+    choose_with_rule,
     commit,
 )
 from pyrouter.request import RouterRequest
@@ -157,7 +161,7 @@ async def route(req: RouterRequest, cluster: ClusterView) -> Dp | Pd:
     if chunk_control:
         placements = placements + _at_lcu_chunks(req, cluster, placements, states, slo, share,
                                                   now)
-    chosen = choose(placements, slo)
+    chosen, rule = choose_with_rule(placements, slo)
     fallback_note: dict[str, object] = {}
     if bool(cluster.params["fallback"]) and DP in patterns:
         chosen, fallback_note = _fall_back(chosen, placements, cluster, patterns)
@@ -177,7 +181,7 @@ async def route(req: RouterRequest, cluster: ClusterView) -> Dp | Pd:
         _control_chunks(req, cluster, slo, share, chosen,
                         [by_id[chosen.prefill], by_id[chosen.decode]])
     return _placement(req, chosen, by_id[chosen.prefill], by_id[chosen.decode], transfer,
-                      fallback_note)
+                      {"why": rule, **fallback_note})
 
 
 def _fall_back(chosen: Placement, placements: list[Placement], cluster: ClusterView,

@@ -12,7 +12,19 @@ from pyrouter.outcomes import Outcome, RecentOutcomes, slo_met
 from pyrouter.planning import placement
 from pyrouter.planning.chunk_control import backlog_chunk, lcu_chunk, lcu_option
 from pyrouter.planning.interference import PrefillShare, prefill_extra_ms, tpot_under
-from pyrouter.planning.placement import DP, PD, Placement, Slo, choose, commit
+from pyrouter.planning.placement import (
+    DP,
+    FITS,
+    PD,
+    QUEUE_SATURATED,
+    SOONEST,
+    STEP_SATURATED,
+    Placement,
+    Slo,
+    choose,
+    choose_with_rule,
+    commit,
+)
 from pyrouter.planning.prediction_feedback import PredictedOutcome, PredictionFeedback
 from pyrouter.planning.slo_fit import MUX, PREFILL, MuxRoles, queue_saturated
 from router_core import EngineTable
@@ -244,6 +256,12 @@ def test_choose_most_within_slo_then_least_ttft_then_least_harm_on_the_longest_q
     over_kv = _placement(DP, "e0", "e0", 10.0, True, 0, kv_ok=False)
     assert choose([over_kv, dp1], slo) is dp1
     assert choose([over_kv], slo) is over_kv         # nothing under the watermark: still runs
+    # the rule each took, as the route's why= says it
+    assert choose_with_rule([pd1, dp1], slo) == (dp1, FITS)
+    assert choose_with_rule(doomed, slo) == (doomed[0], QUEUE_SATURATED)
+    assert choose_with_rule(too_long, slo) == (too_long[1], SOONEST)
+    assert choose_with_rule(slow_steps, slo) == (slow_steps[1], STEP_SATURATED)
+    assert choose_with_rule(busy, slo) == (busy[1], SOONEST)
 
 
 def _busy_engine(chunk: int) -> router_core.RouterCore:

@@ -200,8 +200,8 @@ async def test_slo_mux_prefills_waiting_turn_a_multiplexing_engine_into_prefill(
 async def test_adaptive_idle_engines_run_data_parallel() -> None:
     cluster = FakeCluster([_engine(), _engine(queued_prefill_tokens=600)])
     pattern, p, verbs = await _run(cluster, "adaptive")
-    assert (pattern, p["chose"], p["engine"], p["fits"], p["harm"]) == \
-        ("adaptive", "dp", "e0", "1", "0")  # the least predicted TTFT, no bytes moved
+    assert (pattern, p["chose"], p["engine"], p["fits"], p["harm"], p["why"]) == \
+        ("adaptive", "dp", "e0", "1", "0", "fits")  # the least predicted TTFT, no bytes moved
     assert verbs == [("start_generate", "e0")]
     # the prediction is kept for the closed loop: compared when the request ended
     assert cluster.feedback.summary()["ttft/dp"]["n"] == 1
@@ -276,7 +276,7 @@ async def test_adaptive_under_overload_keeps_the_shorter_queue_for_requests_that
     cluster = FakeCluster([_engine(queued_prefill_tokens=20_000),
                            _engine(queued_prefill_tokens=8_000)], policy_timeout_s=60.0)
     _, p, _ = await _run(cluster, "adaptive", ttft_ms=1000.0)
-    assert (p["chose"], p["engine"], p["fits"]) == ("dp", "e0", "0")
+    assert (p["chose"], p["engine"], p["fits"], p["why"]) == ("dp", "e0", "0", "queue_saturated")
     # ...but not past the router's first-output timeout (5 s here), where it would fail after
     # waiting: refused at once, and nothing was sent to an engine
     short = FakeCluster([_engine(queued_prefill_tokens=20_000),
