@@ -109,11 +109,11 @@ def add_session_arguments(parser: argparse.ArgumentParser) -> None:
                    help="the body's `user` names the session when no X-Session-Id header does")
 
 
-def add_upkeep_arguments(parser: argparse.ArgumentParser) -> None:
+def add_upkeep_arguments(parser: argparse.ArgumentParser, poll_s: float | None = None) -> None:
     """How the router keeps up with its engines (router_core/src/engine_upkeep/); `serve`
-    passes them through. Unset, the router's defaults (pyrouter/router_command.py)."""
+    passes them through, None where not given (the router's own defaults then apply)."""
     g = parser.add_argument_group("engine upkeep (docs/deploy.md)")
-    g.add_argument("--poll-s", type=float, default=None,
+    g.add_argument("--poll-s", type=float, default=poll_s,
                    help="seconds between health/Stats polls of an engine that does not push "
                    "its load (an older engine, or one whose KV event stream is down; default "
                    "0.5)")
@@ -221,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="requests in flight before answering 429")
     rtr.add_argument("--max-context", type=int, default=8192,
                      help="prompt + max_tokens limit (400 beyond it)")
-    add_upkeep_arguments(rtr)
+    add_upkeep_arguments(rtr, poll_s=0.5)  # the simulator's POLL_S matches it
     rtr.add_argument("--policy-timeout-s", type=float, default=300.0,
                      help="a policy must hand back a stream within this time (else 500)")
     rtr.add_argument("--default-temperature", type=float, default=None,
