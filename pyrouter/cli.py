@@ -109,6 +109,28 @@ def add_session_arguments(parser: argparse.ArgumentParser) -> None:
                    help="the body's `user` names the session when no X-Session-Id header does")
 
 
+def add_upkeep_arguments(parser: argparse.ArgumentParser, poll_s: float | None = None) -> None:
+    """How the router keeps up with its engines (router_core/src/engine_upkeep/); `serve`
+    passes them through, None where not given (the router's own defaults then apply)."""
+    g = parser.add_argument_group("engine upkeep (docs/deploy.md)")
+    g.add_argument("--poll-s", type=float, default=poll_s,
+                   help="seconds between health/Stats polls of an engine that does not push "
+                   "its load (an older engine, or one whose KV event stream is down; default "
+                   "0.5)")
+    g.add_argument("--liveness-s", type=float, default=None,
+                   help="seconds between health/Stats polls of an engine that pushes its load "
+                   "on its KV event stream: only to find it dead if it hangs (default 10)")
+    g.add_argument("--upkeep-polls-per-s", type=float, default=None,
+                   help="every engine's health/Stats polls together at most this many per "
+                   "second: past that, every engine is polled less often, all alike "
+                   "(default 256; 0: no bound)")
+    g.add_argument("--prefix-index-max-blocks", type=int, default=None,
+                   help="distinct KV blocks the router's prefix index holds at most, over "
+                   "every engine (about 30 bytes each, more for blocks many engines hold); "
+                   "past it new blocks are not indexed, so prefix matches can only be "
+                   "under-reported (default 16777216)")
+
+
 # A router replica takes its peers' dispatch deltas (RouterPeer gRPC; pyrouter/replicas/peer_exchange.py)
 # on --port plus this unless --peer-port says.
 DEFAULT_PEER_PORT_OFFSET = 1000
@@ -167,6 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="start mock engines (synthetic tokens, no model): router tests and "
                        "overhead benchmarks only")
     add_session_arguments(serve)
+    add_upkeep_arguments(serve)
 
     add_engine_arguments(sub.add_parser("engine", help="one engine process serving the verbs "
                                         "over gRPC"))
@@ -198,21 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="requests in flight before answering 429")
     rtr.add_argument("--max-context", type=int, default=8192,
                      help="prompt + max_tokens limit (400 beyond it)")
-    rtr.add_argument("--poll-s", type=float, default=0.5,
-                     help="seconds between health/Stats polls of an engine that does not push "
-                          "its load (an older engine, or one whose KV event stream is down)")
-    rtr.add_argument("--liveness-s", type=float, default=None,
-                     help="seconds between health/Stats polls of an engine that pushes its load "
-                          "on its KV event stream: only to find it dead if it hangs (default 10)")
-    rtr.add_argument("--upkeep-polls-per-s", type=float, default=None,
-                     help="every engine's health/Stats polls together at most this many per "
-                          "second: past that, every engine is polled less often, all alike "
-                          "(default 256; 0: no bound)")
-    rtr.add_argument("--prefix-index-max-blocks", type=int, default=None,
-                     help="distinct KV blocks the router's prefix index holds at most, over "
-                          "every engine (about 30 bytes each, more for blocks many engines "
-                          "hold); past it new blocks are not indexed, so prefix matches can only "
-                          "be under-reported (default 16777216)")
+    add_upkeep_arguments(rtr, poll_s=0.5)  # the simulator's POLL_S matches it
     rtr.add_argument("--policy-timeout-s", type=float, default=300.0,
                      help="a policy must hand back a stream within this time (else 500)")
     rtr.add_argument("--default-temperature", type=float, default=None,

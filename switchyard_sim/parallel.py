@@ -40,6 +40,9 @@ def in_processes(fn: Callable[[J], R], jobs: Sequence[J], workers: int) -> Itera
     # worker's collections do not touch (and copy) every page it lives in. (Left frozen when
     # a caller froze it already: this may run inside a worker's job.)
     frozen_before = gc.get_freeze_count()
+    # Collect first: an earlier run's cluster can outlast one collection (what the first frees
+    # lets the rest go), and garbage frozen here would stay for the whole sweep.
+    gc.collect()
     gc.freeze()
     try:
         if workers <= 1:

@@ -4,7 +4,6 @@ the roster moved (pyrouter/engines/roster.py), so that a request's view of a 1,0
 costs a lookup, not a pass over the fleet."""
 from __future__ import annotations
 
-import weakref
 from typing import TYPE_CHECKING
 
 from pyrouter.degrade import serves
@@ -18,7 +17,7 @@ if TYPE_CHECKING:
 class UsableEngines:
     """The listing of one directory, as of a roster version."""
 
-    # It holds no reference to its directory (the directory keys it weakly): each call names it.
+    # It holds no reference to its directory (the directory holds it): each call names it.
     def __init__(self) -> None:
         self._version = -1
         self._by_role: dict[str, tuple[EngineHandle, ...]] = {}
@@ -58,16 +57,19 @@ class UsableEngines:
         return self._by_num
 
 
-# One per directory, for as long as the directory lives (a router's membership, one served
-# model's share of it, a simulated cluster).
-_PER_DIRECTORY: weakref.WeakKeyDictionary[object, UsableEngines] = weakref.WeakKeyDictionary()
+# One per directory, kept on the directory itself so that it lives exactly as long. (A module
+# map keyed weakly by directory kept every directory alive for ever: its listing holds the
+# directory's handles, and a handle reaches its directory (a simulated engine's client calls
+# back into its cluster), so the key never died: a tournament process grew by a whole
+# simulated cluster per run.)
+_ATTRIBUTE = "_usable_engines"
 
 
 def _of(directory: EngineDirectory) -> UsableEngines:
-    usable = _PER_DIRECTORY.get(directory)
+    usable = getattr(directory, _ATTRIBUTE, None)
     if usable is None:
         usable = UsableEngines()
-        _PER_DIRECTORY[directory] = usable
+        setattr(directory, _ATTRIBUTE, usable)
     return usable
 
 

@@ -23,6 +23,8 @@ _ANY_ADDRESS = ("0.0.0.0", "::", "")
 _ROUTER_GUARD_FLAGS = ("admin_port", "admin_host", "engine_allow", "max_body_bytes",
                        "body_timeout_s", "idle_timeout_s", "drain_s", "rate_limit_rps",
                        "rate_limit_burst", "max_inflight_per_caller")
+# And the engine upkeep's (add_upkeep_arguments): None leaves the router's default.
+_UPKEEP_FLAGS = ("poll_s", "liveness_s", "upkeep_polls_per_s", "prefix_index_max_blocks")
 
 
 class ServedEngine(Protocol):
@@ -42,9 +44,9 @@ def serve_router_args(args: argparse.Namespace, engines: Sequence[ServedEngine],
         engine=[f"{e.address}@{e.role}" for e in engines], policy=policy,
         policy_file=_absolute(args.policy_file),
         policy_dir=_absolute(getattr(args, "policy_dir", None)), model=args.model,
-        host=args.host, port=args.port, max_inflight=None, max_context=None, poll_s=None,
+        host=args.host, port=args.port, max_inflight=None, max_context=None,
         default_temperature=None, default_top_p=None)
-    for name in (*_ROUTER_GUARD_FLAGS, *SESSION_FLAGS):
+    for name in (*_ROUTER_GUARD_FLAGS, *SESSION_FLAGS, *_UPKEEP_FLAGS):
         setattr(router_args, name, getattr(args, name, None))
     for name in ADMISSION_FLAGS:  # the admission queue's (pyrouter/admission.py)
         setattr(router_args, name, getattr(args, name, None))

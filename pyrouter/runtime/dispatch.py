@@ -55,6 +55,11 @@ class PolicySlot:
     def on_change(self, listener: Callable[[ActivePolicy], None]) -> None:
         self._listeners.append(listener)
 
+    def off_change(self, listener: Callable[[ActivePolicy], None]) -> None:
+        """Stop telling `listener` (one given to on_change; no error if it was not)."""
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
 
 class Dispatcher:
     def __init__(self, engines: EngineDirectory, slot: PolicySlot,

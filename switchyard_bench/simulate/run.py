@@ -128,13 +128,17 @@ async def _simulate(cfg: SimConfig, policy: str, params: dict[str, Any],
         bar.update(1)
 
     tasks: list[asyncio.Task[None]] = []
-    for index, item in enumerate(items):
-        delay = start + item.arrival_s - loop.time()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        tasks.append(loop.create_task(one(index, item)))
-    await asyncio.gather(*tasks)
-    harness.settle()
+    try:
+        for index, item in enumerate(items):
+            delay = start + item.arrival_s - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(loop.create_task(one(index, item)))
+        await asyncio.gather(*tasks)
+        harness.settle()
+    finally:
+        # A tournament runs hundreds of these in one process: nothing of this run may outlive it.
+        harness.close()
     bar.close()
     duration = max(last_end - start, 1e-9)
     busy = {eid: cluster.sim(eid).busy_s / duration for eid in cluster.engines}

@@ -68,6 +68,22 @@ def test_the_replica_command_line_parses_back_to_the_same_flags(
             assert getattr(parsed, name) == value, name
 
 
+def test_serve_passes_the_upkeep_flags_to_every_replica() -> None:
+    args = _serve_router_args("--routers", "2", "--poll-s", "0.25", "--liveness-s", "4",
+                              "--upkeep-polls-per-s", "64", "--prefix-index-max-blocks", "4096")
+    for index in range(2):
+        parsed = build_parser().parse_args(["router",
+                                            *router_argv(replica_args(args, index, 2))])
+        assert (parsed.poll_s, parsed.liveness_s, parsed.upkeep_polls_per_s,
+                parsed.prefix_index_max_blocks) == (0.25, 4.0, 64.0, 4096)
+
+
+def test_serve_without_upkeep_flags_leaves_the_routers_defaults() -> None:
+    argv = router_argv(replica_args(_serve_router_args(), 0, 1))
+    assert not {"--poll-s", "--liveness-s", "--upkeep-polls-per-s",
+                "--prefix-index-max-blocks"} & set(argv)
+
+
 def test_router_stores_repeated_peers_and_a_dns_name() -> None:
     args = build_parser().parse_args(["router", "--peer", "10.0.0.5:8000", "--peer",
                                       "[::1]:8001", "--peers-dns", "routers.ns.svc:8000"])
