@@ -60,7 +60,14 @@ def test_serve_pd_real_model_answers_and_stops_cleanly(mode: str) -> None:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP],
                          ids=lambda s: s.name)
 def test_serve_mock_engines_stop_on_a_signal_with_no_orphans(sig: signal.Signals) -> None:
-    proc, base = start_serve("--mock-engines", "--engines", "3")
+    # serve started from a terminal: SIGHUP not ignored. Under `nohup` (a test run started
+    # that way) serve inherits SIG_IGN and rightly keeps running on SIGHUP; a handler of our own
+    # while it starts gives it the default instead (exec resets handlers, not SIG_IGN).
+    held = signal.signal(signal.SIGHUP, lambda *_: None)
+    try:
+        proc, base = start_serve("--mock-engines", "--engines", "3")
+    finally:
+        signal.signal(signal.SIGHUP, held)
     try:
         wait_ready(base, proc, want_engines=3, timeout_s=60)
         r = requests.post(f"{base}/v1/completions", json={"prompt": "hi", "max_tokens": 2})
