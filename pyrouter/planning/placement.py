@@ -34,7 +34,8 @@ other engines short enough for the requests that can still meet theirs (Tropical
 instead of spreading lateness until every request misses; likewise, once some engine's running
 decodes already step slower than the TPOT SLO (saturated in decode steps), onto the slowest: a
 load spread evenly puts every engine past the step time its decodes can bear, an uneven one
-keeps some within it; before either, where it harms least and runs soonest (every engine kept
+keeps some within it — unless an engine is still calm (its decodes step within the SLO, and
+this request pushes none of them over), where it goes instead; before either, where it harms least and runs soonest (every engine kept
 busy). The only parameters are the SLO, the KV watermark and measured costs.
 """
 from __future__ import annotations
@@ -276,13 +277,24 @@ def choose_with_rule(placements: list[Placement], slo: Slo) -> tuple[Placement, 
     saturated = [p for p in fits_kv if p.prefill_queue_ms > slo.ttft_ms]
     if not saturated:
         slowest = max(top, key=lambda p: p.decode_step_now_ms)
-        if slowest.decode_step_now_ms > slo.tpot_ms:
+        # Engines whose decodes step within the TPOT SLO and that this request pushes no
+        # running decode over it on: placed there, it costs no other request its SLO.
+        calm = [p for p in top if p.harm == 0 and p.decode_step_now_ms <= slo.tpot_ms]
+        if slowest.decode_step_now_ms > slo.tpot_ms and not calm:
             # Saturated in decode steps instead: some engine's running decodes already step
             # slower than the TPOT SLO (the engine as it runs now, not this request's prediction:
-            # a burst the engines absorb predicts late TPOTs without any engine being there).
-            # Join the slowest, so the others' decodes keep theirs.
+            # a burst the engines absorb predicts late TPOTs without any engine being there),
+            # and every other placement would push running decodes over theirs. Join the
+            # slowest, so the others' decodes keep theirs. Where a calm engine is left, a late
+            # request there harms nobody, while piling every late one onto the slowest engine
+            # makes it slower still (4 engines, short chat at 0.6x: 56 requests onto one
+            # engine, 56.7% within SLO where least_load kept 100%; docs/experiments.md
+            # "adaptive on a decode-heavy burst").
             return min(top, key=lambda p: (-p.decode_step_now_ms, p.pattern != DP, p.prefill,
                                            p.decode)), STEP_SATURATED
+        if calm:
+            return min(calm, key=lambda p: (p.ttft_ms, p.pattern != DP, p.prefill,
+                                            p.decode)), SOONEST
         # No engine's queue is past the TTFT SLO yet: the engines still keep up, and a request
         # late anyway (too long, or unlucky) runs soonest, keeping every engine busy.
         return least_ttft, SOONEST

@@ -249,6 +249,11 @@ def test_choose_most_within_slo_then_least_ttft_then_least_harm_on_the_longest_q
     slow_steps = [_placement(DP, "e0", "e0", 300.0, False, 0, step_now=60.0),
                   _placement(DP, "e1", "e1", 200.0, False, 0, step_now=90.0)]
     assert choose(slow_steps, slo) is slow_steps[1]
+    # ...unless an engine still steps within the SLO and this request harms nobody there: the
+    # slowest would only get slower
+    one_calm = [_placement(DP, "e0", "e0", 300.0, False, 0, step_now=30.0),
+                _placement(DP, "e1", "e1", 200.0, False, 0, step_now=90.0)]
+    assert choose_with_rule(one_calm, slo) == (one_calm[0], SOONEST)
     # ...not when a request misses only by its own prediction (steps now within the SLO)
     busy = [_placement(DP, "e0", "e0", 300.0, False, 0, step_now=40.0),
             _placement(DP, "e1", "e1", 200.0, False, 0, step_now=45.0)]
