@@ -35,8 +35,9 @@ instead of spreading lateness until every request misses; likewise, once some en
 decodes already step slower than the TPOT SLO (saturated in decode steps), onto the slowest: a
 load spread evenly puts every engine past the step time its decodes can bear, an uneven one
 keeps some within it — unless an engine is still calm (its decodes step within the SLO, and
-this request pushes none of them over), where it goes instead; before either, where it harms least and runs soonest (every engine kept
-busy). The only parameters are the SLO, the KV watermark and measured costs.
+this request pushes none of them over), where it goes instead; before either, where it harms
+least and runs soonest (every engine kept busy). The only parameters are the SLO, the KV
+watermark and measured costs.
 """
 from __future__ import annotations
 
@@ -289,7 +290,7 @@ def choose_with_rule(placements: list[Placement], slo: Slo) -> tuple[Placement, 
             # request there harms nobody, while piling every late one onto the slowest engine
             # makes it slower still (4 engines, short chat at 0.6x: 56 requests onto one
             # engine, 56.7% within SLO where least_load kept 100%; docs/experiments.md
-            # "adaptive on a decode-heavy burst").
+            # "A late request joins the slowest engine only when no calm one is left").
             return min(top, key=lambda p: (-p.decode_step_now_ms, p.pattern != DP, p.prefill,
                                            p.decode)), STEP_SATURATED
         if calm:

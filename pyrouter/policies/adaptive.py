@@ -66,7 +66,8 @@ says what ran and why: `adaptive chose=pd prefill=e0 decode=e1 ttft_ms=812 tpot_
 why=fits` — `why` is the rule that picked it (placement.py `choose`): `fits` (placed to meet its
 SLO), `soonest` (late anyway, where it runs soonest), `queue_saturated` (late, onto a queue already
 past the TTFT SLO), `step_saturated` (late, onto the engine whose decodes already step slower than
-the TPOT SLO).
+the TPOT SLO, when no engine is left whose decodes step within it and that it pushes none of
+them over on).
 """
 from __future__ import annotations
 
